@@ -1,0 +1,23 @@
+# llmbuild: one target per recipe (`snakemake --cores 2 qwen2_tiny_f32`), `all` builds every recipe.
+# The rules live in rules/*.smk; each calls one `llmbuild <verb>` command.
+
+include: "rules/common.smk"
+include: "rules/prepare.smk"
+include: "rules/reference.smk"
+include: "rules/compile.smk"
+include: "rules/verify.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        [f"{BUILD}/{r}/verify.json" for r in RECIPES],
+
+
+for _recipe in RECIPES:
+
+    rule:
+        name:
+            _recipe
+        input:
+            f"{BUILD}/{_recipe}/verify.json",

@@ -1,0 +1,208 @@
+"""`llmbuild <verb>`: thin argument parsing over the library. Each Snakemake rule calls one verb.
+
+Errors meant for users (LlmbuildError) print one line and exit 2; an unexpected failure prints one line
+too (set LLMBUILD_DEBUG=1 for the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+
+from llmbuild import LlmbuildError
+
+
+def _recipe(args: argparse.Namespace):
+    from llmbuild.recipe import load_recipe
+
+    return load_recipe(args.recipe)
+
+
+def cmd_prepare(args: argparse.Namespace) -> None:
+    from llmbuild.build.prepare import prepare
+
+    prepare(_recipe(args))
+
+
+def cmd_plan(args: argparse.Namespace) -> None:
+    from llmbuild.build.prepare import plan
+
+    plan(_recipe(args))
+
+
+def cmd_reference(args: argparse.Namespace) -> None:
+    from llmbuild.build.paths import BuildPaths
+    from llmbuild.verify.reference import make_reference
+
+    recipe = _recipe(args)
+    paths = BuildPaths.of(recipe)
+    make_reference(recipe, paths, paths.reference)
+
+
+def cmd_layer(args: argparse.Namespace) -> None:
+    from llmbuild.build.layer import build_layer
+
+    recipe = _recipe(args)
+    for layer in args.layer:
+        build_layer(recipe, layer)
+
+
+def cmd_head(args: argparse.Namespace) -> None:
+    from llmbuild.build.head import build_head
+
+    build_head(_recipe(args))
+
+
+def cmd_link(args: argparse.Namespace) -> None:
+    from llmbuild.build.link import link
+
+    link(_recipe(args))
+
+
+def cmd_e2e(args: argparse.Namespace) -> None:
+    from llmbuild.verify.e2e import run_e2e
+
+    result = run_e2e(_recipe(args))
+    print(f"greedy ids equal transformers: {result['tokens_equal']}; "
+          f"first-step logits cosine {result['first_logits']['cosine']}")
+
+
+def cmd_verify(args: argparse.Namespace) -> None:
+    from llmbuild.verify.report import verify
+
+    report = verify(_recipe(args))
+    print(f"{report['recipe']}: verification passed ({report['checks']} checks, "
+          f"worst cosine top {report['worst_cosine']['top_vs_source']}, "
+          f"tpu {report['worst_cosine']['tpu_vs_top']})")
+
+
+def _parse_ids(text: str) -> list[int]:
+    try:
+        return [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise LlmbuildError(f"--prompt-ids: expected comma-separated integers, got {text!r}") from None
+
+
+def cmd_run(args: argparse.Namespace) -> None:
+    from llmbuild.runtime import resolve_binary
+    from llmbuild.runtime.model import CompiledModel, load_tokenizer
+
+    model = CompiledModel(resolve_binary(args.target))
+    tok = load_tokenizer(model)
+    if args.prompt_ids is not None:
+        prompt = _parse_ids(args.prompt_ids)
+    elif args.prompt is not None:
+        prompt = tok.chat_ids([{"role": "user", "content": args.prompt}]) if not args.raw else tok.encode(args.prompt)
+    else:
+        raise LlmbuildError("run: give --prompt TEXT or --prompt-ids 1,2,3")
+    vocab = int(model.meta["spec"]["vocab_size"])
+    if not prompt or min(prompt) < 0 or max(prompt) >= vocab:
+        raise LlmbuildError(f"--prompt-ids: ids must be in [0, {vocab}), got {prompt}")
+    eos = () if args.ignore_eos else tuple(model.meta["eos_token_ids"])
+    ids, logits = model.generate(prompt, args.max_new_tokens, eos)
+    text = tok.decode(ids)
+    if args.json:
+        print(json.dumps({"ids": ids, "text": text, "logits": [[float(x) for x in step] for step in logits]}))
+    else:
+        print(text)
+
+
+def cmd_chat(args: argparse.Namespace) -> None:
+    from llmbuild.runtime.session import Session
+
+    session = Session(args.target)
+    interactive = sys.stdin.isatty()
+    while True:
+        if interactive:
+            print("you> ", end="", flush=True)
+        line = sys.stdin.readline()
+        if not line:
+            break
+        line = line.strip()
+        if not line:
+            continue
+        if line in ("/reset", "/clear"):
+            session.reset()
+            continue
+        if line in ("/exit", "/quit"):
+            break
+        print("assistant> ", end="", flush=True)
+        reply = session.send(line, max_new_tokens=args.max_new_tokens,
+                             stream=lambda t: print(session.tokenizer.decode([t]), end="", flush=True))
+        del reply
+        print(flush=True)
+
+
+def cmd_recipes(args: argparse.Namespace) -> None:
+    from llmbuild.recipe import list_recipes
+
+    for name in list_recipes():
+        print(name)
+
+
+def cmd_layers(args: argparse.Namespace) -> None:
+    """Print the layer count of a recipe's model (the Snakefile asks this to expand per-layer jobs)."""
+    from llmbuild.build.dag import layer_count
+
+    print(layer_count(_recipe(args)))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="llmbuild", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="verb", required=True)
+
+    def verb(name: str, fn: Callable, help_text: str, recipe: bool = True) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, help=help_text, description=help_text)
+        if recipe:
+            sp.add_argument("recipe", help="recipe name (recipes/NAME.yaml) or path")
+        sp.set_defaults(fn=fn)
+        return sp
+
+    verb("prepare", cmd_prepare, "make the checkpoint the build reads and write spec.json")
+    verb("reference", cmd_reference, "run transformers on the checkpoint: reference.safetensors")
+    verb("plan", cmd_plan, "write the global device-memory plan: plan.json")
+    sp = verb("layer", cmd_layer, "compile one layer's prefill, prefill_kv and decode nets")
+    sp.add_argument("--layer", type=int, nargs="+", required=True)
+    verb("head", cmd_head, "compile the embedding, embedding_cache and lm_head nets")
+    verb("link", cmd_link, "link every object into the deployable binary")
+    verb("e2e", cmd_e2e, "run the binary against transformers generate: e2e.json")
+    verb("verify", cmd_verify, "apply the recipe's tolerances to every check: verify.json")
+    verb("layers", cmd_layers, "print the number of transformer layers of the recipe's model")
+    verb("recipes", cmd_recipes, "list the recipes", recipe=False)
+    for name, fn, text in (("run", cmd_run, "generate from a prompt with a built binary"),
+                           ("chat", cmd_chat, "chat with a built binary (reads stdin)")):
+        sp = verb(name, fn, text, recipe=False)
+        sp.add_argument("target", help="recipe name, build directory or .llmb file")
+        sp.add_argument("--max-new-tokens", type=int, default=64 if name == "run" else 128)
+        if name == "run":
+            sp.add_argument("--prompt")
+            sp.add_argument("--prompt-ids")
+            sp.add_argument("--raw", action="store_true", help="tokenize --prompt without the chat template")
+            sp.add_argument("--ignore-eos", action="store_true")
+            sp.add_argument("--json", action="store_true")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.fn(args)
+    except LlmbuildError as exc:
+        print(f"llmbuild: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the user gets one line, developers the traceback on request
+        if os.environ.get("LLMBUILD_DEBUG"):
+            raise
+        print(f"llmbuild: internal error: {type(exc).__name__}: {exc} (LLMBUILD_DEBUG=1 shows the traceback)",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Code generation: tpu nets become programs, programs and weights are linked into one binary."""

@@ -1,0 +1,231 @@
+"""A net's program: a tensor table (dtype, shape, global address) and a list of instructions.
+
+This is what the device executes. `from_module` reads an address-assigned tpu module; `encode` and
+`decode` give its bytes in the binary. Inputs and weights are tensors, not instructions; a Reshape whose
+result aliases its operand (the usual case after assign-address) is a view and emits nothing.
+
+Encoding (little-endian):
+    u32 magic 'PROG', str net, str stage, i32 layer, u64 activation_bytes
+    u32 n_tensors, then per tensor: u8 dtype, u8 rank, u32 dims[rank], u64 address
+    u32 n_inputs, per input: str name, u32 tensor; the same for outputs
+    u32 n_instrs, per instruction: u16 opcode, u8 n_operands, u32 operands[], u32 result,
+        str loc, u8 n_attrs, per attr: str key, u8 tag, value
+strings are u16 length + UTF-8; attribute tags: 0 i64, 1 f64, 2 bool, 3 str, 4 i64 list.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import SSAValue
+
+from llmbuild import LlmbuildError
+from llmbuild.dialects.plain import main_func, op_attrs, string_list, tensor_info
+
+OPCODES = (
+    "Gather", "RMSNorm", "MatMul", "Reshape", "Permute", "Rope", "FAttention",
+    "Concat", "Add", "Mul", "Active", "Softmax", "Cast",
+)
+OPCODE_OF = {name: i + 1 for i, name in enumerate(OPCODES)}
+DTYPES = ("f32", "f16", "bf16", "i32")
+PROG_MAGIC = b"PROG"
+
+
+@dataclass(frozen=True)
+class TensorDesc:
+    dtype: str
+    shape: tuple[int, ...]
+    address: int
+
+
+@dataclass(frozen=True)
+class Instr:
+    op: str
+    operands: tuple[int, ...]
+    result: int
+    loc: str
+    attrs: dict[str, Any]
+
+
+@dataclass
+class Program:
+    net: str
+    stage: str
+    layer: int
+    activation_bytes: int
+    tensors: list[TensorDesc] = field(default_factory=list)
+    inputs: list[tuple[str, int]] = field(default_factory=list)
+    outputs: list[tuple[str, int]] = field(default_factory=list)
+    instrs: list[Instr] = field(default_factory=list)
+
+
+def from_module(module: ModuleOp) -> Program:
+    fn = main_func(module)
+    prog = Program(
+        net=module.attributes["top.net"].data,
+        stage=module.attributes["top.stage"].data,
+        layer=module.attributes["top.layer"].value.data,
+        activation_bytes=module.attributes["tpu.activation_bytes"].value.data,
+    )
+    ids: dict[SSAValue, int] = {}
+
+    def tid(v: SSAValue) -> int:
+        if v not in ids:
+            info = tensor_info(v.type)
+            if info.address is None:
+                raise LlmbuildError(f"{prog.net}: tensor without an address; run assign-address first")
+            ids[v] = len(prog.tensors)
+            prog.tensors.append(TensorDesc(info.dtype, info.shape, info.address))
+        return ids[v]
+
+    block = fn.body.block
+    for name, arg in zip(string_list(fn.attributes["arg_names"]), block.args, strict=True):
+        prog.inputs.append((name, tid(arg)))
+    for op in block.ops:
+        if isinstance(op, func.ReturnOp):
+            names = string_list(fn.attributes["result_names"])
+            prog.outputs = [(n, tid(v)) for n, v in zip(names, op.operands, strict=True)]
+            continue
+        kind = op.name.split(".", 1)[1]
+        result = op.results[0]
+        if kind in ("Input", "Weight"):
+            if kind == "Input":
+                ids[result] = tid(op.operands[0])
+            else:
+                tid(result)
+            continue
+        if kind not in OPCODE_OF:
+            raise LlmbuildError(f"{prog.net}: no code generation for {op.name}")
+        operands = tuple(tid(v) for v in op.operands)
+        out = tid(result)
+        if kind == "Reshape" and prog.tensors[out].address == prog.tensors[operands[0]].address:
+            continue  # a view of the same bytes
+        attrs = op_attrs(op)
+        if kind != "Reshape":
+            attrs.pop("shape", None)
+        prog.instrs.append(Instr(kind, operands, out, op.attributes["loc"].data, attrs))
+    return prog
+
+
+# ---- bytes ---------------------------------------------------------------------------------------
+
+
+def _w_str(out: io.BytesIO, s: str) -> None:
+    b = s.encode()
+    out.write(struct.pack("<H", len(b)))
+    out.write(b)
+
+
+def _w_attr(out: io.BytesIO, key: str, value: Any) -> None:
+    _w_str(out, key)
+    if isinstance(value, bool):
+        out.write(struct.pack("<B?", 2, value))
+    elif isinstance(value, int):
+        out.write(struct.pack("<Bq", 0, value))
+    elif isinstance(value, float):
+        out.write(struct.pack("<Bd", 1, value))
+    elif isinstance(value, str):
+        out.write(struct.pack("<B", 3))
+        _w_str(out, value)
+    elif isinstance(value, list):
+        out.write(struct.pack("<BI", 4, len(value)))
+        out.write(struct.pack(f"<{len(value)}q", *value))
+    else:
+        raise TypeError(f"attribute {key}: cannot encode {value!r}")
+
+
+def encode(prog: Program) -> bytes:
+    out = io.BytesIO()
+    out.write(PROG_MAGIC)
+    _w_str(out, prog.net)
+    _w_str(out, prog.stage)
+    out.write(struct.pack("<iQI", prog.layer, prog.activation_bytes, len(prog.tensors)))
+    for t in prog.tensors:
+        out.write(struct.pack("<BB", DTYPES.index(t.dtype), len(t.shape)))
+        out.write(struct.pack(f"<{len(t.shape)}I", *t.shape))
+        out.write(struct.pack("<Q", t.address))
+    for table in (prog.inputs, prog.outputs):
+        out.write(struct.pack("<I", len(table)))
+        for name, t in table:
+            _w_str(out, name)
+            out.write(struct.pack("<I", t))
+    out.write(struct.pack("<I", len(prog.instrs)))
+    for ins in prog.instrs:
+        out.write(struct.pack("<HB", OPCODE_OF[ins.op], len(ins.operands)))
+        out.write(struct.pack(f"<{len(ins.operands)}I", *ins.operands))
+        out.write(struct.pack("<I", ins.result))
+        _w_str(out, ins.loc)
+        out.write(struct.pack("<B", len(ins.attrs)))
+        for key in sorted(ins.attrs):
+            _w_attr(out, key, ins.attrs[key])
+    return out.getvalue()
+
+
+class _Reader:
+    def __init__(self, data: bytes | memoryview):
+        self.data, self.pos = bytes(data), 0
+
+    def take(self, fmt: str) -> tuple:
+        s = struct.Struct("<" + fmt)
+        if self.pos + s.size > len(self.data):
+            raise LlmbuildError("program truncated")
+        vals = s.unpack_from(self.data, self.pos)
+        self.pos += s.size
+        return vals
+
+    def string(self) -> str:
+        (n,) = self.take("H")
+        s = self.data[self.pos : self.pos + n].decode()
+        self.pos += n
+        return s
+
+    def attr(self) -> tuple[str, Any]:
+        key = self.string()
+        (tag,) = self.take("B")
+        if tag == 0:
+            return key, self.take("q")[0]
+        if tag == 1:
+            return key, self.take("d")[0]
+        if tag == 2:
+            return key, self.take("?")[0]
+        if tag == 3:
+            return key, self.string()
+        if tag == 4:
+            (n,) = self.take("I")
+            return key, list(self.take(f"{n}q"))
+        raise LlmbuildError(f"program: unknown attribute tag {tag}")
+
+
+def decode(data: bytes | memoryview) -> Program:
+    r = _Reader(data)
+    if r.data[:4] != PROG_MAGIC:
+        raise LlmbuildError("not a program section (bad magic)")
+    r.pos = 4
+    net, stage = r.string(), r.string()
+    layer, act, n = r.take("iQI")
+    prog = Program(net, stage, layer, act)
+    for _ in range(n):
+        dt, rank = r.take("BB")
+        shape = r.take(f"{rank}I")
+        (addr,) = r.take("Q")
+        prog.tensors.append(TensorDesc(DTYPES[dt], tuple(shape), addr))
+    for table in (prog.inputs, prog.outputs):
+        (k,) = r.take("I")
+        for _ in range(k):
+            name = r.string()
+            table.append((name, r.take("I")[0]))
+    (k,) = r.take("I")
+    for _ in range(k):
+        code, nops = r.take("HB")
+        operands = r.take(f"{nops}I")
+        (result,) = r.take("I")
+        loc = r.string()
+        (na,) = r.take("B")
+        attrs = dict(r.attr() for _ in range(na))
+        prog.instrs.append(Instr(OPCODES[code - 1], tuple(operands), result, loc, attrs))
+    return prog

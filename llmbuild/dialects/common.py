@@ -1,0 +1,254 @@
+"""Operation shapes shared by the `top` and `tpu` dialects.
+
+TPU-MLIR defines most ops twice: once in Top (semantics) and once in Tpu (the same op after a lowering
+decision). The operands, attributes and shape rules are the same in both, so each base class here
+declares them once with its verifier; `top.py` and `tpu.py` give each a dialect name. Attribute
+names follow TPU-MLIR (`right_transpose`, `q_head`, `kv_head`, `mq`, `mk`, `axis`, `order`, `eps`).
+
+All attributes are MLIR builtin attributes so that every emitted file parses with upstream `mlir-opt
+--allow-unregistered-dialect`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from xdsl.dialects.builtin import (
+    BoolAttr,
+    DenseArrayBase,
+    FloatAttr,
+    IntegerAttr,
+    StringAttr,
+    TensorType,
+    f64,
+    i64,
+)
+from xdsl.ir import Attribute, SSAValue
+from xdsl.irdl import (
+    IRDLOperation,
+    attr_def,
+    operand_def,
+    opt_attr_def,
+    opt_operand_def,
+    result_def,
+    var_operand_def,
+)
+from xdsl.utils.exceptions import VerifyException
+
+
+def shape_of(value: SSAValue | Attribute) -> tuple[int, ...]:
+    typ = value.type if isinstance(value, SSAValue) else value
+    assert isinstance(typ, TensorType), f"expected a tensor, got {typ}"
+    return tuple(typ.get_shape())
+
+
+def i64_attr(v: int) -> IntegerAttr:
+    return IntegerAttr(v, i64)
+
+
+def f64_attr(v: float) -> FloatAttr:
+    return FloatAttr(v, f64)
+
+
+def bool_attr(v: bool) -> BoolAttr:
+    return BoolAttr.from_bool(v)
+
+
+def i64_array(values: Sequence[int]) -> DenseArrayBase:
+    return DenseArrayBase.from_list(i64, list(values))
+
+
+def _expect(cond: bool, op: IRDLOperation, msg: str) -> None:
+    if not cond:
+        raise VerifyException(f"{op.name}: {msg}")
+
+
+class InputBase(IRDLOperation):
+    """Marks a function argument as a net input (TPU-MLIR: `top.Input`)."""
+
+    input = operand_def(TensorType)
+    output = result_def(TensorType)
+
+    def verify_(self) -> None:
+        _expect(shape_of(self.input) == shape_of(self.output), self, "input and output shapes differ")
+
+
+class WeightBase(IRDLOperation):
+    """A constant tensor stored in a side file (safetensors), referenced by `name`."""
+
+    output = result_def(TensorType)
+    weight_name = attr_def(StringAttr, attr_name="name")
+
+
+class GatherBase(IRDLOperation):
+    """`output = take(input, indices, axis)`: embedding lookup and RoPE table lookup."""
+
+    input = operand_def(TensorType)
+    indices = operand_def(TensorType)
+    output = result_def(TensorType)
+    axis = attr_def(IntegerAttr)
+
+    def verify_(self) -> None:
+        axis = self.axis.value.data
+        src, idx = shape_of(self.input), shape_of(self.indices)
+        want = src[:axis] + idx + src[axis + 1 :]
+        _expect(shape_of(self.output) == want, self, f"output shape should be {want}")
+
+
+class RMSNormBase(IRDLOperation):
+    """`x / sqrt(mean(x^2, -1) + eps) * gamma` over the last axis."""
+
+    input = operand_def(TensorType)
+    gamma = operand_def(TensorType)
+    output = result_def(TensorType)
+    eps = attr_def(FloatAttr)
+
+    def verify_(self) -> None:
+        _expect(shape_of(self.gamma) == shape_of(self.input)[-1:], self, "gamma must match the last axis")
+        _expect(shape_of(self.output) == shape_of(self.input), self, "output shape must equal input")
+
+
+class MatMulBase(IRDLOperation):
+    """`input @ right (+ bias)` over the last axis; right is [K, N], or [N, K] with right_transpose."""
+
+    input = operand_def(TensorType)
+    right = operand_def(TensorType)
+    bias = opt_operand_def(TensorType)
+    output = result_def(TensorType)
+    right_transpose = attr_def(BoolAttr)
+    do_relu = attr_def(BoolAttr)
+
+    def verify_(self) -> None:
+        x, w = shape_of(self.input), shape_of(self.right)
+        k, n = (w[1], w[0]) if self.right_transpose.value.data else (w[0], w[1])
+        _expect(len(w) == 2 and x[-1] == k, self, f"input K={x[-1]} does not match right {w}")
+        _expect(shape_of(self.output) == x[:-1] + (n,), self, f"output must be {x[:-1] + (n,)}")
+        if self.bias is not None:
+            _expect(shape_of(self.bias) == (n,), self, f"bias must be [{n}]")
+
+
+class ReshapeBase(IRDLOperation):
+    input = operand_def(TensorType)
+    output = result_def(TensorType)
+
+    def verify_(self) -> None:
+        a, b = shape_of(self.input), shape_of(self.output)
+        _expect(_numel(a) == _numel(b), self, f"cannot reshape {a} to {b}")
+
+
+class PermuteBase(IRDLOperation):
+    input = operand_def(TensorType)
+    output = result_def(TensorType)
+    order = attr_def(DenseArrayBase)
+
+    def verify_(self) -> None:
+        order = self.order.get_values()
+        src = shape_of(self.input)
+        _expect(sorted(order) == list(range(len(src))), self, f"order {order} is not a permutation")
+        _expect(shape_of(self.output) == tuple(src[i] for i in order), self, "output shape mismatch")
+
+
+class RopeBase(IRDLOperation):
+    """Rotary embedding, rotate-half form: `x * cos + rotate_half(x) * sin`.
+
+    input [B, L, heads, d]; weight0 (cos) and weight1 (sin) [B, L, 1, d], gathered by position id.
+    """
+
+    input = operand_def(TensorType)
+    weight0 = operand_def(TensorType)
+    weight1 = operand_def(TensorType)
+    output = result_def(TensorType)
+
+    def verify_(self) -> None:
+        x, c, s = shape_of(self.input), shape_of(self.weight0), shape_of(self.weight1)
+        want = (x[0], x[1], 1, x[3])
+        _expect(len(x) == 4 and c == want and s == want, self, f"cos/sin must be {want} for input {x}")
+        _expect(x[3] % 2 == 0, self, "head dim must be even")
+        _expect(shape_of(self.output) == x, self, "output shape must equal input")
+
+
+class FAttentionBase(IRDLOperation):
+    """Grouped-query attention: softmax(q k^T * scale + mask) v, per head.
+
+    queries [B, mq, q_head, dim], keys/values [B, mk, kv_head, dim], mask [B, 1, mq, mk] (additive),
+    output [B, mq, q_head * dim]. Query head h reads KV head h // (q_head / kv_head).
+    """
+
+    queries = operand_def(TensorType)
+    keys = operand_def(TensorType)
+    values = operand_def(TensorType)
+    mask = operand_def(TensorType)
+    output = result_def(TensorType)
+    scale = attr_def(FloatAttr)
+    batch = attr_def(IntegerAttr)
+    q_head = attr_def(IntegerAttr)
+    kv_head = attr_def(IntegerAttr)
+    dim = attr_def(IntegerAttr)
+    mq = attr_def(IntegerAttr)
+    mk = attr_def(IntegerAttr)
+
+    def verify_(self) -> None:
+        b, mq, mk = self.batch.value.data, self.mq.value.data, self.mk.value.data
+        qh, kvh, d = self.q_head.value.data, self.kv_head.value.data, self.dim.value.data
+        _expect(qh % kvh == 0, self, f"q_head {qh} must be a multiple of kv_head {kvh}")
+        _expect(shape_of(self.queries) == (b, mq, qh, d), self, "queries shape mismatch")
+        _expect(shape_of(self.keys) == (b, mk, kvh, d), self, "keys shape mismatch")
+        _expect(shape_of(self.values) == (b, mk, kvh, d), self, "values shape mismatch")
+        _expect(shape_of(self.mask) == (b, 1, mq, mk), self, "mask shape mismatch")
+        _expect(shape_of(self.output) == (b, mq, qh * d), self, "output shape mismatch")
+
+
+class ConcatBase(IRDLOperation):
+    inputs = var_operand_def(TensorType)
+    output = result_def(TensorType)
+    axis = attr_def(IntegerAttr)
+
+    def verify_(self) -> None:
+        axis = self.axis.value.data
+        shapes = [shape_of(v) for v in self.inputs]
+        rest = {s[:axis] + s[axis + 1 :] for s in shapes}
+        _expect(len(rest) == 1, self, f"inputs differ outside axis {axis}: {shapes}")
+        total = sum(s[axis] for s in shapes)
+        want = shapes[0][:axis] + (total,) + shapes[0][axis + 1 :]
+        _expect(shape_of(self.output) == want, self, f"output should be {want}")
+
+
+class ElementwiseBase(IRDLOperation):
+    """n-ary elementwise op with numpy broadcasting."""
+
+    inputs = var_operand_def(TensorType)
+    output = result_def(TensorType)
+
+    def verify_(self) -> None:
+        _expect(len(self.inputs) >= 2, self, "needs at least two inputs")
+
+
+class UnaryBase(IRDLOperation):
+    input = operand_def(TensorType)
+    output = result_def(TensorType)
+
+    def verify_(self) -> None:
+        _expect(shape_of(self.input) == shape_of(self.output), self, "output shape must equal input")
+
+
+class SoftmaxBase(UnaryBase):
+    axis = attr_def(IntegerAttr)
+
+
+class ActiveBase(UnaryBase):
+    """TPU-MLIR's `Active`: an activation function chosen by `mode` (SILU here)."""
+
+    mode = attr_def(StringAttr)
+
+
+class CastBase(UnaryBase):
+    """Element type conversion with round-to-nearest-even."""
+
+    round_mode = opt_attr_def(StringAttr)
+
+
+def _numel(shape: Sequence[int]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n

@@ -1,0 +1,103 @@
+"""The `tpu` dialect: the chip-level form of a net (TPU-MLIR's Tpu dialect).
+
+After `lower-top-to-tpu` every tensor has the element type the device computes in (f32, bf16, f16);
+`top.Input` and `top.Weight` stay as they are, as in TPU-MLIR. After `assign-address` every tensor type
+carries its global-memory address as the tensor encoding, TPU-MLIR's convention:
+
+    %3 = "tpu.MatMul"(%1, %2) {...} : (...) -> tensor<1x16x64xbf16, 1052672 : i64>
+
+SiLU becomes `tpu.Active {mode = "SILU"}`; `tpu.Cast` converts element types where the device does.
+"""
+
+from __future__ import annotations
+
+from xdsl.ir import Dialect
+from xdsl.irdl import irdl_op_definition
+
+from llmbuild.dialects import common
+
+
+@irdl_op_definition
+class GatherOp(common.GatherBase):
+    name = "tpu.Gather"
+
+
+@irdl_op_definition
+class RMSNormOp(common.RMSNormBase):
+    name = "tpu.RMSNorm"
+
+
+@irdl_op_definition
+class MatMulOp(common.MatMulBase):
+    name = "tpu.MatMul"
+
+
+@irdl_op_definition
+class ReshapeOp(common.ReshapeBase):
+    name = "tpu.Reshape"
+
+
+@irdl_op_definition
+class PermuteOp(common.PermuteBase):
+    name = "tpu.Permute"
+
+
+@irdl_op_definition
+class RopeOp(common.RopeBase):
+    name = "tpu.Rope"
+
+
+@irdl_op_definition
+class FAttentionOp(common.FAttentionBase):
+    name = "tpu.FAttention"
+
+
+@irdl_op_definition
+class ConcatOp(common.ConcatBase):
+    name = "tpu.Concat"
+
+
+@irdl_op_definition
+class AddOp(common.ElementwiseBase):
+    name = "tpu.Add"
+
+
+@irdl_op_definition
+class MulOp(common.ElementwiseBase):
+    name = "tpu.Mul"
+
+
+@irdl_op_definition
+class ActiveOp(common.ActiveBase):
+    name = "tpu.Active"
+
+
+@irdl_op_definition
+class SoftmaxOp(common.SoftmaxBase):
+    name = "tpu.Softmax"
+
+
+@irdl_op_definition
+class CastOp(common.CastBase):
+    name = "tpu.Cast"
+
+
+Tpu = Dialect(
+    "tpu",
+    [
+        GatherOp,
+        RMSNormOp,
+        MatMulOp,
+        ReshapeOp,
+        PermuteOp,
+        RopeOp,
+        FAttentionOp,
+        ConcatOp,
+        AddOp,
+        MulOp,
+        ActiveOp,
+        SoftmaxOp,
+        CastOp,
+    ],
+    [],
+)

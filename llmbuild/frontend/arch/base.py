@@ -1,0 +1,236 @@
+"""What one decoder family is: how its HF config and GGUF metadata become a `ModelSpec`, and the
+per-tensor fix-ups its checkpoints need. A variant of a family is another `Architecture` value,
+not new code: every difference between llama, qwen2 and qwen3 is a field here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from llmbuild import LlmbuildError
+from llmbuild.frontend.spec import ModelSpec
+
+# Our readers and transformers agree on these only when the MLP gate is SiLU.
+_SUPPORTED_ACTIVATIONS = ("silu",)
+
+
+@dataclass(frozen=True)
+class Architecture:
+    name: str  # registry name, also ModelSpec.architecture
+    hf_model_types: tuple[str, ...]  # config.json "model_type" values this family reads
+    gguf_architectures: tuple[str, ...]  # GGUF "general.architecture" values this family reads
+    hf_class: str  # config.json "architectures" entry, e.g. "Qwen2ForCausalLM"
+    qkv_bias: bool
+    qk_norm: bool
+    # transformers' config-class defaults for the fields we read, so a config.json that leaves one
+    # out means what it means to transformers (e.g. Qwen3Config's head_dim of 128, not hidden/heads).
+    hf_defaults: Mapping[str, Any] = field(default_factory=dict)
+    # config.json flags that would add weights or behaviour the canonical layout cannot express.
+    hf_unsupported_flags: tuple[str, ...] = ()
+    # llama.cpp's converter interleaves q/k rows for rotary on these files; we undo it on read.
+    gguf_permutes_qk: bool = False
+
+    # ---- HF config.json -------------------------------------------------------------------------
+
+    def spec_from_hf_config(self, cfg: Mapping[str, Any], *, origin: str = "config.json") -> ModelSpec:
+        """The ModelSpec a HF config describes; LlmbuildError naming `origin` and the field at fault."""
+
+        def get(key: str, default: Any = None) -> Any:
+            # An absent key takes the config class's default; an explicit null stays null.
+            return cfg[key] if key in cfg else self.hf_defaults.get(key, default)
+
+        def need(key: str) -> int:
+            value = get(key)
+            if value is None:
+                raise LlmbuildError(f"{origin}: missing field {key!r} (needed for {self.name})")
+            return _positive_int(value, key, origin)
+
+        act = get("hidden_act") or "silu"
+        if act not in _SUPPORTED_ACTIVATIONS:
+            raise LlmbuildError(f"{origin}: hidden_act {act!r} is not supported (expected silu)")
+        for flag in self.hf_unsupported_flags:
+            if cfg.get(flag):
+                raise LlmbuildError(f"{origin}: {flag}=true is not supported for {self.name}")
+
+        hidden = need("hidden_size")
+        heads = need("num_attention_heads")
+        head_dim = get("head_dim")
+        if head_dim is None:
+            if hidden % heads:
+                raise LlmbuildError(f"{origin}: hidden_size {hidden} is not a multiple of {heads} heads")
+            head_dim = hidden // heads
+        rope_params = cfg.get("rope_parameters") or {}
+        rope_theta = cfg.get("rope_theta") or rope_params.get("rope_theta") or get("rope_theta", 10000.0)
+        return ModelSpec(
+            architecture=self.name,
+            hidden_size=hidden,
+            num_layers=need("num_hidden_layers"),
+            num_heads=heads,
+            num_kv_heads=_positive_int(get("num_key_value_heads") or heads, "num_key_value_heads", origin),
+            head_dim=_positive_int(head_dim, "head_dim", origin),
+            intermediate_size=need("intermediate_size"),
+            vocab_size=need("vocab_size"),
+            rms_norm_eps=float(get("rms_norm_eps") or 1e-6),
+            rope_theta=float(rope_theta),
+            tie_word_embeddings=bool(get("tie_word_embeddings", False)),
+            qkv_bias=self.qkv_bias,
+            qk_norm=self.qk_norm,
+            max_position_embeddings=need("max_position_embeddings"),
+            bos_token_id=get("bos_token_id"),
+            eos_token_ids=_token_ids(get("eos_token_id")),
+            rope_scaling=_flatten_rope_scaling(cfg),
+        )
+
+    def transform_hf_tensor(self, name: str, array: np.ndarray, spec: ModelSpec) -> np.ndarray:
+        """Hook: a fix-up for an HF tensor under its canonical name (none of ours needs one)."""
+        return array
+
+    # ---- GGUF metadata --------------------------------------------------------------------------
+
+    def spec_from_gguf(
+        self, metadata: Mapping[str, Any], tensor_names: Collection[str], *, origin: str = "gguf"
+    ) -> ModelSpec:
+        """The ModelSpec a GGUF file's metadata describes; `tensor_names` are the file's own names."""
+        arch = metadata.get("general.architecture")
+
+        def get(key: str, default: Any = None) -> Any:
+            value = metadata.get(f"{arch}.{key}")
+            return default if value is None else value
+
+        def need(key: str) -> int:
+            value = get(key)
+            if value is None:
+                raise LlmbuildError(f"{origin}: missing metadata {arch}.{key}")
+            return _positive_int(value, f"{arch}.{key}", origin)
+
+        hidden = need("embedding_length")
+        heads = need("attention.head_count")
+        tokens = metadata.get("tokenizer.ggml.tokens")
+        vocab = get("vocab_size") or (len(tokens) if tokens is not None else None)
+        if vocab is None:
+            raise LlmbuildError(f"{origin}: no {arch}.vocab_size and no tokenizer.ggml.tokens")
+        # key_length is the attention head size where it differs from hidden/heads (qwen3);
+        # llama files state it as the rotary dimension instead.
+        head_dim = get("attention.key_length") or get("rope.dimension_count") or hidden // heads
+        eos = metadata.get("tokenizer.ggml.eos_token_id")
+        return ModelSpec(
+            architecture=self.name,
+            hidden_size=hidden,
+            num_layers=need("block_count"),
+            num_heads=heads,
+            num_kv_heads=_positive_int(get("attention.head_count_kv", heads), "head_count_kv", origin),
+            head_dim=_positive_int(head_dim, "head_dim", origin),
+            intermediate_size=need("feed_forward_length"),
+            vocab_size=_positive_int(vocab, "vocab_size", origin),
+            rms_norm_eps=float(get("attention.layer_norm_rms_epsilon", 1e-6)),
+            rope_theta=float(get("rope.freq_base", 10000.0)),
+            # llama.cpp leaves output.weight out exactly when the head shares the embedding.
+            tie_word_embeddings="output.weight" not in tensor_names,
+            qkv_bias=self.qkv_bias,
+            qk_norm=self.qk_norm,
+            max_position_embeddings=need("context_length"),
+            bos_token_id=metadata.get("tokenizer.ggml.bos_token_id"),
+            eos_token_ids=_token_ids(eos),
+            rope_scaling=_gguf_rope_scaling(get),
+        )
+
+    def transform_gguf_tensor(self, name: str, array: np.ndarray, spec: ModelSpec) -> np.ndarray:
+        """Undo llama.cpp's rotary row interleave on q/k (as transformers' GGUF loader does)."""
+        if not self.gguf_permutes_qk:
+            return array
+        if ".self_attn.q_proj." in name:
+            return unpermute_qk_rows(array, spec.num_heads)
+        if ".self_attn.k_proj." in name:
+            return unpermute_qk_rows(array, spec.num_kv_heads)
+        return array
+
+
+def unpermute_qk_rows(array: np.ndarray, n_head: int) -> np.ndarray:
+    """Inverse of llama.cpp's `permute`: per head it wrote rows (0, d/2, 1, d/2+1, ...) as
+    reshape(n_head, 2, d/2).swapaxes(1, 2); we read them back into HF's halves-split order."""
+    half = array.shape[0] // n_head // 2
+    rows = array.reshape(n_head, half, 2, *array.shape[1:])
+    return np.ascontiguousarray(rows.swapaxes(1, 2).reshape(array.shape))
+
+
+def expected_shapes(spec: ModelSpec) -> dict[str, tuple[int, ...]]:
+    """Every canonical tensor of `spec` with its shape, in import order (embedding first)."""
+    h, hd = spec.hidden_size, spec.head_dim
+    q, kv, ffn = spec.num_heads * hd, spec.num_kv_heads * hd, spec.intermediate_size
+    per_layer = {
+        "input_layernorm.weight": (h,),
+        "self_attn.q_proj.weight": (q, h),
+        "self_attn.k_proj.weight": (kv, h),
+        "self_attn.v_proj.weight": (kv, h),
+        "self_attn.o_proj.weight": (h, q),
+        "self_attn.q_proj.bias": (q,),
+        "self_attn.k_proj.bias": (kv,),
+        "self_attn.v_proj.bias": (kv,),
+        "self_attn.q_norm.weight": (hd,),
+        "self_attn.k_norm.weight": (hd,),
+        "post_attention_layernorm.weight": (h,),
+        "mlp.gate_proj.weight": (ffn, h),
+        "mlp.up_proj.weight": (ffn, h),
+        "mlp.down_proj.weight": (h, ffn),
+    }
+    shapes: dict[str, tuple[int, ...]] = {"embed_tokens.weight": (spec.vocab_size, h)}
+    for i in range(spec.num_layers):
+        for name in spec.layer_tensor_names(i):
+            shapes[name] = per_layer[name.split(".", 2)[2]]
+    shapes["norm.weight"] = (h,)
+    if not spec.tie_word_embeddings:
+        shapes["lm_head.weight"] = (spec.vocab_size, h)
+    return shapes
+
+
+def _positive_int(value: Any, key: str, origin: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+        raise LlmbuildError(f"{origin}: {key} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _token_ids(value: Any) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, (list, tuple)):
+        return tuple(int(v) for v in value)
+    return (int(value),)
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    return value
+
+
+def _flatten_rope_scaling(cfg: Mapping[str, Any]) -> tuple[tuple[str, object], ...]:
+    """HF's rope_scaling (transformers 4) or rope_parameters less rope_theta (transformers 5), as
+    sorted pairs; plain RoPE (no dict, or rope_type "default" alone) is ()."""
+    scaling = cfg.get("rope_scaling")
+    if not scaling:
+        scaling = {k: v for k, v in (cfg.get("rope_parameters") or {}).items() if k != "rope_theta"}
+    if not scaling or (set(scaling) <= {"rope_type", "type"} and _rope_type(scaling) == "default"):
+        return ()
+    return tuple(sorted((str(k), _hashable(v)) for k, v in scaling.items()))
+
+
+def _rope_type(scaling: Mapping[str, Any]) -> Any:
+    return scaling.get("rope_type", scaling.get("type"))
+
+
+def _gguf_rope_scaling(get: Any) -> tuple[tuple[str, object], ...]:
+    kind = get("rope.scaling.type")
+    if kind in (None, "none"):
+        return ()
+    pairs: dict[str, object] = {"rope_type": kind}
+    if get("rope.scaling.factor") is not None:
+        pairs["factor"] = float(get("rope.scaling.factor"))
+    if get("rope.scaling.original_context_length") is not None:
+        pairs["original_max_position_embeddings"] = int(get("rope.scaling.original_context_length"))
+    return tuple(sorted(pairs.items()))

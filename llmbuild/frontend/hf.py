@@ -1,0 +1,162 @@
+"""Hugging Face checkpoint directories: config.json plus one or sharded safetensors files.
+
+We parse the safetensors header ourselves and memory-map the data, so each `tensor()` call reads
+exactly one tensor, and bf16 (which numpy has no dtype for) is widened to float32 bit-exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llmbuild import LlmbuildError
+from llmbuild.frontend.arch.base import expected_shapes
+from llmbuild.frontend.registry import architecture_for_hf_model_type, get_architecture
+from llmbuild.frontend.spec import ModelSpec
+
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+_MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit
+# safetensors dtype -> numpy little-endian dtype; BF16 is read as raw 16-bit words.
+_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2"}
+
+
+@dataclass(frozen=True)
+class _Entry:
+    file: Path
+    hf_name: str
+    dtype: str
+    shape: tuple[int, ...]
+    begin: int  # absolute byte offsets in `file`
+    end: int
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise LlmbuildError(f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise LlmbuildError(f"{path}: cannot read JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise LlmbuildError(f"{path}: expected a JSON object")
+    return data
+
+
+def has_hf_weights(directory: Path) -> bool:
+    return (directory / SINGLE_FILE).is_file() or (directory / INDEX_FILE).is_file()
+
+
+def canonical_name(hf_name: str) -> str:
+    return hf_name.removeprefix("model.")
+
+
+class HFSource:
+    """A TensorSource over a HF checkpoint directory (spec from config.json via its model_type)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        config_path = self.directory / "config.json"
+        if not config_path.is_file():
+            raise LlmbuildError(f"{config_path}: missing; not a Hugging Face checkpoint directory")
+        cfg = read_json(config_path)
+        model_type = cfg.get("model_type")
+        if not isinstance(model_type, str):
+            raise LlmbuildError(f"{config_path}: missing field 'model_type'")
+        self.architecture = get_architecture(architecture_for_hf_model_type(model_type))
+        # generate() stops on generation_config.json's ids, which may list more than config.json's.
+        generation_path = self.directory / "generation_config.json"
+        if generation_path.is_file():
+            generation = read_json(generation_path)
+            cfg = cfg | {k: generation[k] for k in ("bos_token_id", "eos_token_id") if k in generation}
+        self.spec: ModelSpec = self.architecture.spec_from_hf_config(cfg, origin=str(config_path))
+        self._shapes = expected_shapes(self.spec)
+        self._index_path, self._entries = _read_index(self.directory)
+        self._maps: dict[Path, np.memmap] = {}
+
+    def names(self) -> list[str]:
+        return [name for name in self._shapes if name in self._entries]
+
+    def tensor(self, name: str) -> np.ndarray:
+        expected = self._shapes.get(name)
+        if expected is None:
+            raise LlmbuildError(
+                f"{self.directory}: {name!r} is not a tensor of this {self.spec.architecture} model"
+            )
+        entry = self._entries.get(name)
+        if entry is None:
+            hf_name = name if name.startswith("lm_head.") else "model." + name
+            raise LlmbuildError(f"{self._index_path}: missing tensor {hf_name!r} (config.json needs it)")
+        if entry.shape != expected:
+            raise LlmbuildError(
+                f"{entry.file}: tensor {entry.hf_name!r} has shape {list(entry.shape)}, "
+                f"expected {list(expected)} from config.json"
+            )
+        array = self._read(entry)
+        return self.architecture.transform_hf_tensor(name, array, self.spec)
+
+    def _read(self, entry: _Entry) -> np.ndarray:
+        mm = self._maps.get(entry.file)
+        if mm is None:
+            mm = self._maps[entry.file] = np.memmap(entry.file, dtype=np.uint8, mode="r")
+        words = mm[entry.begin : entry.end].view(_DTYPES[entry.dtype]).reshape(entry.shape)
+        if entry.dtype == "BF16":
+            # bf16 is the top half of a float32: shift it back into place.
+            return (words.astype(np.uint32) << 16).view(np.float32)
+        return words.astype(np.float32)  # always a copy, never a view into the map
+
+
+def _read_index(directory: Path) -> tuple[Path, dict[str, _Entry]]:
+    """(the file to name in errors, canonical name -> entry) for one file or a sharded index."""
+    index_path = directory / INDEX_FILE
+    if index_path.is_file():
+        weight_map = read_json(index_path).get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise LlmbuildError(f"{index_path}: missing field 'weight_map'")
+        entries: dict[str, _Entry] = {}
+        for shard in sorted(set(weight_map.values())):
+            header = _read_header(directory / shard)
+            for hf_name, entry in header.items():
+                if weight_map.get(hf_name) == shard:
+                    entries[canonical_name(hf_name)] = entry
+        return index_path, entries
+    single = directory / SINGLE_FILE
+    if single.is_file():
+        return single, {canonical_name(k): v for k, v in _read_header(single).items()}
+    raise LlmbuildError(f"{directory}: no {SINGLE_FILE} or {INDEX_FILE}")
+
+
+def _read_header(path: Path) -> dict[str, _Entry]:
+    """Parse a safetensors header: u64 little-endian length, JSON, then the data block."""
+    try:
+        with path.open("rb") as f:
+            (length,) = struct.unpack("<Q", f.read(8) or b"\0" * 8)
+            if not 0 < length <= _MAX_HEADER_BYTES:
+                raise LlmbuildError(f"{path}: not a safetensors file (header length {length})")
+            header = json.loads(f.read(length))
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise LlmbuildError(f"{path}: file not found (listed in {INDEX_FILE})") from None
+    except (OSError, struct.error, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise LlmbuildError(f"{path}: cannot read safetensors header: {exc}") from None
+    start = 8 + length
+    entries = {}
+    for hf_name, info in header.items():
+        if hf_name == "__metadata__":
+            continue
+        dtype = info.get("dtype")
+        if dtype not in _DTYPES:
+            raise LlmbuildError(
+                f"{path}: tensor {hf_name!r} has dtype {dtype}, expected one of {sorted(_DTYPES)}"
+            )
+        shape = tuple(int(d) for d in info["shape"])
+        begin, end = (start + int(o) for o in info["data_offsets"])
+        if end - begin != int(np.prod(shape)) * np.dtype(_DTYPES[dtype]).itemsize or end > size:
+            raise LlmbuildError(f"{path}: tensor {hf_name!r} has data offsets that do not fit its shape")
+        entries[hf_name] = _Entry(path, hf_name, dtype, shape, begin, end)
+    return entries

@@ -1,0 +1,134 @@
+"""TopOp nets of a decoder-only transformer, with the static signatures of the three stages.
+
+Net names follow the incumbent: `embedding`, `embedding_cache`, `block_{i}` (prefill),
+`block_kv_{i}` (prefill with history), `block_cache_{i}` (decode) and `lm_head`. The op chain of one
+block is the Llama/Qwen2 one; Qwen2's q/k/v bias and Qwen3's q/k RMSNorm are flags of the spec, so a
+family variant needs no new code here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, i32, i64
+from xdsl.ir import SSAValue
+
+from llmbuild.frontend.spec import ModelSpec
+from llmbuild.importer.graph import TopGraph
+
+STAGES = ("prefill", "prefill_kv", "decode")
+STAGE_NET = {"prefill": "block_{}", "prefill_kv": "block_kv_{}", "decode": "block_cache_{}"}
+ROPE_COS, ROPE_SIN = "rope.cos", "rope.sin"
+
+
+@dataclass(frozen=True)
+class Shapes:
+    seq_length: int  # S: KV-cache rows
+    prefill_length: int  # L: tokens per prefill / prefill_kv call
+
+    def stage_tokens(self, stage: str) -> int:
+        return 1 if stage == "decode" else self.prefill_length
+
+    def stage_keys(self, stage: str) -> int:
+        """Attention keys per query: the new rows, plus the whole cache for history stages."""
+        return {"prefill": self.prefill_length, "prefill_kv": self.seq_length + self.prefill_length,
+                "decode": self.seq_length + 1}[stage]
+
+
+def block_net_name(layer: int, stage: str) -> str:
+    return STAGE_NET[stage].format(layer)
+
+
+def _module_attrs(net: str, stage: str, layer: int) -> dict:
+    return {"top.net": StringAttr(net), "top.stage": StringAttr(stage), "top.layer": IntegerAttr(layer, i64)}
+
+
+def build_block(spec: ModelSpec, layer: int, stage: str, shapes: Shapes) -> ModuleOp:
+    net = block_net_name(layer, stage)
+    g = TopGraph(net, _module_attrs(net, stage, layer))
+    n, S = shapes.stage_tokens(stage), shapes.seq_length
+    H, d, nh, kvh = spec.hidden_size, spec.head_dim, spec.num_heads, spec.num_kv_heads
+    p = f"layers.{layer}."
+
+    hidden = g.arg("hidden_states", (1, n, H))
+    pos = g.arg("position_ids", (1, n), i32)
+    mask = g.arg("attention_mask", (1, 1, n, shapes.stage_keys(stage)))
+    history = None
+    if stage != "prefill":
+        history = (g.arg("history_k", (1, S, kvh, d)), g.arg("history_v", (1, S, kvh, d)))
+
+    x = g.rms_norm(hidden, g.weight(p + "input_layernorm.weight", (H,)), spec.rms_norm_eps, p + "input_norm")
+    heads = {}
+    for proj, count in (("q", nh), ("k", kvh), ("v", kvh)):
+        w = g.weight(f"{p}self_attn.{proj}_proj.weight", (count * d, H))
+        b = g.weight(f"{p}self_attn.{proj}_proj.bias", (count * d,)) if spec.qkv_bias else None
+        y = g.linear(x, w, b, f"{p}{proj}_proj")
+        heads[proj] = g.reshape(y, (1, n, count, d), f"{p}{proj}_heads")
+    if spec.qk_norm:
+        for proj in ("q", "k"):
+            gamma = g.weight(f"{p}self_attn.{proj}_norm.weight", (d,))
+            heads[proj] = g.rms_norm(heads[proj], gamma, spec.rms_norm_eps, f"{p}{proj}_norm")
+
+    cos, sin = _rope_inputs(g, pos, n, S, d, p)
+    q = g.rope(heads["q"], cos, sin, p + "q_rope")
+    k = g.rope(heads["k"], cos, sin, p + "k_rope")
+    v = heads["v"]
+    keys, values = k, v
+    if history is not None:
+        keys = g.concat([history[0], k], 1, p + "k_concat")
+        values = g.concat([history[1], v], 1, p + "v_concat")
+    attn = g.attention(q, keys, values, mask, d**-0.5, p + "attention")
+    o = g.linear(attn, g.weight(p + "self_attn.o_proj.weight", (H, nh * d)), None, p + "o_proj")
+    h = g.add(hidden, o, p + "attn_residual")
+
+    x = g.rms_norm(h, g.weight(p + "post_attention_layernorm.weight", (H,)), spec.rms_norm_eps, p + "post_norm")
+    F = spec.intermediate_size
+    gate = g.linear(x, g.weight(p + "mlp.gate_proj.weight", (F, H)), None, p + "gate_proj")
+    up = g.linear(x, g.weight(p + "mlp.up_proj.weight", (F, H)), None, p + "up_proj")
+    act = g.mul(g.silu(gate, p + "gate_silu"), up, p + "gate_mul")
+    down = g.linear(act, g.weight(p + "mlp.down_proj.weight", (H, F)), None, p + "down_proj")
+    out = g.add(h, down, p + "mlp_residual")
+    return g.finish([out, k, v], ["hidden_states", "present_k", "present_v"])
+
+
+def _rope_inputs(g: TopGraph, pos: SSAValue, n: int, S: int, d: int, p: str) -> tuple[SSAValue, SSAValue]:
+    tables = []
+    for name in (ROPE_COS, ROPE_SIN):
+        rows = g.gather(g.weight(name, (S, d)), pos, f"{p}{name}_gather")
+        tables.append(g.reshape(rows, (1, n, 1, d), f"{p}{name}_heads"))
+    return tables[0], tables[1]
+
+
+def build_embedding(spec: ModelSpec, tokens: int, net: str) -> ModuleOp:
+    g = TopGraph(net, _module_attrs(net, "head", -1))
+    ids = g.arg("input_ids", (1, tokens), i32)
+    table = g.weight("embed_tokens.weight", (spec.vocab_size, spec.hidden_size))
+    return g.finish([g.gather(table, ids, "embed_tokens")], ["hidden_states"])
+
+
+def build_lm_head(spec: ModelSpec) -> ModuleOp:
+    g = TopGraph("lm_head", _module_attrs("lm_head", "head", -1))
+    H, V = spec.hidden_size, spec.vocab_size
+    x = g.arg("hidden_states", (1, H))
+    x = g.rms_norm(x, g.weight("norm.weight", (H,)), spec.rms_norm_eps, "final_norm")
+    name = "embed_tokens.weight" if spec.tie_word_embeddings else "lm_head.weight"
+    logits = g.linear(x, g.weight(name, (V, H)), None, "lm_head")
+    return g.finish([logits], ["logits"])
+
+
+def head_nets(spec: ModelSpec, shapes: Shapes) -> dict[str, ModuleOp]:
+    return {
+        "embedding": build_embedding(spec, shapes.prefill_length, "embedding"),
+        "embedding_cache": build_embedding(spec, 1, "embedding_cache"),
+        "lm_head": build_lm_head(spec),
+    }
+
+
+def head_weight_names(spec: ModelSpec) -> list[str]:
+    names = ["embed_tokens.weight", "norm.weight"]
+    if not spec.tie_word_embeddings:
+        names.append("lm_head.weight")
+    return names
+
+
+__all__ = ["STAGES", "Shapes", "build_block", "head_nets", "block_net_name", "i32"]

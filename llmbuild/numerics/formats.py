@@ -1,0 +1,71 @@
+"""Element types as the device stores them, and rounding to them.
+
+bf16 has no numpy dtype: it is stored as uint16 (the top half of an IEEE f32) and computed in f32,
+rounded to nearest-even on every store, as the chip's f32 accumulators do.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# name -> (bytes per element, numpy storage dtype)
+STORAGE: dict[str, tuple[int, np.dtype]] = {
+    "f32": (4, np.dtype(np.float32)),
+    "f16": (2, np.dtype(np.float16)),
+    "bf16": (2, np.dtype(np.uint16)),
+    "i32": (4, np.dtype(np.int32)),
+}
+FLOAT_TYPES = ("f32", "f16", "bf16")
+
+
+def itemsize(dtype: str) -> int:
+    return STORAGE[dtype][0]
+
+
+def f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
+    """Round-to-nearest-even f32 -> bf16, returned as uint16 bit patterns (NaN stays NaN)."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    rounding = ((bits >> 16) & 1) + np.uint32(0x7FFF)
+    out = ((bits + rounding) >> 16).astype(np.uint16)
+    nan = np.isnan(x)
+    if nan.any():
+        out[nan] = 0x7FC0
+    return out
+
+
+def bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
+    """Round an f32 array to `dtype`'s precision, returned as f32 (ints pass through)."""
+    if dtype == "f32":
+        return np.asarray(x, dtype=np.float32)
+    if dtype == "bf16":
+        return bf16_bits_to_f32(f32_to_bf16_bits(np.asarray(x, dtype=np.float32)))
+    if dtype == "f16":
+        return np.asarray(x, dtype=np.float32).astype(np.float16).astype(np.float32)
+    if dtype == "i32":
+        return np.asarray(x, dtype=np.int32)
+    raise ValueError(f"unknown element type {dtype}")
+
+
+def encode(x: np.ndarray, dtype: str) -> np.ndarray:
+    """The storage representation of `x` in `dtype` (what the device holds in memory)."""
+    if dtype == "bf16":
+        return f32_to_bf16_bits(np.asarray(x, dtype=np.float32))
+    return np.asarray(x, dtype=STORAGE[dtype][1])
+
+
+def decode(raw: np.ndarray, dtype: str) -> np.ndarray:
+    """Storage -> compute representation (f32 for floats, int32 for ints)."""
+    if dtype == "bf16":
+        return bf16_bits_to_f32(raw)
+    if dtype == "i32":
+        return np.asarray(raw, dtype=np.int32)
+    return np.asarray(raw, dtype=np.float32)
+
+
+def mask_value(dtype: str) -> float:
+    """The additive mask value: large, negative, and exact in bf16/f16 (the incumbent uses -9984)."""
+    return -9984.0

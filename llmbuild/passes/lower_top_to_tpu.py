@@ -1,0 +1,132 @@
+"""lower-top-to-tpu: choose the device's arithmetic for every tensor of a net.
+
+In f32 mode nothing but the dialect changes. In bf16/f16 mode activations and weights take the mode's
+element type, with two places where high precision is kept, as the chip allows:
+- RoPE cos/sin tables stay f32 (angles lose too much in bf16), and so does every value computed only
+  from them (the gathered rows); `tpu.Rope` reads bf16 activations with f32 tables;
+- the `logits` output of `lm_head` is written as f32 from the f32 accumulator (sampling and argmax
+  compare close logits; bf16 would make ties).
+`top.Input` and `top.Weight` stay `top` ops with converted types, as in TPU-MLIR.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    Float16Type,
+    Float32Type,
+    FunctionType,
+    ModuleOp,
+    StringAttr,
+    TensorType,
+    bf16,
+    f16,
+    f32,
+)
+from xdsl.ir import Attribute, Operation
+from xdsl.passes import ModulePass
+from xdsl.rewriter import Rewriter
+
+from llmbuild import LlmbuildError
+from llmbuild.dialects import tpu
+from llmbuild.dialects.plain import main_func, string_list
+
+MODE_ELEMENT = {"f32": f32, "bf16": bf16, "f16": f16}
+HIGH_PRECISION_WEIGHTS = ("rope.cos", "rope.sin")
+F32_OUTPUTS = ("logits",)
+
+TOP_TO_TPU: dict[str, type[Operation]] = {
+    "top.Gather": tpu.GatherOp,
+    "top.RMSNorm": tpu.RMSNormOp,
+    "top.MatMul": tpu.MatMulOp,
+    "top.Reshape": tpu.ReshapeOp,
+    "top.Permute": tpu.PermuteOp,
+    "top.Rope": tpu.RopeOp,
+    "top.FAttention": tpu.FAttentionOp,
+    "top.Concat": tpu.ConcatOp,
+    "top.Add": tpu.AddOp,
+    "top.Mul": tpu.MulOp,
+    "top.SiLU": tpu.ActiveOp,
+    "top.Softmax": tpu.SoftmaxOp,
+}
+# Ops that only move data: they keep the precision of their (float) input.
+DATA_MOVEMENT = ("top.Gather", "top.Reshape", "top.Permute", "top.Concat")
+
+
+def _is_float(t: Attribute) -> bool:
+    return isinstance(t, TensorType) and isinstance(t.element_type, Float32Type | BFloat16Type | Float16Type)
+
+
+def _with_element(t: TensorType, element: Attribute) -> TensorType:
+    return TensorType(element, t.get_shape(), t.encoding)
+
+
+@dataclass(frozen=True)
+class LowerTopToTpu(ModulePass):
+    name = "lower-top-to-tpu"
+    mode: str = "f32"
+    chip: str = "bm1684x"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.mode not in MODE_ELEMENT:
+            raise LlmbuildError(f"lower-top-to-tpu: mode {self.mode!r} is not one of {sorted(MODE_ELEMENT)}")
+        element = MODE_ELEMENT[self.mode]
+        fn = main_func(op)
+        block = fn.body.block
+        for arg in block.args:
+            if _is_float(arg.type):
+                Rewriter.replace_value_with_new_type(arg, _with_element(arg.type, element))
+        result_names = string_list(fn.attributes["result_names"])
+        keep_f32_results = set()
+        ret = block.last_op
+        assert isinstance(ret, func.ReturnOp)
+        for name, value in zip(result_names, ret.operands, strict=True):
+            if name in F32_OUTPUTS:
+                keep_f32_results.add(value)
+
+        for old in list(block.ops):
+            if isinstance(old, func.ReturnOp):
+                continue
+            result = old.results[0]
+            new_type = self._result_type(old, element, keep_f32=result in keep_f32_results)
+            if old.name in ("top.Input", "top.Weight"):
+                if new_type != result.type:
+                    Rewriter.replace_value_with_new_type(result, new_type)
+                continue
+            cls = TOP_TO_TPU.get(old.name)
+            if cls is None:
+                raise LlmbuildError(f"lower-top-to-tpu: no lowering for {old.name}")
+            attrs = dict(old.attributes)
+            if old.name == "top.SiLU":
+                attrs["mode"] = StringAttr("SILU")
+            new = cls.create(
+                operands=list(old.operands),
+                result_types=[new_type],
+                attributes=attrs,
+                properties=dict(old.properties),
+            )
+            Rewriter.replace_op(old, new)
+
+        fn.function_type = FunctionType.from_lists(
+            [a.type for a in block.args], [v.type for v in ret.operands]
+        )
+        op.attributes["tpu.mode"] = StringAttr(self.mode)
+        op.attributes["tpu.chip"] = StringAttr(self.chip)
+
+    def _result_type(self, op: Operation, element: Attribute, keep_f32: bool) -> Attribute:
+        t = op.results[0].type
+        if not _is_float(t):
+            return t
+        if keep_f32:
+            return _with_element(t, f32)
+        if op.name == "top.Weight" and op.attributes["name"].data in HIGH_PRECISION_WEIGHTS:
+            return _with_element(t, f32)
+        if op.name in DATA_MOVEMENT:
+            floats = [v.type for v in op.operands if _is_float(v.type)]
+            if floats and all(isinstance(ft.element_type, Float32Type) for ft in floats):
+                return _with_element(t, f32)
+        return _with_element(t, element)

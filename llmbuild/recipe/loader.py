@@ -1,0 +1,585 @@
+"""Load a recipe: safe YAML -> inheritance (`base:`) -> sandboxed templates -> validation -> `Recipe`.
+
+Every value keeps the file and line it came from, so each error is one line of the form
+``<file>:<line>: <dotted.field>: expected <what>, got <what>``. Everything a build needs to know
+about its inputs (types, ranges, checkpoints on disk) is checked here, before any work starts.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import hashlib
+import importlib.util
+import json
+import os
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import yaml
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from llmbuild import LlmbuildError
+from llmbuild.recipe import schema_table as st
+from llmbuild.recipe.schema import (
+    QuantConfig,
+    Recipe,
+    SourceConfig,
+    StagesConfig,
+    TargetConfig,
+    VerifyConfig,
+)
+
+RECIPES_ENV = "LLMBUILD_RECIPES"
+MODELS_ENV = "LLMBUILD_MODELS"
+
+# A recipe is a few dozen values; these bounds stop alias bombs and recursive anchors early.
+_MAX_DEPTH = 32
+_MAX_VALUES = 100_000
+# Bounds on `*` and `**` inside templates: the sandbox itself does not bound them.
+_MAX_TEMPLATE_OUTPUT = 1 << 16
+# Top-level keys acted on while reading the files; they are not part of the merged recipe.
+_DIRECTIVES = frozenset({"base"})
+
+
+# ---------------------------------------------------------------------------------------------
+# Located values
+
+
+@dataclass(frozen=True)
+class Loc:
+    file: Path
+    line: int
+
+    def __str__(self) -> str:
+        return f"{_display(self.file)}:{self.line}"
+
+
+@dataclass
+class Node:
+    """A YAML value with its origin. Mapping values are dict[str, Node], sequences list[Node]."""
+
+    value: Any
+    loc: Loc
+
+
+def _display(path: Path) -> str:
+    # Paths under the working directory are shown relative, as a user would type them.
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _fail(loc: Loc, field: str, message: str) -> LlmbuildError:
+    text = f"{loc}: {field}: {message}" if field else f"{loc}: {message}"
+    return LlmbuildError(" ".join(text.split("\n")))
+
+
+def _describe(value: Any) -> str:
+    """A value as an error message shows it after 'got'."""
+    if value is None:
+        return "nothing"
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    if isinstance(value, int):
+        return f"integer {value}"
+    if isinstance(value, float):
+        return f"number {value}"
+    if isinstance(value, str):
+        return f"string {value!r}"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        shown = json.dumps(value, default=str)
+        return f"list {shown}" if len(shown) <= 60 else f"a list of {len(value)} items"
+    return type(value).__name__
+
+
+# ---------------------------------------------------------------------------------------------
+# YAML
+
+
+class _SafeLoader(yaml.SafeLoader):
+    """SafeLoader that also reads `1e-6` as a float (YAML 1.1 would make it a string)."""
+
+
+_SafeLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+_PLAIN_TAGS = frozenset({"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"})
+
+
+def _read_yaml(path: Path) -> Node:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LlmbuildError(f"{_display(path)}: cannot read recipe: {exc}") from None
+    loader = None
+    try:
+        loader = _SafeLoader(text)  # may already refuse the text (non-printable characters)
+        root = loader.get_single_node()
+        if root is None:
+            raise _fail(Loc(path, 1), "", "expected a mapping of recipe fields, got an empty file")
+        return _to_node(loader, root, Loc(path, root.start_mark.line + 1), "", 0, [0])
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else 1
+        what = exc.problem or exc.context or "a YAML error"
+        raise _fail(Loc(path, line), "", f"expected valid YAML, got {what}") from None
+    except yaml.YAMLError as exc:
+        raise _fail(Loc(path, 1), "", f"expected valid YAML, got {exc}") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def _to_node(loader: yaml.SafeLoader, yn: yaml.Node, loc: Loc, field: str, depth: int,
+             count: list[int]) -> Node:
+    """Turn a composed YAML node into a Node tree; a mapping value is located at its key's line."""
+    count[0] += 1
+    if depth > _MAX_DEPTH or count[0] > _MAX_VALUES:
+        raise _fail(loc, field, "expected a small recipe, got nesting or aliases too deep or too many")
+    if not isinstance(yn, yaml.ScalarNode) and yn.tag not in _PLAIN_TAGS:
+        # Scalars are built by the safe constructor, which refuses unknown tags; collections are
+        # walked here, so a tag such as !!python/object/apply must be refused here.
+        raise _fail(loc, field, f"expected valid YAML, got the unsupported tag {yn.tag!r}")
+    if isinstance(yn, yaml.MappingNode):
+        loader.flatten_mapping(yn)  # resolves `<<: *anchor` merge keys
+        out: dict[str, Node] = {}
+        for key_node, value_node in yn.value:
+            key_loc = Loc(loc.file, key_node.start_mark.line + 1)
+            key = loader.construct_object(key_node) if isinstance(key_node, yaml.ScalarNode) else None
+            if not isinstance(key, str):
+                raise _fail(key_loc, field, f"expected a string key, got {_describe(key)}")
+            sub = f"{field}.{key}" if field else key
+            if key in out:
+                raise _fail(key_loc, sub, f"expected each key once, got a duplicate (first at line "
+                                          f"{out[key].loc.line})")
+            out[key] = _to_node(loader, value_node, key_loc, sub, depth + 1, count)
+        return Node(out, loc)
+    if isinstance(yn, yaml.SequenceNode):
+        items = [_to_node(loader, item, Loc(loc.file, item.start_mark.line + 1), f"{field}[{i}]",
+                          depth + 1, count) for i, item in enumerate(yn.value)]
+        return Node(items, loc)
+    value = loader.construct_object(yn)
+    # Timestamps, binary and the like have no place in a recipe and no canonical JSON form.
+    if value is not None and not isinstance(value, str | int | float | bool):
+        raise _fail(loc, field, f"expected a string, number or boolean, got {type(value).__name__} "
+                                f"{yn.value!r} (quote it to make it a string)")
+    return Node(value, loc)
+
+
+# ---------------------------------------------------------------------------------------------
+# Inheritance
+
+
+def _load_tree(path: Path, chain: tuple[Path, ...] = ()) -> Node:
+    """Read `path` and everything it inherits, merged; `chain` holds the files that inherit it."""
+    node = _read_yaml(path)
+    if not isinstance(node.value, dict):
+        raise _fail(node.loc, "", f"expected a mapping of recipe fields, got {_describe(_plain(node))}")
+    base = node.value.pop("base", None)
+    if base is None or base.value is None:
+        return node
+    name = base.value
+    if not isinstance(name, str) or not name or "/" in name or "\\" in name:
+        raise _fail(base.loc, "base", f"expected the name of a recipe in {_display(path.parent)}, "
+                                      f"got {_describe(name)}")
+    name = name.removesuffix(".yaml")
+    base_path = path.parent / f"{name}.yaml"
+    here = (*chain, path.resolve())
+    if base_path.resolve() in here:
+        cycle = " -> ".join([p.stem for p in here] + [name])
+        raise _fail(base.loc, "base", f"expected a recipe that does not inherit from itself, got the "
+                                      f"cycle {cycle}")
+    if not base_path.is_file():
+        raise _fail(base.loc, "base", f"expected a recipe in {_display(path.parent)}, got {name!r} "
+                                      f"(no file {_display(base_path)})")
+    return _merge(_load_tree(base_path, here), node)
+
+
+def _merge(base: Node, child: Node) -> Node:
+    """Deep merge: mappings merge key by key, anything else (lists, scalars, null) replaces."""
+    if not (isinstance(base.value, dict) and isinstance(child.value, dict)):
+        return child
+    merged = dict(base.value)
+    for key, value in child.value.items():
+        merged[key] = _merge(merged[key], value) if key in merged else value
+    return Node(merged, child.loc)
+
+
+# ---------------------------------------------------------------------------------------------
+# Templates
+
+
+class _Environ(Mapping[str, str]):
+    """A read-only snapshot of os.environ for templates."""
+
+    def __init__(self) -> None:
+        self._vars = dict(os.environ)
+
+    def __getitem__(self, key: str) -> str:
+        return self._vars[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._vars)
+
+    def __len__(self) -> int:
+        return len(self._vars)
+
+
+class _Undefined(jinja2.StrictUndefined):
+    """StrictUndefined whose message is the 'expected ..., got ...' part of our error line."""
+
+    __slots__ = ()
+
+    @property
+    def _undefined_message(self) -> str:
+        if self._undefined_hint:  # the sandbox refusing an attribute: its own words say it best
+            return self._undefined_hint
+        if isinstance(self._undefined_obj, _Environ):
+            name = self._undefined_name
+            hint = (f" (set {MODELS_ENV} to the folder holding your checkpoints, or give a default: "
+                    f"{{{{ env.{MODELS_ENV} | default('/models') }}}})" if name == MODELS_ENV
+                    else f" (set it, or give a default: {{{{ env.{name} | default('...') }}}})")
+            return f"expected environment variable {name} to be set, got it unset{hint}"
+        return f"expected a template using only env and recipe, got {super()._undefined_message}"
+
+
+class _Sandbox(ImmutableSandboxedEnvironment):
+    """The Jinja2 sandbox, with `*` and `**` bounded so a template cannot exhaust memory."""
+
+    intercepted_binops = frozenset({"*", "**"})
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "**":
+            if isinstance(left, int) and isinstance(right, int) and left.bit_length() * right > 4096:
+                raise jinja2.sandbox.SecurityError("power too large")
+            return left**right
+        for seq, n in ((left, right), (right, left)):
+            repeated = isinstance(seq, str | list | tuple) and isinstance(n, int)
+            if repeated and len(seq) * n > _MAX_TEMPLATE_OUTPUT:
+                raise jinja2.sandbox.SecurityError("repetition too large")
+        return left * right
+
+
+_TEMPLATE_MARKERS = ("{{", "{%", "{#")
+
+
+def _render_tree(node: Node, field: str, sandbox: _Sandbox, context: dict[str, Any]) -> None:
+    """Render every string value in place; templates see only `env` and `recipe`."""
+    if isinstance(node.value, dict):
+        for key, child in node.value.items():
+            _render_tree(child, f"{field}.{key}" if field else key, sandbox, context)
+    elif isinstance(node.value, list):
+        for i, child in enumerate(node.value):
+            _render_tree(child, f"{field}[{i}]", sandbox, context)
+    elif isinstance(node.value, str) and any(m in node.value for m in _TEMPLATE_MARKERS):
+        node.value = _render(node, field, sandbox, context)
+
+
+def _render(node: Node, field: str, sandbox: _Sandbox, context: dict[str, Any]) -> str:
+    try:
+        return sandbox.from_string(node.value).render(context)
+    except jinja2.UndefinedError as exc:
+        raise _fail(node.loc, field, str(exc)) from None
+    except jinja2.sandbox.SecurityError as exc:
+        raise _fail(node.loc, field, f"expected a template the sandbox allows, got {exc}") from None
+    except jinja2.TemplateSyntaxError as exc:
+        raise _fail(node.loc, field, f"expected a valid Jinja2 template, got {exc.message}") from None
+    except Exception as exc:  # noqa: BLE001 - any failure inside a user template is a user error
+        raise _fail(node.loc, field, f"expected a template that renders, got "
+                                     f"{type(exc).__name__}: {exc}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation against the schema table
+
+
+@dataclass
+class _Checked:
+    raw: dict[str, Any]
+    given: dict[str, Node]  # dotted path -> node, for every schema field set in the files
+    sections: dict[str, Node]  # dotted path -> node of each section mapping (given or not)
+
+
+def _plain(node: Node) -> Any:
+    if isinstance(node.value, dict):
+        return {k: _plain(v) for k, v in node.value.items()}
+    if isinstance(node.value, list):
+        return [_plain(v) for v in node.value]
+    return node.value
+
+
+def _check_section(section: str, node: Node, out: _Checked) -> dict[str, Any]:
+    specs = {f.key: f for f in st.children(section)}
+    out.sections[section] = node
+    for key, child in node.value.items():
+        if key not in specs:
+            field = f"{section}.{key}" if section else key
+            close = difflib.get_close_matches(key, list(specs), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise _fail(child.loc, field, f"expected one of the keys {', '.join(specs)}, got unknown "
+                                          f"key {key!r}{hint}")
+    result: dict[str, Any] = {}
+    for key, spec in specs.items():
+        if spec.path in _DIRECTIVES:
+            continue
+        child = node.value.get(key)
+        if child is None or child.value is None:  # null means unset: the default applies
+            result[key] = _missing(spec, node, out)
+        else:
+            out.given[spec.path] = child
+            result[key] = _check_field(spec, child, out)
+    return result
+
+
+def _missing(spec: st.FieldSpec, parent: Node, out: _Checked) -> Any:
+    if spec.required:
+        raise _fail(parent.loc, spec.path, f"expected {spec.expected()}, got nothing (a required field)")
+    if spec.type == "section":
+        return _check_section(spec.path, Node({}, parent.loc), out)
+    return copy.deepcopy(spec.default) if spec.has_default else None
+
+
+def _check_field(spec: st.FieldSpec, node: Node, out: _Checked) -> Any:
+    if spec.type == "section":
+        if not isinstance(node.value, dict):
+            raise _fail(node.loc, spec.path, f"expected a mapping, got {_describe(node.value)}")
+        return _check_section(spec.path, node, out)
+    value = _plain(node)
+    if not st.type_ok(spec.type, value):
+        if spec.type == "list[int]" and isinstance(node.value, list):
+            # Point at the offending item, not the list.
+            bad = next(i for i, v in enumerate(node.value) if not st.type_ok("integer", v.value))
+            raise _fail(node.value[bad].loc, f"{spec.path}[{bad}]",
+                        f"expected an integer, got {_describe(node.value[bad].value)}")
+        raise _fail(node.loc, spec.path, f"expected {st.TYPE_WORDS[spec.type]}, got {_describe(value)}")
+    if spec.type == "number":
+        value = float(value)
+    if spec.constraint is not None and not spec.constraint.ok(value):
+        shown = node.value if spec.type != "list[int]" else value
+        raise _fail(node.loc, spec.path, f"expected {spec.expected()}, got {_describe(shown)}")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Rules across fields
+
+
+def _check_stages(out: _Checked, top: Path) -> None:
+    seq, prefill = out.given["stages.seq_length"], out.given["stages.prefill_length"]
+    if prefill.value <= seq.value:
+        return
+    # Blame the value set in the recipe itself rather than the one it inherited: that is the edit.
+    if seq.loc.file == top and prefill.loc.file != top:
+        raise _fail(seq.loc, "stages.seq_length", f"expected an integer >= stages.prefill_length "
+                                                  f"({prefill.value}, from {prefill.loc}), got {seq.value}")
+    raise _fail(prefill.loc, "stages.prefill_length", f"expected an integer <= stages.seq_length "
+                                                      f"({seq.value}, from {seq.loc}), got {prefill.value}")
+
+
+def _check_rules(out: _Checked, top: Path) -> None:
+    raw, given = out.raw, out.given
+    _check_stages(out, top)
+    _check_source_fields(out)
+    verify = raw["verify"]
+    if verify["prompt"] is not None and verify["prompt_ids"] is not None:
+        raise _fail(given["verify.prompt"].loc, "verify.prompt",
+                    "expected either prompt or prompt_ids, got both")
+    vocab = (raw["source"]["config"] or {}).get("vocab_size")
+    if verify["prompt_ids"] and isinstance(vocab, int) and max(verify["prompt_ids"]) >= vocab:
+        raise _fail(given["verify.prompt_ids"].loc, "verify.prompt_ids",
+                    f"expected ids < source.config.vocab_size ({vocab}), got {max(verify['prompt_ids'])}")
+
+
+def _check_source_fields(out: _Checked) -> None:
+    kind = out.raw["source"]["kind"]
+    for spec in st.children("source"):
+        if spec.kinds is not None and kind not in spec.kinds and spec.path in out.given:
+            raise _fail(out.given[spec.path].loc, spec.path,
+                        f"expected no {spec.key} for source.kind {kind} (it is for "
+                        f"{', '.join(spec.kinds)}), got {_describe(_plain(out.given[spec.path]))}")
+        if kind in spec.required_for and spec.path not in out.given:
+            raise _fail(out.sections["source"].loc, spec.path,
+                        f"expected {spec.expected()} (required for source.kind {kind}), got nothing")
+    if kind == "synthetic":
+        config = out.given["source.config"]
+        model_type = config.value.get("model_type")
+        if model_type is None or not isinstance(model_type.value, str):
+            where = model_type.loc if model_type is not None else config.loc
+            got = _describe(model_type.value) if model_type is not None else "nothing"
+            raise _fail(where, "source.config.model_type", f"expected a string, got {got}")
+    elif kind == "gguf":
+        has_path, has_pkg, has_file = (f"source.{k}" in out.given for k in ("path", "package", "file"))
+        if has_path and (has_pkg or has_file):
+            key = "package" if has_pkg else "file"
+            raise _fail(out.given[f"source.{key}"].loc, f"source.{key}",
+                        "expected either source.path or source.package + source.file, got both")
+        if not has_path and not (has_pkg and has_file):
+            missing = "file" if has_pkg else "package" if has_file else "path"
+            what = "a string" if missing != "path" else "a .gguf path, or source.package + source.file"
+            raise _fail(out.sections["source"].loc, f"source.{missing}",
+                        f"expected {what} (required for source.kind gguf), got nothing")
+
+
+def _resolve_path(node: Node) -> Path:
+    # Relative to the recipe file that set it, so a recipe means the same from any directory.
+    path = Path(node.value).expanduser()
+    return path if path.is_absolute() else (node.loc.file.parent / path).resolve()
+
+
+def _locate_checkpoint(out: _Checked) -> Path | None:
+    """Check the checkpoint is on disk (without reading it); return the file or directory."""
+    source, given = out.raw["source"], out.given
+    hint = f"or set {MODELS_ENV} to the folder holding it"
+    if source["kind"] == "hf":
+        node = given["source.path"]
+        path = _resolve_path(node)
+        if not path.exists():
+            raise _fail(node.loc, "source.path", f"checkpoint directory {path} not found (put the "
+                                                 f"Hugging Face checkpoint there, {hint})")
+        if not (path / "config.json").is_file():
+            raise _fail(node.loc, "source.path", f"expected a Hugging Face checkpoint directory holding "
+                                                 f"config.json, got {path} without it")
+        return path
+    if source["kind"] == "gguf":
+        if "source.path" in given:
+            node = given["source.path"]
+            path = _resolve_path(node)
+            if not path.exists():
+                raise _fail(node.loc, "source.path", f"GGUF file {path} not found (put the file there, "
+                                                     f"{hint})")
+            if not path.is_file():
+                raise _fail(node.loc, "source.path", f"expected a .gguf file, got directory {path}")
+            return path
+        return _package_file(given["source.package"], given["source.file"])
+    return None
+
+
+def package_dirs(package: str) -> list[Path]:
+    """Directories of an installed package, found without importing it (nor its parents)."""
+    parts = package.split(".")
+    if not all(p.isidentifier() for p in parts):
+        return []
+    try:
+        spec = importlib.util.find_spec(parts[0])  # a top-level name: finding it imports nothing
+    except (ImportError, ValueError):
+        return []
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    dirs = [Path(d) for d in spec.submodule_search_locations]
+    for part in parts[1:]:
+        dirs = [d / part for d in dirs if (d / part).is_dir()]
+    return dirs
+
+
+def _package_file(pkg_node: Node, file_node: Node) -> Path:
+    dirs = package_dirs(pkg_node.value)
+    if not dirs:
+        raise _fail(pkg_node.loc, "source.package",
+                    f"expected an installed Python package, got {pkg_node.value!r} (not found; install "
+                    f"the package that ships {file_node.value})")
+    rel = Path(file_node.value)
+    if rel.is_absolute() or ".." in rel.parts:
+        raise _fail(file_node.loc, "source.file",
+                    f"expected a file name inside package {pkg_node.value}, got {file_node.value!r}")
+    for d in dirs:
+        if (d / rel).is_file():
+            return d / rel
+    raise _fail(file_node.loc, "source.file", f"expected a file inside package {pkg_node.value} "
+                                              f"({dirs[0]}), got {file_node.value!r} (not found there)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Public API
+
+
+def default_recipes_dir() -> Path:
+    return Path(os.environ.get(RECIPES_ENV) or "recipes")
+
+
+def list_recipes(recipes_dir: Path | None = None) -> list[str]:
+    """Sorted names of the recipes in `recipes_dir`; files starting with `_` are bases, not recipes."""
+    directory = Path(recipes_dir) if recipes_dir is not None else default_recipes_dir()
+    return sorted(p.stem for p in directory.glob("*.yaml") if not p.name.startswith("_"))
+
+
+def _find(name_or_path: str | Path, recipes_dir: Path | None) -> Path:
+    text = str(name_or_path)
+    if isinstance(name_or_path, Path) or "/" in text or os.sep in text or text.endswith((".yaml", ".yml")):
+        path = Path(name_or_path)
+        if not path.is_file():
+            raise LlmbuildError(f"{_display(path)}: recipe file not found")
+        return path
+    directory = Path(recipes_dir) if recipes_dir is not None else default_recipes_dir()
+    path = directory / f"{text}.yaml"
+    if not path.is_file():
+        known = ", ".join(list_recipes(directory)) if directory.is_dir() else "none"
+        raise LlmbuildError(f"unknown recipe {text!r}: expected one of {known} (in {_display(directory)}, "
+                            f"or set {RECIPES_ENV})")
+    return path
+
+
+def load_recipe(name_or_path: str | Path, recipes_dir: Path | None = None) -> Recipe:
+    """Load, merge, render and fully validate a recipe; raise LlmbuildError (one line) on any fault."""
+    path = _find(name_or_path, recipes_dir)
+    name = path.stem
+    tree = _load_tree(path)
+    _render_tree(tree, "", _Sandbox(undefined=_Undefined, keep_trailing_newline=True),
+                 {"env": _Environ(), "recipe": name})
+    out = _Checked(raw={}, given={}, sections={})
+    out.raw = _check_section("", tree, out)
+    _check_rules(out, path)
+    checkpoint = _locate_checkpoint(out)
+    return _build(name, path, out.raw, checkpoint)
+
+
+def _build(name: str, path: Path, raw: dict[str, Any], checkpoint: Path | None) -> Recipe:
+    src, verify = raw["source"], raw["verify"]
+    prompt_ids = tuple(verify["prompt_ids"]) if verify["prompt_ids"] is not None else None
+    return Recipe(
+        name=name,
+        path=path.resolve(),
+        description=raw["description"],
+        source=SourceConfig(
+            kind=src["kind"],
+            # Resolved and absolute; for a packaged GGUF, the located file.
+            path=str(checkpoint) if checkpoint is not None else None,
+            package=src["package"],
+            file=src["file"],
+            config=copy.deepcopy(src["config"]),
+            seed=src["seed"],
+        ),
+        architecture=raw["architecture"],
+        quantization=QuantConfig(**raw["quantization"]),
+        target=TargetConfig(**raw["target"]),
+        stages=StagesConfig(**raw["stages"]),
+        verify=VerifyConfig(**{**verify, "prompt_ids": prompt_ids}),
+        raw=raw,
+    )
+
+
+def section_digest(recipe: Recipe, *sections: str) -> str:
+    """sha256 of the named top-level sections of `recipe.raw`, as canonical JSON.
+
+    A Snakemake rule takes it as a param, so it reruns exactly when one of those sections changes.
+    """
+    if not sections:
+        raise LlmbuildError("section_digest: expected at least one section name, got none")
+    unknown = [s for s in sections if s not in recipe.raw]
+    if unknown:
+        raise LlmbuildError(f"section_digest: expected sections among {', '.join(recipe.raw)}, "
+                            f"got {', '.join(unknown)}")
+    data = {s: recipe.raw[s] for s in sections}
+    blob = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(blob.encode()).hexdigest()

@@ -1,0 +1,73 @@
+"""The typed form of a recipe. `llmbuild.recipe.load_recipe` validates YAML into these classes.
+
+The field-by-field documentation for users lives in docs/recipe.md; keep the two in step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+SourceKind = Literal["synthetic", "hf", "gguf"]
+FLOAT_MODES = ("f32", "bf16", "f16")
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    kind: SourceKind
+    # hf: a checkpoint directory; gguf: a .gguf file. Templated strings are already rendered.
+    path: str | None = None
+    # gguf shipped inside a Python package (found with importlib.util.find_spec, never imported).
+    package: str | None = None
+    file: str | None = None
+    # synthetic: HF-style config.json fields (model_type, hidden_size, ...) and the RNG seed.
+    config: dict[str, Any] | None = None
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class QuantConfig:
+    mode: str = "f32"  # f32 | bf16 | f16 (w4*/w8* in a later issue)
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    chip: str = "bm1684x"
+
+
+@dataclass(frozen=True)
+class StagesConfig:
+    seq_length: int  # S: KV-cache capacity
+    prefill_length: int  # L: tokens per prefill / prefill_kv call
+
+
+@dataclass(frozen=True)
+class VerifyConfig:
+    # top (numpy interpretation of TopOp) against transformers, per layer and stage
+    top_cosine: float = 0.99
+    top_euclid: float = 0.99
+    # tpu (mode arithmetic) against top, per layer, stage and op
+    tpu_cosine: float = 0.99
+    tpu_euclid: float = 0.90
+    # end to end: greedy tokens against transformers generate
+    prompt_ids: tuple[int, ...] | None = None  # default: derived from the prompt or fixed ids
+    prompt: str | None = None  # a chat message; the chat template is applied
+    max_new_tokens: int = 16
+    exact_tokens: bool = True  # require identical greedy ids (f32); else only logits_cosine
+    logits_cosine: float = 0.999  # first-step logits against transformers in f32
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str  # the file stem; also the Snakemake target
+    path: Path
+    description: str
+    source: SourceConfig
+    architecture: str
+    quantization: QuantConfig
+    target: TargetConfig
+    stages: StagesConfig
+    verify: VerifyConfig
+    # The validated mapping, sections as plain data: used for per-section digests (Snakemake params).
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)

@@ -1,0 +1,323 @@
+"""The recipe schema as a table of data: one row per field, read by the loader and by the docs.
+
+The loader validates every recipe against `FIELDS` (types, required/default, enum choices, ranges,
+which `source.kind` a field belongs to); rules that tie several fields together are listed in `RULES`
+and checked in `llmbuild.recipe.loader`. `schema_markdown()` renders the same rows for
+docs/recipe.md, and a test keeps the two identical, so the doc cannot drift from the checks.
+
+Regenerate the table in the docs with
+``python -c 'from llmbuild.recipe.schema_table import update_doc; update_doc("docs/recipe.md")'``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from llmbuild.recipe.schema import FLOAT_MODES
+
+SOURCE_KINDS = ("synthetic", "hf", "gguf")
+
+# The architectures the frontend registry is expected to provide; used only until it exists.
+_FALLBACK_ARCHITECTURES = ("llama", "qwen2", "qwen3")
+_REGISTRY = "llmbuild.frontend.registry"
+
+
+def architectures() -> list[str]:
+    """Names in the frontend registry, imported lazily so loading a recipe stays cheap and acyclic."""
+    try:
+        from llmbuild.frontend.registry import ARCHITECTURES
+    except ImportError as exc:
+        # Only a registry that is absent (or not yet exporting ARCHITECTURES) falls back; an import
+        # error inside it is a real bug and must surface.
+        if exc.name != _REGISTRY:
+            raise
+        return list(_FALLBACK_ARCHITECTURES)
+    return sorted(ARCHITECTURES)
+
+
+def chips() -> list[str]:
+    from llmbuild.target import known_chips
+
+    return known_chips()
+
+
+# ---------------------------------------------------------------------------------------------
+# Constraints: each checks a value of the right type and says, in words, what it expects.
+
+
+@dataclass(frozen=True)
+class OneOf:
+    choices: Callable[[], Sequence[str]]
+
+    def expected(self) -> str:
+        return "one of " + ", ".join(self.choices())
+
+    def ok(self, value: Any) -> bool:
+        return value in self.choices()
+
+
+@dataclass(frozen=True)
+class Positive:
+    def expected(self) -> str:
+        return "> 0"
+
+    def ok(self, value: Any) -> bool:
+        return value > 0
+
+
+@dataclass(frozen=True)
+class NonNegative:
+    def expected(self) -> str:
+        return ">= 0"
+
+    def ok(self, value: Any) -> bool:
+        return value >= 0
+
+
+@dataclass(frozen=True)
+class UnitInterval:
+    """Tolerances are similarity scores: 0 would accept anything, above 1 nothing."""
+
+    def expected(self) -> str:
+        return "in (0, 1]"
+
+    def ok(self, value: Any) -> bool:
+        return 0 < value <= 1
+
+
+@dataclass(frozen=True)
+class NonEmptyIds:
+    def expected(self) -> str:
+        return "with at least one id, each >= 0"
+
+    def ok(self, value: Any) -> bool:
+        return len(value) > 0 and all(v >= 0 for v in value)
+
+
+Constraint = OneOf | Positive | NonNegative | UnitInterval | NonEmptyIds
+
+
+# ---------------------------------------------------------------------------------------------
+# Types: the words used in docs and errors, and the Python check behind each.
+
+TYPE_WORDS = {
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "a boolean",
+    "mapping": "a mapping",
+    "section": "a mapping",
+    "list[int]": "a list of integers",
+}
+
+
+def type_ok(type_: str, value: Any) -> bool:
+    # bool is a subclass of int in Python; YAML `true` is never a size.
+    if type_ == "string":
+        return isinstance(value, str)
+    if type_ == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if type_ == "number":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if type_ == "boolean":
+        return isinstance(value, bool)
+    if type_ in ("mapping", "section"):
+        return isinstance(value, dict)
+    if type_ == "list[int]":
+        return isinstance(value, list) and all(type_ok("integer", v) for v in value)
+    raise AssertionError(f"unknown schema type {type_!r}")
+
+
+_NO_DEFAULT = object()
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    path: str  # dotted, e.g. "stages.seq_length"; a "section" row groups the rows under it
+    type: str  # a key of TYPE_WORDS
+    description: str
+    required: bool = False
+    default: Any = _NO_DEFAULT  # filled into Recipe.raw when the field is absent
+    constraint: Constraint | None = None
+    kinds: tuple[str, ...] | None = None  # source.kind values the field applies to (None: all)
+    required_for: tuple[str, ...] = ()  # source.kind values for which the field is required
+    note: str = ""  # a constraint checked by a cross-field rule, for the docs
+
+    @property
+    def has_default(self) -> bool:
+        return self.default is not _NO_DEFAULT
+
+    @property
+    def parent(self) -> str:
+        return self.path.rpartition(".")[0]
+
+    @property
+    def key(self) -> str:
+        return self.path.rpartition(".")[2]
+
+    def expected(self) -> str:
+        """What a value must be, in words: 'a positive integer', 'one of f32, bf16, f16', ..."""
+        words = TYPE_WORDS[self.type]
+        if self.constraint is None:
+            return words
+        if isinstance(self.constraint, OneOf):
+            return self.constraint.expected()
+        return f"{words} {self.constraint.expected()}"
+
+
+_TOL = UnitInterval()
+
+FIELDS: tuple[FieldSpec, ...] = (
+    FieldSpec("base", "string",
+              "Name of a recipe in the same directory whose fields this one inherits (deep merge: "
+              "mappings merge key by key, anything else replaces). Conventionally a file starting "
+              "with `_`, e.g. `_tiny_common`. Not templated."),
+    FieldSpec("description", "string", "One line saying what the recipe builds.", default=""),
+    FieldSpec("architecture", "string",
+              "Decoder architecture in the frontend registry; selects the importer and graph builder.",
+              required=True, constraint=OneOf(architectures)),
+    FieldSpec("source", "section", "Where the weights come from.", required=True),
+    FieldSpec("source.kind", "string",
+              "`synthetic`: random weights from a config (tests); `hf`: a Hugging Face checkpoint "
+              "directory; `gguf`: a GGUF file.",
+              required=True, constraint=OneOf(lambda: SOURCE_KINDS)),
+    FieldSpec("source.path", "string",
+              "hf: the checkpoint directory (with config.json); gguf: the .gguf file. Relative paths "
+              "are relative to the recipe file; `~` is expanded.",
+              kinds=("hf", "gguf"), required_for=("hf",),
+              note="must exist; gguf: give `path` or `package` + `file`, not both"),
+    FieldSpec("source.package", "string",
+              "gguf: an installed Python package that ships the file (located without importing it).",
+              kinds=("gguf",), note="must be installed; needs `file`"),
+    FieldSpec("source.file", "string", "gguf: the file name inside `package`.",
+              kinds=("gguf",), note="must exist inside `package`; needs `package`"),
+    FieldSpec("source.config", "mapping",
+              "synthetic: Hugging Face config.json fields (`model_type`, `hidden_size`, ...).",
+              kinds=("synthetic",), required_for=("synthetic",),
+              note="must contain `model_type` (a string)"),
+    FieldSpec("source.seed", "integer", "synthetic: seed of the random weights.", default=0,
+              constraint=NonNegative(), kinds=("synthetic",)),
+    FieldSpec("quantization", "section", "How weights and activations are stored.", default={}),
+    FieldSpec("quantization.mode", "string", "Number format of weights and arithmetic.",
+              default="f32", constraint=OneOf(lambda: FLOAT_MODES)),
+    FieldSpec("target", "section", "The chip to compile for.", default={}),
+    FieldSpec("target.chip", "string", "A chip described in llmbuild/target/chips/.",
+              default="bm1684x", constraint=OneOf(chips)),
+    FieldSpec("stages", "section", "Shapes of the compiled stages.", required=True),
+    FieldSpec("stages.seq_length", "integer", "S: KV-cache capacity in tokens.", required=True,
+              constraint=Positive()),
+    FieldSpec("stages.prefill_length", "integer", "L: tokens per prefill call.", required=True,
+              constraint=Positive(), note="<= `stages.seq_length`"),
+    FieldSpec("verify", "section", "Acceptance thresholds of the verification steps.", default={}),
+    FieldSpec("verify.top_cosine", "number",
+              "Cosine similarity of the numpy TOP interpretation against transformers, per layer "
+              "and stage.", default=0.99, constraint=_TOL),
+    FieldSpec("verify.top_euclid", "number", "Euclidean similarity, TOP against transformers.",
+              default=0.99, constraint=_TOL),
+    FieldSpec("verify.tpu_cosine", "number",
+              "Cosine similarity of the TPU-mode arithmetic against TOP, per layer, stage and op.",
+              default=0.99, constraint=_TOL),
+    FieldSpec("verify.tpu_euclid", "number", "Euclidean similarity, TPU against TOP.", default=0.90,
+              constraint=_TOL),
+    FieldSpec("verify.prompt_ids", "list[int]",
+              "Token ids of the end-to-end prompt. Absent: derived from `prompt`, else fixed ids.",
+              default=None, constraint=NonEmptyIds(),
+              note="not with `prompt`; synthetic: each id < `source.config.vocab_size`"),
+    FieldSpec("verify.prompt", "string",
+              "A chat message for the end-to-end check; the model's chat template is applied.",
+              default=None, note="not with `prompt_ids`"),
+    FieldSpec("verify.max_new_tokens", "integer", "Greedy tokens generated end to end.", default=16,
+              constraint=Positive()),
+    FieldSpec("verify.exact_tokens", "boolean",
+              "Require the same greedy ids as transformers (f32); if false only `logits_cosine` "
+              "is checked.", default=True),
+    FieldSpec("verify.logits_cosine", "number",
+              "Cosine similarity of the first-step logits against transformers in f32.",
+              default=0.999, constraint=_TOL),
+)
+
+BY_PATH: dict[str, FieldSpec] = {f.path: f for f in FIELDS}
+
+# Rules that involve more than one field; the loader checks each of them.
+RULES: tuple[str, ...] = (
+    "Unknown keys are errors anywhere except inside `source.config`.",
+    "`stages.prefill_length` must not exceed `stages.seq_length`.",
+    "A `source` field that does not apply to `source.kind` is an error (e.g. `config` with `hf`).",
+    "`synthetic` needs `source.config` with a string `model_type`.",
+    "`hf` needs `source.path`: an existing directory holding `config.json`.",
+    "`gguf` needs either `source.path` (an existing file) or `source.package` + `source.file` "
+    "(an installed package holding that file).",
+    "`verify.prompt` and `verify.prompt_ids` are mutually exclusive.",
+    "For `synthetic`, every id in `verify.prompt_ids` must be below `source.config.vocab_size`.",
+)
+
+
+def children(section: str) -> list[FieldSpec]:
+    """The rows directly under `section` ("" for the top level)."""
+    return [f for f in FIELDS if f.parent == section]
+
+
+def _default_words(f: FieldSpec) -> str:
+    if f.required:
+        return "required"
+    if f.required_for:
+        return "required for " + ", ".join(f.required_for)
+    if not f.has_default or f.default is None:
+        return "—"
+    if f.type == "section":
+        return "all defaults"
+    if isinstance(f.default, bool):
+        return f"`{str(f.default).lower()}`"
+    if f.default == "":
+        return '`""`'
+    return f"`{f.default}`"
+
+
+def _constraint_words(f: FieldSpec) -> str:
+    parts = []
+    if isinstance(f.constraint, OneOf):
+        parts.append("one of " + ", ".join(f"`{c}`" for c in f.constraint.choices()))
+    elif f.constraint is not None:
+        parts.append(f.constraint.expected())
+    if f.kinds is not None:
+        parts.append("only for " + ", ".join(f"`{k}`" for k in f.kinds))
+    if f.note:
+        parts.append(f.note)
+    return "; ".join(parts)
+
+
+TABLE_BEGIN = "<!-- schema-table:begin (generated by schema_markdown(); do not edit) -->"
+TABLE_END = "<!-- schema-table:end -->"
+
+
+def schema_markdown() -> str:
+    """The field table of docs/recipe.md, plus the cross-field rules, as Markdown."""
+    lines = [
+        "| Field | Type | Default | Meaning | Constraints |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for f in FIELDS:
+        type_words = "mapping (section)" if f.type == "section" else f.type
+        cells = [f"`{f.path}`", type_words, _default_words(f), f.description, _constraint_words(f)]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    lines += ["", "Rules across fields:", ""]
+    lines += [f"- {rule}" for rule in RULES]
+    return "\n".join(lines) + "\n"
+
+
+def update_doc(path: str | Path) -> bool:
+    """Rewrite the generated block between the markers in `path`; True if it changed."""
+    path = Path(path)
+    text = path.read_text()
+    head, sep1, rest = text.partition(TABLE_BEGIN + "\n")
+    _, sep2, tail = rest.partition(TABLE_END)
+    if not (sep1 and sep2):
+        raise ValueError(f"{path}: missing the schema-table markers")
+    new = head + TABLE_BEGIN + "\n" + schema_markdown() + TABLE_END + tail
+    if new != text:
+        path.write_text(new)
+    return new != text
+

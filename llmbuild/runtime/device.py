@@ -1,0 +1,93 @@
+"""A simulated device: one global-memory byte array, and programs that read and write it by address.
+
+Every instruction reads its operands from memory at their addresses (decoding the stored element type),
+runs the op's kernel in f32, rounds to the result's element type and stores it at the result address.
+A wrong address or an overlap of live buffers therefore gives wrong numbers, as on the chip; writes into
+the weight region or past the end of memory are faults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from llmbuild import LlmbuildError
+from llmbuild.codegen.program import Program, TensorDesc
+from llmbuild.numerics.formats import STORAGE, decode, encode, round_to
+from llmbuild.numerics.kernels import KERNELS
+
+Trace = Callable[[str, np.ndarray], None]
+
+
+class DeviceFault(LlmbuildError):
+    pass
+
+
+class Device:
+    def __init__(self, size: int, weight_region: tuple[int, int] = (0, 0)):
+        # np.zeros maps pages lazily: untouched regions cost no host memory.
+        self.mem = np.zeros(size, dtype=np.uint8)
+        self.weight_region = weight_region
+        self._weight_cache: dict[tuple[int, str, tuple[int, ...]], np.ndarray] = {}
+
+    def _raw(self, t: TensorDesc) -> np.ndarray:
+        nbytes, dt = STORAGE[t.dtype]
+        count = int(np.prod(t.shape)) if t.shape else 1
+        end = t.address + count * nbytes
+        if t.address < 0 or end > self.mem.size:
+            raise DeviceFault(f"access {t.address:#x}..{end:#x} outside device memory ({self.mem.size:#x})")
+        return self.mem[t.address : end].view(dt).reshape(t.shape)
+
+    def _in_weights(self, t: TensorDesc) -> bool:
+        lo, size = self.weight_region
+        return lo <= t.address < lo + size
+
+    def read(self, t: TensorDesc) -> np.ndarray:
+        if self._in_weights(t):
+            key = (t.address, t.dtype, t.shape)
+            cached = self._weight_cache.get(key)
+            if cached is None:
+                cached = decode(self._raw(t), t.dtype)
+                self._weight_cache[key] = cached
+            return cached
+        return decode(self._raw(t), t.dtype)
+
+    def write(self, t: TensorDesc, value: np.ndarray) -> None:
+        lo, size = self.weight_region
+        nbytes = STORAGE[t.dtype][0] * (int(np.prod(t.shape)) if t.shape else 1)
+        if t.address < lo + size and t.address + nbytes > lo:
+            raise DeviceFault(f"write to {t.address:#x} hits the read-only weight region")
+        value = np.asarray(value)
+        if value.shape != t.shape:
+            value = value.reshape(t.shape)
+        self._raw(t)[...] = encode(value, t.dtype)
+
+    def load_bytes(self, address: int, data: bytes | memoryview) -> None:
+        self.mem[address : address + len(data)] = np.frombuffer(data, dtype=np.uint8)
+        self._weight_cache.clear()
+
+    def run(self, prog: Program, trace: Trace | None = None) -> None:
+        tensors = prog.tensors
+        with np.errstate(over="ignore", under="ignore"):
+            for ins in prog.instrs:
+                args = [self.read(tensors[i]) for i in ins.operands]
+                out_desc = tensors[ins.result]
+                result = KERNELS[ins.op](ins.attrs, *args)
+                result = round_to(np.asarray(result, dtype=np.float32), out_desc.dtype)
+                self.write(out_desc, result)
+                if trace is not None:
+                    trace(ins.loc, result)
+
+    def set_input(self, prog: Program, name: str, value: np.ndarray) -> None:
+        for n, t in prog.inputs:
+            if n == name:
+                self.write(prog.tensors[t], value)
+                return
+        raise KeyError(f"{prog.net} has no input {name}")
+
+    def get_output(self, prog: Program, name: str) -> np.ndarray:
+        for n, t in prog.outputs:
+            if n == name:
+                return self.read(prog.tensors[t]).copy()
+        raise KeyError(f"{prog.net} has no output {name}")

@@ -1,0 +1,155 @@
+"""Loads a deployable binary onto a simulated device and runs its nets: the runtime loop of the chip.
+
+First chunk: `embedding` -> every `block_i` -> copy each layer's new k/v rows into its cache -> `lm_head`.
+Later chunks of a long prompt (and later turns): `block_kv_i` on top of the cached history.
+Each generated token: `embedding_cache` -> every `block_cache_i` -> the new k/v row written in place at
+the current position -> `lm_head`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from llmbuild import LlmbuildError
+from llmbuild.codegen import program as programs
+from llmbuild.codegen.container import Container
+from llmbuild.codegen.program import Program, TensorDesc
+from llmbuild.numerics import masks
+from llmbuild.passes.memory_plan import MemoryPlan, Slot
+from llmbuild.runtime.device import Device
+
+
+def _desc(slot: Slot) -> TensorDesc:
+    return TensorDesc(slot.dtype, tuple(slot.shape), slot.address)
+
+
+@dataclass
+class StageCounts:
+    prefill: int = 0
+    prefill_kv: int = 0
+    decode: int = 0
+
+
+class CompiledModel:
+    """One binary on one simulated device, with its KV cache."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.container = Container(path)
+        self.meta = json.loads(bytes(self.container.section("meta")))
+        self.plan = MemoryPlan.from_json(bytes(self.container.section("plan")).decode())
+        self.num_layers = int(self.meta["spec"]["num_layers"])
+        self.S = int(self.meta["seq_length"])
+        self.L = int(self.meta["prefill_length"])
+        self.device = Device(int(self.meta["memory"]["total_bytes"]), tuple(self.plan.regions["weight"]))
+        self.device.load_bytes(0, self.container.section("weights"))
+        self.nets: dict[str, Program] = {
+            n["name"]: programs.decode(self.container.section(n["section"])) for n in self.meta["nets"]
+        }
+        self.history = 0  # rows of the KV cache that hold real tokens
+        self.counts = StageCounts()
+
+    # ---- one chunk / one token ----------------------------------------------------------------
+
+    def reset(self) -> None:
+        self.history = 0
+
+    def _run(self, net: str, inputs: dict[str, np.ndarray]) -> Program:
+        prog = self.nets[net]
+        for name, value in inputs.items():
+            self.device.set_input(prog, name, value)
+        self.device.run(prog)
+        return prog
+
+    def _store_kv(self, layer: int, prog: Program, rows: int) -> None:
+        for which in ("k", "v"):
+            new = self.device._raw(prog.tensors[dict(prog.outputs)[f"present_{which}"]])
+            cache = self.device._raw(_desc(self.plan.kv[f"layers.{layer}.{which}"]))
+            cache[0, self.history : self.history + rows] = new[0, :rows]
+
+    def _logits(self, hidden_slot: Slot, row: int) -> np.ndarray:
+        hidden = self.device.read(_desc(hidden_slot))[0, row]
+        prog = self._run("lm_head", {"hidden_states": hidden.reshape(1, -1)})
+        return self.device.get_output(prog, "logits")[0]
+
+    def prefill_chunk(self, ids: list[int]) -> np.ndarray:
+        """Run up to L tokens after the current history; returns the last token's logits."""
+        n = len(ids)
+        if not 0 < n <= self.L:
+            raise LlmbuildError(f"a chunk holds 1..{self.L} tokens, got {n}")
+        if self.history + n > self.S:
+            raise LlmbuildError(
+                f"KV cache full: {self.history} + {n} tokens exceed the sequence capacity {self.S}"
+            )
+        padded = np.zeros((1, self.L), dtype=np.int32)
+        padded[0, :n] = ids
+        self._run("embedding", {"input_ids": padded})
+        first = self.history == 0
+        if first:
+            pos, mask = masks.prefill(n, self.L, self.S)
+        else:
+            pos, mask = masks.prefill_kv(n, self.history, self.L, self.S)
+        for i in range(self.num_layers):
+            net = f"block_{i}" if first else f"block_kv_{i}"
+            prog = self._run(net, {"position_ids": pos, "attention_mask": mask})
+            self._store_kv(i, prog, n)
+        if first:
+            self.counts.prefill += n
+        else:
+            self.counts.prefill_kv += n
+        self.history += n
+        return self._logits(self.plan.hidden_binding(self.num_layers - 1, True), n - 1)
+
+    def decode_token(self, token: int) -> np.ndarray:
+        if self.history >= self.S:
+            raise LlmbuildError(f"KV cache full: {self.history} tokens fill the sequence capacity {self.S}")
+        self._run("embedding_cache", {"input_ids": np.array([[token]], dtype=np.int32)})
+        pos, mask = masks.decode(self.history, self.S)
+        for i in range(self.num_layers):
+            prog = self._run(f"block_cache_{i}", {"position_ids": pos, "attention_mask": mask})
+            self._store_kv(i, prog, 1)
+        self.counts.decode += 1
+        self.history += 1
+        return self._logits(self.plan.hidden_binding(self.num_layers - 1, True), 0)
+
+    def prefill(self, ids: list[int]) -> np.ndarray:
+        """A prompt of any length: the first chunk by `prefill`, the rest by `prefill_kv`."""
+        if not ids:
+            raise LlmbuildError("empty prompt")
+        logits = None
+        for start in range(0, len(ids), self.L):
+            logits = self.prefill_chunk(ids[start : start + self.L])
+        assert logits is not None
+        return logits
+
+    def generate(
+        self, prompt: list[int], max_new_tokens: int, eos_ids: tuple[int, ...] = ()
+    ) -> tuple[list[int], list[np.ndarray]]:
+        """Greedy generation after the current history. Returns (new ids, logits per step)."""
+        out: list[int] = []
+        steps: list[np.ndarray] = []
+        logits = self.prefill(prompt)
+        for _ in range(max_new_tokens):
+            steps.append(logits)
+            token = int(np.argmax(logits))
+            out.append(token)
+            if token in eos_ids or len(out) == max_new_tokens:
+                break
+            logits = self.decode_token(token)
+        return out, steps
+
+
+def load_tokenizer(model: CompiledModel):
+    from llmbuild.runtime.tokenizer import BinaryTokenizer
+
+    meta = model.meta
+    return BinaryTokenizer(
+        bytes(model.container.section("tokenizer")).decode(),
+        meta.get("chat_template"),
+        meta.get("bos_token_id"),
+        list(meta.get("eos_token_ids") or []),
+    )

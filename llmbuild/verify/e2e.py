@@ -1,0 +1,56 @@
+"""`llmbuild e2e RECIPE`: run the linked binary on the simulated device against transformers' generate.
+
+Records (tolerances are applied by `llmbuild verify`): greedy ids of both, where they part and, there,
+the gap between the binary's two best logits (a near-tie explains a parting; a wide gap is a bug); the
+cosine of the first-step logits; and whether llmbuild's own chat templating gave the prompt ids that
+transformers' apply_chat_template gave.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from llmbuild.build.paths import BuildPaths, write_json
+from llmbuild.recipe.schema import Recipe
+from llmbuild.runtime.model import CompiledModel, load_tokenizer
+from llmbuild.verify.reference import load_reference
+from llmbuild.verify.similarity import similarity
+
+
+def run_e2e(recipe: Recipe) -> dict:
+    paths = BuildPaths.of(recipe)
+    ref = load_reference(paths.reference, ("generate.",))
+    prompt = [int(i) for i in ref["generate.prompt_ids"]]
+    expected = [int(i) for i in ref["generate.ids"]]
+    model = CompiledModel(paths.binary(recipe.name))
+    eos = tuple(model.meta["eos_token_ids"])
+    start = time.perf_counter()
+    ids, logits = model.generate(prompt, recipe.verify.max_new_tokens, eos)
+    seconds = time.perf_counter() - start
+
+    parted = next((i for i, (a, b) in enumerate(zip(ids, expected, strict=False)) if a != b), None)
+    if parted is None and len(ids) != len(expected):
+        parted = min(len(ids), len(expected))
+    gap = None
+    if parted is not None and parted < len(logits):
+        top2 = np.sort(logits[parted])[-2:]
+        gap = float(top2[1] - top2[0])
+    result = {
+        "prompt_ids": prompt,
+        "ids": ids,
+        "reference_ids": expected,
+        "tokens_equal": ids == expected,
+        "first_difference": parted,
+        "top2_gap_at_difference": gap,
+        "first_logits": similarity(logits[0], ref["generate.first_logits"]),
+        "host_seconds": round(seconds, 3),
+    }
+    if recipe.verify.prompt:
+        tok = load_tokenizer(model)
+        own = tok.chat_ids([{"role": "user", "content": recipe.verify.prompt}])
+        result["chat_template_ids_equal"] = own == prompt
+        result["text"] = tok.decode(ids)
+    write_json(paths.e2e, result)
+    return result

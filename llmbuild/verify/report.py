@@ -1,0 +1,80 @@
+"""`llmbuild verify RECIPE`: apply the recipe's tolerances to every recorded check, write verify.json,
+and fail naming the first layer, stage and op that diverged."""
+
+from __future__ import annotations
+
+import json
+
+from llmbuild import LlmbuildError
+from llmbuild.build.paths import BuildPaths, read_spec, write_json
+from llmbuild.recipe.schema import Recipe
+
+STAGE_ORDER = ("embedding", "embedding_cache", "prefill", "prefill_kv", "decode", "lm_head")
+
+
+def _load(path) -> dict:
+    if not path.is_file():
+        raise LlmbuildError(f"{path}: missing; the compile step that writes it has not run")
+    return json.loads(path.read_text())
+
+
+def verify(recipe: Recipe) -> dict:
+    paths = BuildPaths.of(recipe)
+    spec = read_spec(paths.spec)
+    v = recipe.verify
+    failures: list[str] = []
+    checked = 0
+    per_net = [_load(paths.head_metrics)] + [_load(paths.layer_metrics(i)) for i in range(spec.num_layers)]
+    # Walk the model in execution order: embedding, layers 0..N-1, lm_head.
+    walk = [(per_net[0], s) for s in ("embedding", "embedding_cache")]
+    for m in per_net[1:]:
+        walk += [(m, s) for s in ("prefill", "prefill_kv", "decode")]
+    walk.append((per_net[0], "lm_head"))
+    worst = {"top_vs_source": 1.0, "tpu_vs_top": 1.0}
+    for metrics, stage in walk:
+        entry = metrics["stages"].get(stage)
+        where = f"layer {metrics['layer']}, stage {stage}"
+        if entry is None:
+            failures.append(f"{where}: no reference check was recorded")
+            continue
+        for name, s in entry["top_vs_source"].items():
+            checked += 1
+            worst["top_vs_source"] = min(worst["top_vs_source"], s["cosine"])
+            if s["cosine"] < v.top_cosine or s["euclid"] < v.top_euclid:
+                failures.append(f"{where}: top vs source diverged at output {name} "
+                                f"(cosine {s['cosine']}, euclid {s['euclid']})")
+        for name, s in entry["tpu_vs_top"]["outputs"].items():
+            checked += 1
+            worst["tpu_vs_top"] = min(worst["tpu_vs_top"], s["cosine"])
+            if s["cosine"] < v.tpu_cosine or s["euclid"] < v.tpu_euclid:
+                first_op = next(
+                    (loc for loc, c, e in entry["tpu_vs_top"]["ops"] if c < v.tpu_cosine or e < v.tpu_euclid),
+                    "(no single op below tolerance)",
+                )
+                failures.append(f"{where}: tpu vs top diverged at output {name} "
+                                f"(cosine {s['cosine']}, euclid {s['euclid']}); first op: {first_op}")
+    e2e = _load(paths.e2e)
+    if v.exact_tokens and not e2e["tokens_equal"]:
+        failures.append(f"end to end: greedy ids part from transformers at step {e2e['first_difference']} "
+                        f"(top-2 logit gap there {e2e['top2_gap_at_difference']})")
+    if e2e["first_logits"]["cosine"] < v.logits_cosine:
+        failures.append(f"end to end: first-step logits cosine {e2e['first_logits']['cosine']} "
+                        f"< {v.logits_cosine}")
+    report = {
+        "recipe": recipe.name,
+        "passed": not failures,
+        "failures": failures,
+        "checks": checked,
+        "worst_cosine": worst,
+        "tolerances": {"top_cosine": v.top_cosine, "top_euclid": v.top_euclid, "tpu_cosine": v.tpu_cosine,
+                       "tpu_euclid": v.tpu_euclid, "logits_cosine": v.logits_cosine,
+                       "exact_tokens": v.exact_tokens},
+        "end_to_end": {k: e2e[k] for k in ("tokens_equal", "first_difference", "top2_gap_at_difference",
+                                          "first_logits") if k in e2e},
+    }
+    if failures:
+        write_json(paths.root / "verify.failed.json", report)
+        raise LlmbuildError(f"{recipe.name}: verification failed: {failures[0]}"
+                            + (f" (and {len(failures) - 1} more, see verify.failed.json)" if len(failures) > 1 else ""))
+    write_json(paths.verify, report)
+    return report

@@ -1,0 +1,62 @@
+"""Inputs and expected outputs of each stage, cut from one transformers forward pass.
+
+The reference run feeds T = n1 + n2 + 1 tokens: the first n1 (= L) exercise `prefill`, the next n2
+exercise `prefill_kv` with the first n1 as history, and the last one `decode` with all others as history.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from llmbuild.importer.nets import Shapes
+from llmbuild.numerics import masks
+
+
+def split_lengths(shapes: Shapes) -> tuple[int, int]:
+    n1 = shapes.prefill_length
+    n2 = max(1, min(shapes.prefill_length, shapes.seq_length - n1 - 1))
+    return n1, n2
+
+
+@dataclass
+class StageCase:
+    inputs: dict[str, np.ndarray]
+    expected: dict[str, np.ndarray]  # real rows only
+    rows: int
+
+
+def _pad(rows: np.ndarray, width: int) -> np.ndarray:
+    out = np.zeros((width, *rows.shape[1:]), dtype=np.float64)
+    out[: len(rows)] = rows
+    return out
+
+
+def stage_case(stage: str, ref: dict[str, np.ndarray], layer: int, shapes: Shapes) -> StageCase:
+    L, S = shapes.prefill_length, shapes.seq_length
+    n1, n2 = split_lengths(shapes)
+    x, y = ref[f"layers.{layer}.input"], ref[f"layers.{layer}.output"]
+    k, v = ref[f"layers.{layer}.k"], ref[f"layers.{layer}.v"]
+    if stage == "prefill":
+        lo, hi, hist = 0, n1, 0
+        pos, mask = masks.prefill(n1, L, S)
+        width = L
+    elif stage == "prefill_kv":
+        lo, hi, hist = n1, n1 + n2, n1
+        pos, mask = masks.prefill_kv(n2, n1, L, S)
+        width = L
+    else:
+        lo, hi, hist = n1 + n2, n1 + n2 + 1, n1 + n2
+        pos, mask = masks.decode(hist, S)
+        width = 1
+    inputs = {
+        "hidden_states": _pad(x[lo:hi], width)[None],
+        "position_ids": pos,
+        "attention_mask": mask.astype(np.float64),
+    }
+    if stage != "prefill":
+        inputs["history_k"] = _pad(k[:hist], S)[None]
+        inputs["history_v"] = _pad(v[:hist], S)[None]
+    expected = {"hidden_states": y[lo:hi], "present_k": k[lo:hi], "present_v": v[lo:hi]}
+    return StageCase(inputs, expected, hi - lo)

@@ -1,0 +1,25 @@
+# Shared helpers for every rule file: the recipe list, per-step rerun digests, layer counts.
+# Logic lives in the llmbuild library; rules only wire files to `llmbuild <verb>` commands.
+from llmbuild.build import dag
+from llmbuild.recipe import list_recipes
+
+import os
+
+BUILD = os.environ.get("LLMBUILD_BUILD_DIR", "build")
+RECIPES = list_recipes()
+
+wildcard_constraints:
+    recipe="[A-Za-z0-9_]+",
+    layer="[0-9]+",
+
+
+def params_for(step):
+    """Rerun a step exactly when the recipe fields it reads, or llmbuild's code, change."""
+    return {
+        "recipe_digest": lambda w: dag.digest(w.recipe, step),
+        "code": dag.code_digest(),
+    }
+
+
+def layer_ids(w):
+    return range(dag.layer_count(w.recipe))

@@ -1,0 +1,25 @@
+# The checkpoint the build reads (synthetic, GGUF tokenizer files, or a pointer to an HF directory),
+# the model spec, and the global device-memory plan.
+
+rule prepare:
+    output:
+        spec=f"{BUILD}/{{recipe}}/spec.json",
+    params:
+        **params_for("prepare"),
+    log:
+        f"{BUILD}/{{recipe}}/logs/prepare.log",
+    shell:
+        "llmbuild prepare {wildcards.recipe} > {log} 2>&1"
+
+
+rule plan:
+    input:
+        spec=rules.prepare.output.spec,
+    output:
+        plan=f"{BUILD}/{{recipe}}/plan.json",
+    params:
+        **params_for("plan"),
+    log:
+        f"{BUILD}/{{recipe}}/logs/plan.log",
+    shell:
+        "llmbuild plan {wildcards.recipe} > {log} 2>&1"

@@ -1,0 +1,15 @@
+# The independent reference: transformers runs the source checkpoint once per recipe.
+
+rule reference:
+    input:
+        spec=rules.prepare.output.spec,
+    output:
+        reference=f"{BUILD}/{{recipe}}/reference.safetensors",
+    params:
+        **params_for("reference"),
+    resources:
+        mem_mb=4000,
+    log:
+        f"{BUILD}/{{recipe}}/logs/reference.log",
+    shell:
+        "HF_HUB_OFFLINE=1 llmbuild reference {wildcards.recipe} > {log} 2>&1"

