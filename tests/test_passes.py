@@ -91,9 +91,7 @@ def check_lower_block(mode: str) -> Callable[[ModuleOp, MemoryPlan], None]:
     def check(m: ModuleOp, plan: MemoryPlan) -> None:
         ops = by_loc(m)
         assert not [
-            op.name
-            for op in ops_of(m)
-            if op.name.startswith("top.") and op.name[4:] not in ("Input", "Weight")
+            op.name for op in ops_of(m) if op.name.startswith("top.") and op.name[4:] not in ("Input", "Weight")
         ]
         # RoPE tables and everything gathered from them stay f32
         for loc in ("rope.cos", "rope.sin", "cos_gather", "sin_gather", "cos_heads", "sin_heads"):
@@ -229,9 +227,7 @@ def test_golden_inputs_are_what_the_passes_expect() -> None:
 def test_pipeline_string_round_trips() -> None:
     passes = [Canonicalize(), LowerTopToTpu(mode="f16", chip="bm1688"), AssignAddress(plan="/x/plan.json")]
     text = pipeline_string(passes)
-    assert (
-        text == 'canonicalize,lower-top-to-tpu{mode="f16" chip="bm1688"},assign-address{plan="/x/plan.json"}'
-    )
+    assert text == 'canonicalize,lower-top-to-tpu{mode="f16" chip="bm1688"},assign-address{plan="/x/plan.json"}'
     assert list(PassPipeline.parse_spec(PASSES, text).passes) == passes
 
 
@@ -330,9 +326,7 @@ def address_violations(module: ModuleOp, plan: MemoryPlan) -> list[str]:
         else:
             region = (act_lo, act_hi - act_lo)
         if not (region[0] <= lo and hi <= region[0] + region[1]):
-            problems.append(
-                f"{names[r]} at [{lo}, {hi}) is outside its region [{region[0]}, {region[0] + region[1]})"
-            )
+            problems.append(f"{names[r]} at [{lo}, {hi}) is outside its region [{region[0]}, {region[0] + region[1]})")
 
     roots = list(born)
     for i, a in enumerate(roots):
@@ -399,9 +393,7 @@ def test_assigned_addresses_never_overlap_live_buffers(arch: str, mode: str) -> 
         _, tpu = compiled(arch, net, mode)
         assert address_violations(tpu, plan_for(arch, mode)) == [], net
         # the activation region really is reused: a block's peak is below the sum of its activations
-        acts = [
-            op.results[0] for op in ops_of(tpu) if op.name.startswith("tpu.") and op.name != "tpu.Reshape"
-        ]
+        acts = [op.results[0] for op in ops_of(tpu) if op.name.startswith("tpu.") and op.name != "tpu.Reshape"]
         total = sum(align(_nbytes(v), ACTIVATION_ALIGN) for v in acts)
         peak = tpu.attributes["tpu.activation_bytes"].value.data
         assert peak < total if "@" in net else peak <= total, net
@@ -410,9 +402,7 @@ def test_assigned_addresses_never_overlap_live_buffers(arch: str, mode: str) -> 
 def _retarget(value: SSAValue, addr: int) -> None:
     t = value.type
     assert isinstance(t, TensorType)
-    Rewriter.replace_value_with_new_type(
-        value, TensorType(t.element_type, t.get_shape(), IntegerAttr(addr, i64))
-    )
+    Rewriter.replace_value_with_new_type(value, TensorType(t.element_type, t.get_shape(), IntegerAttr(addr, i64)))
 
 
 def test_address_checker_detects_injected_faults() -> None:
@@ -503,9 +493,7 @@ def test_f32_tpu_interpretation_equals_top_reference() -> None:
             err = np.linalg.norm(out - ref) / np.linalg.norm(ref)
             assert err < 1e-5, f"{arch} {net} {name}: relative error {err:.2e}"
             # and element by element, relative to the output's scale (a norm can hide one bad row)
-            np.testing.assert_allclose(
-                out, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max(), err_msg=f"{net} {name}"
-            )
+            np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max(), err_msg=f"{net} {name}")
             assert np.abs(ref).max() > 0.1  # not a trivially small output
         # every op kept its loc, so per-op comparison (as the build's checks do) stays possible
         assert got.order == want.order

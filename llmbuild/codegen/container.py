@@ -47,6 +47,10 @@ def _pad_to(f, boundary: int) -> None:
 def write_container(path: Path, sections: Iterable[tuple[str, Iterable[bytes]]]) -> list[SectionEntry]:
     """Write sections given as (name, chunks); returns the table. Atomic: tmp file + rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    sections = list(sections)
+    for name, _ in sections:
+        if len(name.encode()) > 64:
+            raise LlmbuildError(f"{path}: section name {name!r} is longer than 64 bytes")
     tmp = path.with_name(path.name + ".tmp")
     entries: list[SectionEntry] = []
     try:
@@ -77,11 +81,20 @@ class Container:
 
     def __init__(self, path: Path, verify: bool = True):
         self.path = path
+        self._verify = verify
         try:
             self._file = open(path, "rb")
         except OSError as exc:
             raise LlmbuildError(f"{path}: cannot open: {exc.strerror}") from None
+        try:
+            self._open(path)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self, path: Path) -> None:
         size = os.fstat(self._file.fileno()).st_size
+        self._map = None
         if size < HEADER.size:
             raise LlmbuildError(f"{path}: not an llmbuild file (too short)")
         self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
@@ -99,8 +112,24 @@ class Container:
             if offset + length > size:
                 raise LlmbuildError(f"{path}: section {name} runs past the end of the file")
             self.entries[name] = SectionEntry(name, offset, length, sha)
-        if verify:
+        if self._verify:
             self.verify()
+
+    def close(self) -> None:
+        # The map stays alive while numpy arrays or memoryviews still point into it; then the GC frees it.
+        m = getattr(self, "_map", None)
+        if m is not None:
+            try:
+                m.close()
+            except BufferError:
+                pass
+        self._file.close()
+
+    def __enter__(self) -> Container:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def verify(self) -> None:
         for e in self.entries.values():

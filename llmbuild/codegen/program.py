@@ -180,6 +180,8 @@ class _Reader:
 
     def string(self) -> str:
         (n,) = self.take("H")
+        if self.pos + n > len(self.data):
+            raise LlmbuildError("program truncated (inside a string)")
         s = self.data[self.pos : self.pos + n].decode()
         self.pos += n
         return s
@@ -211,6 +213,8 @@ def decode(data: bytes | memoryview) -> Program:
     prog = Program(net, stage, layer, act)
     for _ in range(n):
         dt, rank = r.take("BB")
+        if dt >= len(DTYPES):
+            raise LlmbuildError(f"program {net}: unknown dtype code {dt}")
         shape = r.take(f"{rank}I")
         (addr,) = r.take("Q")
         prog.tensors.append(TensorDesc(DTYPES[dt], tuple(shape), addr))
@@ -222,10 +226,14 @@ def decode(data: bytes | memoryview) -> Program:
     (k,) = r.take("I")
     for _ in range(k):
         code, nops = r.take("HB")
+        if not 1 <= code <= len(OPCODES):
+            raise LlmbuildError(f"program {net}: unknown opcode {code}")
         operands = r.take(f"{nops}I")
         (result,) = r.take("I")
         loc = r.string()
         (na,) = r.take("B")
         attrs = dict(r.attr() for _ in range(na))
         prog.instrs.append(Instr(OPCODES[code - 1], tuple(operands), result, loc, attrs))
+    if r.pos != len(r.data):
+        raise LlmbuildError(f"program {net}: {len(r.data) - r.pos} trailing bytes")
     return prog

@@ -36,8 +36,9 @@ def parse_module_text(text: str, origin: str = "<string>") -> ModuleOp:
         module = Parser(make_context(), text, origin).parse_module()
         module.verify()
     except Exception as exc:  # xDSL raises several exception types; the user needs one line
-        first = str(exc).strip().splitlines()
-        raise LlmbuildError(f"{origin}: not a valid top/tpu module: {first[0] if first else exc}") from None
+        # xDSL's messages span lines (location, source excerpt, reason): keep all of it on one line.
+        reason = " ".join(part.strip() for part in str(exc).splitlines() if part.strip() and set(part.strip()) != {"^"})
+        raise LlmbuildError(f"{origin}: not a valid top/tpu module: {reason}") from None
     return module
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from xdsl.dialects.builtin import (
     BoolAttr,
     DenseArrayBase,
@@ -91,6 +93,7 @@ class GatherBase(IRDLOperation):
     def verify_(self) -> None:
         axis = self.axis.value.data
         src, idx = shape_of(self.input), shape_of(self.indices)
+        _expect(0 <= axis < len(src), self, f"axis {axis} out of range for input rank {len(src)}")
         want = src[:axis] + idx + src[axis + 1 :]
         _expect(shape_of(self.output) == want, self, f"output shape should be {want}")
 
@@ -120,8 +123,9 @@ class MatMulBase(IRDLOperation):
 
     def verify_(self) -> None:
         x, w = shape_of(self.input), shape_of(self.right)
+        _expect(len(w) == 2 and len(x) >= 1, self, f"input {x} does not match right {w} (right must be rank 2)")
         k, n = (w[1], w[0]) if self.right_transpose.value.data else (w[0], w[1])
-        _expect(len(w) == 2 and x[-1] == k, self, f"input K={x[-1]} does not match right {w}")
+        _expect(x[-1] == k, self, f"input K={x[-1]} does not match right {w}")
         _expect(shape_of(self.output) == x[:-1] + (n,), self, f"output must be {x[:-1] + (n,)}")
         if self.bias is not None:
             _expect(shape_of(self.bias) == (n,), self, f"bias must be [{n}]")
@@ -161,6 +165,7 @@ class RopeBase(IRDLOperation):
 
     def verify_(self) -> None:
         x, c, s = shape_of(self.input), shape_of(self.weight0), shape_of(self.weight1)
+        _expect(len(x) == 4, self, f"input must be [B, L, heads, d], got {x}")
         want = (x[0], x[1], 1, x[3])
         _expect(len(x) == 4 and c == want and s == want, self, f"cos/sin must be {want} for input {x}")
         _expect(x[3] % 2 == 0, self, "head dim must be even")
@@ -190,7 +195,7 @@ class FAttentionBase(IRDLOperation):
     def verify_(self) -> None:
         b, mq, mk = self.batch.value.data, self.mq.value.data, self.mk.value.data
         qh, kvh, d = self.q_head.value.data, self.kv_head.value.data, self.dim.value.data
-        _expect(qh % kvh == 0, self, f"q_head {qh} must be a multiple of kv_head {kvh}")
+        _expect(qh > 0 and kvh > 0 and qh % kvh == 0, self, f"q_head {qh} must be a multiple of kv_head {kvh}")
         _expect(shape_of(self.queries) == (b, mq, qh, d), self, "queries shape mismatch")
         _expect(shape_of(self.keys) == (b, mk, kvh, d), self, "keys shape mismatch")
         _expect(shape_of(self.values) == (b, mk, kvh, d), self, "values shape mismatch")
@@ -206,6 +211,7 @@ class ConcatBase(IRDLOperation):
     def verify_(self) -> None:
         axis = self.axis.value.data
         shapes = [shape_of(v) for v in self.inputs]
+        _expect(bool(shapes) and all(0 <= axis < len(s) for s in shapes), self, f"axis {axis} out of range")
         rest = {s[:axis] + s[axis + 1 :] for s in shapes}
         _expect(len(rest) == 1, self, f"inputs differ outside axis {axis}: {shapes}")
         total = sum(s[axis] for s in shapes)
@@ -221,6 +227,13 @@ class ElementwiseBase(IRDLOperation):
 
     def verify_(self) -> None:
         _expect(len(self.inputs) >= 2, self, "needs at least two inputs")
+        shapes = [shape_of(v) for v in self.inputs]
+        try:
+            out = tuple(np.broadcast_shapes(*shapes))
+        except ValueError:
+            out = None
+        _expect(out is not None, self, f"input shapes {shapes} do not broadcast")
+        _expect(shape_of(self.output) == out, self, f"output shape must be the broadcast shape {out}")
 
 
 class UnaryBase(IRDLOperation):

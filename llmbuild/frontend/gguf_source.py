@@ -104,9 +104,7 @@ class GGUFSource:
 
         expected = self._shapes.get(name)
         if expected is None:
-            raise LlmbuildError(
-                f"{self.path}: {name!r} is not a tensor of this {self.spec.architecture} model"
-            )
+            raise LlmbuildError(f"{self.path}: {name!r} is not a tensor of this {self.spec.architecture} model")
         t = self._tensors.get(name)
         if t is None:
             raise LlmbuildError(f"{self.path}: missing tensor for {name!r}")

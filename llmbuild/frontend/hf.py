@@ -85,9 +85,7 @@ class HFSource:
     def tensor(self, name: str) -> np.ndarray:
         expected = self._shapes.get(name)
         if expected is None:
-            raise LlmbuildError(
-                f"{self.directory}: {name!r} is not a tensor of this {self.spec.architecture} model"
-            )
+            raise LlmbuildError(f"{self.directory}: {name!r} is not a tensor of this {self.spec.architecture} model")
         entry = self._entries.get(name)
         if entry is None:
             hf_name = name if name.startswith("lm_head.") else "model." + name
@@ -151,9 +149,7 @@ def _read_header(path: Path) -> dict[str, _Entry]:
             continue
         dtype = info.get("dtype")
         if dtype not in _DTYPES:
-            raise LlmbuildError(
-                f"{path}: tensor {hf_name!r} has dtype {dtype}, expected one of {sorted(_DTYPES)}"
-            )
+            raise LlmbuildError(f"{path}: tensor {hf_name!r} has dtype {dtype}, expected one of {sorted(_DTYPES)}")
         shape = tuple(int(d) for d in info["shape"])
         begin, end = (start + int(o) for o in info["data_offsets"])
         if end - begin != int(np.prod(shape)) * np.dtype(_DTYPES[dtype]).itemsize or end > size:

@@ -24,9 +24,7 @@ def known_architectures() -> list[str]:
 def get_architecture(name: str) -> Architecture:
     module = ARCHITECTURES.get(name)
     if module is None:
-        raise LlmbuildError(
-            f"unknown architecture {name!r}: expected one of {', '.join(known_architectures())}"
-        )
+        raise LlmbuildError(f"unknown architecture {name!r}: expected one of {', '.join(known_architectures())}")
     return importlib.import_module(module).ARCHITECTURE
 
 
@@ -45,6 +43,4 @@ def architecture_for_gguf(gguf_architecture: str) -> str:
         if gguf_architecture in get_architecture(name).gguf_architectures:
             return name
     known = sorted(a for n in known_architectures() for a in get_architecture(n).gguf_architectures)
-    raise LlmbuildError(
-        f"unsupported GGUF architecture {gguf_architecture!r}: expected one of {', '.join(known)}"
-    )
+    raise LlmbuildError(f"unsupported GGUF architecture {gguf_architecture!r}: expected one of {', '.join(known)}")

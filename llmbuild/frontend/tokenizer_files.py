@@ -130,13 +130,10 @@ def _byte_level_bpe(meta: dict[str, Any], tokens: list[str]) -> Any:
     # A token stored in plain text (outside the byte alphabet) is respelled byte by byte, so that
     # BPE can ever produce it; the same rule as transformers' loader.
     vocab = {
-        (t if set(t) <= alphabet else "".join(spell[b] for b in t.encode("utf-8"))): i
-        for i, t in enumerate(tokens)
+        (t if set(t) <= alphabet else "".join(spell[b] for b in t.encode("utf-8"))): i for i, t in enumerate(tokens)
     }
     merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges") or []]
-    tokenizer = Tokenizer(
-        models.BPE(vocab=vocab, merges=merges, dropout=None, fuse_unk=False, byte_fallback=False)
-    )
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, dropout=None, fuse_unk=False, byte_fallback=False))
     split = PRE_TOKENIZER_SPLITS.get(meta.get("tokenizer.ggml.pre") or "")
     add_prefix_space = bool(meta.get("tokenizer.ggml.add_space_prefix", False))
     if split is None:
@@ -152,9 +149,7 @@ def _byte_level_bpe(meta: dict[str, Any], tokens: list[str]) -> Any:
 
     types = meta.get("tokenizer.ggml.token_type") or [1] * len(tokens)
     # A "control" token outside the byte alphabet is a llama.cpp mislabel; transformers skips it too.
-    control = [
-        t for t, k in zip(tokens, types, strict=True) if k == TOKEN_TYPE_CONTROL and set(t) <= alphabet
-    ]
+    control = [t for t, k in zip(tokens, types, strict=True) if k == TOKEN_TYPE_CONTROL and set(t) <= alphabet]
     user = [t for t, k in zip(tokens, types, strict=True) if k == TOKEN_TYPE_USER_DEFINED and t in vocab]
     tokenizer.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in control])
     tokenizer.add_tokens([AddedToken(t, normalized=False, special=False) for t in user])

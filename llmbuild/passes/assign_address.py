@@ -68,7 +68,7 @@ def assign_addresses(module: ModuleOp, plan: MemoryPlan) -> int:
 
     def bind(value: SSAValue, slot: Slot, what: str) -> None:
         info = tensor_info(value.type)
-        if (info.dtype, info.shape) != (slot.dtype, tuple(slot.shape)) and nbytes(value) > slot.nbytes:
+        if info.dtype != slot.dtype or nbytes(value) > slot.nbytes:
             raise LlmbuildError(f"{net}: {what} {info.dtype}{list(info.shape)} does not fit its buffer {slot}")
         fixed[value] = slot.address
 

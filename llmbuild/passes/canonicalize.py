@@ -26,7 +26,7 @@ class RemoveIdentityReshape(RewritePattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: top.ReshapeOp, rewriter: PatternRewriter) -> None:
         if op.input.type == op.output.type:
-            rewriter.replace_op(op, [], [op.input])
+            rewriter.replace(op, [], [op.input])
 
 
 class FoldReshapeChain(RewritePattern):
@@ -34,7 +34,7 @@ class FoldReshapeChain(RewritePattern):
     def match_and_rewrite(self, op: top.ReshapeOp, rewriter: PatternRewriter) -> None:
         producer = op.input.owner
         if isinstance(producer, top.ReshapeOp):
-            rewriter.replace_op(
+            rewriter.replace(
                 op,
                 top.ReshapeOp.create(
                     operands=[producer.input], result_types=[op.output.type], attributes=dict(op.attributes)

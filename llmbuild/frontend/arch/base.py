@@ -28,7 +28,7 @@ class Architecture:
     qk_norm: bool
     # transformers' config-class defaults for the fields we read, so a config.json that leaves one
     # out means what it means to transformers (e.g. Qwen3Config's head_dim of 128, not hidden/heads).
-    hf_defaults: Mapping[str, Any] = field(default_factory=dict)
+    hf_defaults: Mapping[str, Any] = field(default_factory=dict, hash=False)
     # config.json flags that would add weights or behaviour the canonical layout cannot express.
     hf_unsupported_flags: tuple[str, ...] = ()
     # llama.cpp's converter interleaves q/k rows for rotary on these files; we undo it on read.
