@@ -11,6 +11,7 @@ write leaves no half-written output. See docs/binary-format.md.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import mmap
 import os
@@ -119,10 +120,8 @@ class Container:
         # The map stays alive while numpy arrays or memoryviews still point into it; then the GC frees it.
         m = getattr(self, "_map", None)
         if m is not None:
-            try:
+            with contextlib.suppress(BufferError):
                 m.close()
-            except BufferError:
-                pass
         self._file.close()
 
     def __enter__(self) -> Container:

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-
 from xdsl.dialects.builtin import (
     BoolAttr,
     DenseArrayBase,

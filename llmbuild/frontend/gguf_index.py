@@ -70,6 +70,8 @@ def read_gguf(path: Path) -> tuple[dict[str, Any], dict[str, GGUFTensor]]:
     """(metadata, tensors by GGUF name). Raises LlmbuildError for files that are not GGUF."""
     from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
+    _PLAIN = {GGMLQuantizationType.F32: np.float32, GGMLQuantizationType.F16: np.float16}
+
     try:
         f = open(path, "rb")
         buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
@@ -113,5 +115,7 @@ def read_gguf(path: Path) -> tuple[dict[str, Any], dict[str, GGUFTensor]]:
         shape = tuple(reversed(dims))
         row_bytes = dims[0] // block * type_size
         raw = whole[start : start + nbytes].reshape(*shape[:-1], row_bytes)
+        if qtype in _PLAIN:  # unquantized types are read as their element type, as GGUFReader does
+            raw = raw.view(_PLAIN[qtype]).reshape(shape)
         tensors[name] = GGUFTensor(name, shape, qtype, raw)
     return metadata, tensors
