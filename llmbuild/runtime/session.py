@@ -17,11 +17,12 @@ class Session:
         self.tokenizer = load_tokenizer(self.model)
         self.eos = tuple(self.model.meta["eos_token_ids"])
         self.messages: list[dict[str, str]] = []
-        self.cached: list[int] = []  # token ids whose k/v rows are in the cache, in order
+        self.ids: list[int] = []  # the conversation so far, every prompt and reply token
+        self.cached: list[int] = []  # the prefix of `ids` whose k/v rows are in the cache
 
     def reset(self) -> None:
         self.model.reset()
-        self.messages, self.cached = [], []
+        self.messages, self.ids, self.cached = [], [], []
 
     def _feed(self, ids: list[int]) -> np.ndarray:
         """Bring the cache to `ids`: only the part after the common prefix is run."""
@@ -38,11 +39,13 @@ class Session:
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int, stream=None) -> list[int]:
         """Greedy reply to raw ids appended to the history; the reply joins the history too."""
-        logits = self._feed(self.cached + list(prompt_ids))
+        self.ids = self.ids + list(prompt_ids)
+        logits = self._feed(self.ids)
         out: list[int] = []
         while len(out) < max_new_tokens:
             token = int(np.argmax(logits))
             out.append(token)
+            self.ids.append(token)
             if stream is not None:
                 stream(token)
             if token in self.eos or len(out) == max_new_tokens:
@@ -53,14 +56,15 @@ class Session:
 
     def send(self, message: str, max_new_tokens: int = 128, stream=None) -> str:
         self.messages.append({"role": "user", "content": message})
-        ids = self.tokenizer.chat_ids(self.messages)
-        logits = self._feed(ids)
+        self.ids = self.tokenizer.chat_ids(self.messages)
+        logits = self._feed(self.ids)
         out: list[int] = []
         while len(out) < max_new_tokens:
             token = int(np.argmax(logits))
             if token in self.eos:
                 break
             out.append(token)
+            self.ids.append(token)
             if stream is not None:
                 stream(token)
             if len(out) == max_new_tokens:

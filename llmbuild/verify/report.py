@@ -33,7 +33,8 @@ def verify(recipe: Recipe) -> dict:
     worst = {"top_vs_source": 1.0, "tpu_vs_top": 1.0}
     for metrics, stage in walk:
         entry = metrics["stages"].get(stage)
-        where = f"layer {metrics['layer']}, stage {stage}"
+        layer = metrics["layer"]
+        where = f"net {stage}" if layer == "head" else f"layer {layer}, stage {stage}"
         if entry is None:
             failures.append(f"{where}: no reference check was recorded")
             continue

@@ -1,0 +1,247 @@
+"""The whole path, as a user runs it: snakemake builds every shipped recipe, the binaries run, and the
+results are checked against transformers computed here, independently of the build's own checks."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PROMPT = [1, 5, 9, 42]
+
+
+def _env(build: Path, recipes: Path | None = None) -> dict[str, str]:
+    env = dict(os.environ, LLMBUILD_BUILD_DIR=str(build), HF_HUB_OFFLINE="1")
+    if recipes is not None:
+        env["LLMBUILD_RECIPES"] = str(recipes)
+    return env
+
+
+def snakemake(build: Path, *args: str, recipes: Path | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "2", *args]
+    result = subprocess.run(cmd, cwd=ROOT, env=_env(build, recipes), capture_output=True, text=True, timeout=1800)
+    if check and result.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return result
+
+
+def llmbuild(build: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "llmbuild.cli", *args], cwd=ROOT, env=_env(build), capture_output=True, text=True,
+        timeout=600,
+    )
+
+
+def planned_jobs(build: Path, target: str, recipes: Path | None = None) -> dict[str, int]:
+    """The jobs a dry run would execute, by rule (from Snakemake's job-stats table)."""
+    out = snakemake(build, "-n", target, recipes=recipes).stdout
+    jobs: dict[str, int] = {}
+    lines = out.splitlines()
+    if "Job stats:" not in lines:
+        return jobs
+    for line in lines[lines.index("Job stats:") + 3 :]:
+        parts = line.split()
+        if len(parts) != 2 or parts[0] == "total":
+            break
+        jobs[parts[0]] = int(parts[1])
+    return jobs
+
+
+@pytest.fixture(scope="session")
+def build(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`snakemake --cores 2 all`: every shipped recipe, from clean, into a temporary build directory."""
+    out = tmp_path_factory.mktemp("llmbuild") / "build"
+    snakemake(out, "all")
+    return out
+
+
+def hf_generate(
+    checkpoint: Path, prompt: list[int], steps: int, stop_at_eos: bool = True
+) -> tuple[list[int], np.ndarray]:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    if not stop_at_eos:
+        model.generation_config.eos_token_id = None
+    with torch.no_grad():
+        first = model(torch.tensor([prompt])).logits[0, -1].numpy()
+        ids = model.generate(torch.tensor([prompt]), max_new_tokens=steps, do_sample=False, pad_token_id=0)
+    return ids[0, len(prompt) :].tolist(), first
+
+
+def run_json(build: Path, recipe: str, *extra: str) -> dict:
+    r = llmbuild(build, "run", recipe, "--prompt-ids", ",".join(map(str, PROMPT)), "--max-new-tokens", "32",
+                 "--json", *extra)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("recipe", ["qwen2_tiny_f32", "llama_tiny_f32", "qwen3_tiny_f32"])
+def test_f32_binary_generates_the_greedy_ids_of_transformers(build: Path, recipe: str) -> None:
+    got = run_json(build, recipe, "--ignore-eos")
+    want, _ = hf_generate(build / recipe / "checkpoint", PROMPT, 32, stop_at_eos=False)
+    assert got["ids"] == want and len(want) == 32
+    assert len(got["logits"]) == 32 and len(got["logits"][0]) == 512
+    # Stopping at the checkpoint's EOS, both stop at the same step.
+    stopping, _ = hf_generate(build / recipe / "checkpoint", PROMPT, 32)
+    assert run_json(build, recipe)["ids"] == stopping
+
+
+@pytest.mark.parametrize("recipe", ["qwen2_tiny_bf16", "llama_tiny_f16"])
+def test_low_precision_first_logits_match_transformers_f32(build: Path, recipe: str) -> None:
+    from llmbuild.verify.similarity import cosine
+
+    got = run_json(build, recipe)
+    _, first = hf_generate(build / recipe / "checkpoint", PROMPT, 1)
+    c = cosine(np.array(got["logits"][0]), first)
+    assert c >= 0.999, c
+    # and the precision is really lower: not an f32 binary under another name
+    assert c < 0.9999999
+
+
+def test_smollm2_answers_with_paris(build: Path) -> None:
+    r = llmbuild(build, "run", "smollm2_135m_bf16", "--prompt", "What is the capital of France?")
+    assert r.returncode == 0, r.stderr
+    assert "Paris" in r.stdout
+
+
+def test_every_build_passed_its_verification(build: Path) -> None:
+    from llmbuild.recipe import list_recipes
+
+    for recipe in list_recipes():
+        report = json.loads((build / recipe / "verify.json").read_text())
+        assert report["passed"] and report["checks"] > 0, recipe
+        assert report["worst_cosine"]["top_vs_source"] >= 0.9999, recipe
+
+
+def test_every_mlir_file_parses_with_upstream_mlir_opt(build: Path) -> None:
+    tool = shutil.which("mlir-opt-22") or shutil.which("mlir-opt")
+    if tool is None:
+        if os.environ.get("CI"):
+            pytest.fail("mlir-opt-22 is not installed (scripts/install.sh installs mlir-22-tools)")
+        pytest.skip("mlir-opt-22 not installed")
+    files = sorted(build.glob("*/layers/*/*.mlir")) + sorted(build.glob("*/head/*.mlir"))
+    assert len(files) > 100
+    # One mlir-opt call per file would take minutes: join them with the split marker instead.
+    joined = "\n// -----\n".join(f.read_text() for f in files)
+    r = subprocess.run([tool, "--allow-unregistered-dialect", "--split-input-file"], input=joined,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[:2000]
+    assert r.stdout.count("tpu.MatMul") > 0 and r.stdout.count("top.RMSNorm") > 0
+
+
+def test_second_run_has_nothing_to_do(build: Path) -> None:
+    assert planned_jobs(build, "all") == {}
+
+
+def test_layer_weights_are_stored_once_and_the_binary_is_deterministic(build: Path, tmp_path: Path) -> None:
+    from llmbuild.codegen.container import Container
+
+    binary = build / "qwen2_tiny_f32" / "qwen2_tiny_f32.llmb"
+    with Container(binary) as c:
+        weights = c.entries["weights"].size
+        meta = json.loads(bytes(c.section("meta")))
+    spec = meta["spec"]
+    params = spec["vocab_size"] * spec["hidden_size"] + spec["hidden_size"]  # tied embedding + final norm
+    params += spec["num_layers"] * sum(int(np.prod(s)) for s in _layer_shapes(spec))
+    assert weights < 1.2 * 4 * params + 4096 * (8 * spec["num_layers"] + 8), "weights stored more than once"
+    assert {n["stage"] for n in meta["nets"]} == {"prefill", "prefill_kv", "decode", "head"}
+
+    again = tmp_path / "build"
+    snakemake(again, "qwen2_tiny_f32")
+    assert (again / "qwen2_tiny_f32" / "qwen2_tiny_f32.llmb").read_bytes() == binary.read_bytes()
+    for f in sorted((build / "qwen2_tiny_f32" / "layers").glob("*/*.mlir")):
+        assert (again / f.relative_to(build)).read_text() == f.read_text()
+
+
+def _layer_shapes(spec: dict) -> list[tuple[int, ...]]:
+    h, d, f = spec["hidden_size"], spec["head_dim"], spec["intermediate_size"]
+    q, kv = spec["num_heads"] * d, spec["num_kv_heads"] * d
+    shapes = [(h,), (q, h), (kv, h), (kv, h), (h, q), (h,), (f, h), (f, h), (h, f)]
+    if spec["qkv_bias"]:
+        shapes += [(q,), (kv,), (kv,)]
+    return shapes
+
+
+def test_changing_one_field_reruns_only_what_depends_on_it(build: Path, tmp_path: Path) -> None:
+    recipes = tmp_path / "recipes"
+    shutil.copytree(ROOT / "recipes", recipes)
+    path = recipes / "qwen2_tiny_f32.yaml"
+    text = path.read_text()
+
+    path.write_text(text + "verify:\n  top_cosine: 0.98\n")
+    assert planned_jobs(build, "qwen2_tiny_f32", recipes) == {"verify": 1, "qwen2_tiny_f32": 1}
+
+    path.write_text(text.replace("mode: f32", "mode: bf16"))
+    jobs = planned_jobs(build, "qwen2_tiny_f32", recipes)
+    assert jobs == {"plan": 1, "head": 1, "layer": 4, "link": 1, "e2e": 1, "verify": 1, "qwen2_tiny_f32": 1}
+
+
+def test_a_failed_check_names_layer_stage_and_op_and_leaves_no_report(build: Path, tmp_path: Path) -> None:
+    recipes = tmp_path / "recipes"
+    shutil.copytree(ROOT / "recipes", recipes)
+    # bf16 cannot reach these tolerances: verification must fail, and say where first (the embedding
+    # table, rounded to bf16, is the first op of the model).
+    (recipes / "qwen2_tiny_strict.yaml").write_text(
+        "base: qwen2_tiny_bf16\nverify:\n  tpu_cosine: 1.0\n  tpu_euclid: 1.0\n"
+    )
+    out = tmp_path / "build"
+    result = snakemake(out, "qwen2_tiny_strict", recipes=recipes, check=False)
+    assert result.returncode != 0
+    assert not (out / "qwen2_tiny_strict" / "verify.json").exists()
+    log = (out / "qwen2_tiny_strict" / "logs" / "verify.log").read_text()
+    assert "net embedding: tpu vs top diverged at output hidden_states" in log, log
+    assert "first op: embed_tokens" in log, log
+    assert log.count("\n") == 1, "one line"
+    failed = json.loads((out / "qwen2_tiny_strict" / "verify.failed.json").read_text())
+    assert not failed["passed"]
+    assert any(f.startswith("layer 0, stage prefill: tpu vs top") and "first op: layers.0." in f
+               for f in failed["failures"]), failed["failures"]
+
+
+def test_bad_recipe_fails_before_any_work(tmp_path: Path) -> None:
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    (recipes / "bad.yaml").write_text(
+        "architecture: qwen2\nsource:\n  kind: synthetic\n  config: {model_type: qwen2}\n"
+        "stages:\n  seq_length: 16\n  prefill_length: 32\n"
+    )
+    out = tmp_path / "build"
+    r = subprocess.run([sys.executable, "-m", "llmbuild.cli", "prepare", str(recipes / "bad.yaml")], cwd=ROOT,
+                       env=_env(out), capture_output=True, text=True)
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and "bad.yaml:7" in r.stderr and "prefill_length" in r.stderr, r.stderr
+    assert not out.exists()
+
+
+def test_long_prompt_runs_in_chunks_through_prefill_kv(build: Path) -> None:
+    from llmbuild.runtime.model import CompiledModel
+
+    model = CompiledModel(build / "llama_tiny_f32" / "llama_tiny_f32.llmb")
+    prompt = [int(i) for i in np.random.default_rng(3).integers(3, 500, size=3 * model.L - 5)]
+    ids, _ = model.generate(prompt, 12)
+    want, _ = hf_generate(build / "llama_tiny_f32" / "checkpoint", prompt, 12)
+    assert ids == want
+    assert (model.counts.prefill, model.counts.prefill_kv) == (model.L, len(prompt) - model.L)
+
+
+def test_second_turn_reuses_the_cache_and_matches_transformers(build: Path) -> None:
+    from llmbuild.runtime.session import Session
+
+    s = Session(build / "qwen2_tiny_f32" / "qwen2_tiny_f32.llmb")
+    first = s.generate(PROMPT, 6)
+    second_prompt = [7, 8, 9, 10, 11]
+    second = s.generate(second_prompt, 6)
+    want, _ = hf_generate(build / "qwen2_tiny_f32" / "checkpoint", PROMPT + first + second_prompt, 6)
+    assert second == want
+    c = s.model.counts
+    assert c.prefill == len(PROMPT) and c.prefill_kv == 1 + len(second_prompt)  # last reply token + turn 2
+    assert c.prefill + c.prefill_kv + c.decode == len(s.ids) - 1  # every token once; the last is not fed yet
