@@ -13,6 +13,8 @@ rule layer:
         **params_for("compile"),
     resources:
         mem_mb=2000,
+    benchmark:
+        f"{BUILD}/{{recipe}}/benchmarks/layer_{{layer}}.tsv"
     log:
         f"{BUILD}/{{recipe}}/logs/layer_{{layer}}.log",
     shell:
@@ -31,6 +33,8 @@ rule head:
         **params_for("compile"),
     resources:
         mem_mb=2000,
+    benchmark:
+        f"{BUILD}/{{recipe}}/benchmarks/head.tsv"
     log:
         f"{BUILD}/{{recipe}}/logs/head.log",
     shell:
@@ -45,6 +49,8 @@ rule link:
         binary=f"{BUILD}/{{recipe}}/{{recipe}}.llmb",
     params:
         **params_for("compile"),
+    benchmark:
+        f"{BUILD}/{{recipe}}/benchmarks/link.tsv"
     log:
         f"{BUILD}/{{recipe}}/logs/link.log",
     shell:

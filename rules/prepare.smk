@@ -6,6 +6,8 @@ rule prepare:
         spec=f"{BUILD}/{{recipe}}/spec.json",
     params:
         **params_for("prepare"),
+    benchmark:
+        f"{BUILD}/{{recipe}}/benchmarks/prepare.tsv"
     log:
         f"{BUILD}/{{recipe}}/logs/prepare.log",
     shell:
@@ -19,6 +21,8 @@ rule plan:
         plan=f"{BUILD}/{{recipe}}/plan.json",
     params:
         **params_for("plan"),
+    benchmark:
+        f"{BUILD}/{{recipe}}/benchmarks/plan.tsv"
     log:
         f"{BUILD}/{{recipe}}/logs/plan.log",
     shell:

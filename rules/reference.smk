@@ -9,6 +9,8 @@ rule reference:
         **params_for("reference"),
     resources:
         mem_mb=4000,
+    benchmark:
+        f"{BUILD}/{{recipe}}/benchmarks/reference.tsv"
     log:
         f"{BUILD}/{{recipe}}/logs/reference.log",
     shell:

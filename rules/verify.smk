@@ -8,6 +8,8 @@ rule e2e:
         e2e=f"{BUILD}/{{recipe}}/e2e.json",
     params:
         **params_for("e2e"),
+    benchmark:
+        f"{BUILD}/{{recipe}}/benchmarks/e2e.tsv"
     log:
         f"{BUILD}/{{recipe}}/logs/e2e.log",
     shell:
@@ -23,6 +25,8 @@ rule verify:
         report=f"{BUILD}/{{recipe}}/verify.json",
     params:
         **params_for("verify"),
+    benchmark:
+        f"{BUILD}/{{recipe}}/benchmarks/verify.tsv"
     log:
         f"{BUILD}/{{recipe}}/logs/verify.log",
     shell:
