@@ -91,3 +91,8 @@ class Device:
             if n == name:
                 return self.read(prog.tensors[t]).copy()
         raise KeyError(f"{prog.net} has no output {name}")
+
+    def copy_rows(self, src: TensorDesc, dst: TensorDesc, at: int, rows: int) -> None:
+        """Rows [0, rows) of `src` into rows [at, at+rows) of `dst` (axis 1), as stored bytes: how the
+        runtime appends a net's new k/v rows to a layer's cache."""
+        self._raw(dst)[0, at : at + rows] = self._raw(src)[0, :rows]

@@ -1,9 +1,13 @@
-"""Loads a deployable binary onto a simulated device and runs its nets: the runtime loop of the chip.
+"""Loads a deployable binary and runs its nets: the runtime loop of the chip.
 
 First chunk: `embedding` -> every `block_i` -> copy each layer's new k/v rows into its cache -> `lm_head`.
 Later chunks of a long prompt (and later turns): `block_kv_i` on top of the cached history.
 Each generated token: `embedding_cache` -> every `block_cache_i` -> the new k/v row written in place at
 the current position -> `lm_head`.
+
+The loop is the same on both executors: the simulated device (`faithful=True`, every value through
+global memory at its address: the verification path) and the host path (`runtime/host.py`: the same
+programs on numpy arrays, bit-identical and much faster).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -21,6 +26,20 @@ from llmbuild.codegen.program import Program, TensorDesc
 from llmbuild.numerics import masks
 from llmbuild.passes.memory_plan import MemoryPlan, Slot
 from llmbuild.runtime.device import Device
+from llmbuild.runtime.host import HostExecutor
+
+
+class Executor(Protocol):
+    """What the runtime loop needs from an executor (`Device` or `HostExecutor`)."""
+
+    def set_input(self, prog: Program, name: str, value: np.ndarray) -> None: ...
+    def run(self, prog: Program) -> None: ...
+    def get_output(self, prog: Program, name: str) -> np.ndarray: ...
+    def copy_rows(self, src: TensorDesc, dst: TensorDesc, at: int, rows: int) -> None: ...
+
+
+class CacheFullError(LlmbuildError):
+    """The KV cache cannot take the tokens asked for (a conversation reached the capacity S)."""
 
 
 def _desc(slot: Slot) -> TensorDesc:
@@ -35,20 +54,30 @@ class StageCounts:
 
 
 class CompiledModel:
-    """One binary on one simulated device, with its KV cache."""
+    """One binary on one executor, with its KV cache."""
 
-    def __init__(self, path: Path):
-        self.path = path
-        self.container = Container(path)
+    def __init__(self, path: Path, faithful: bool = True):
+        self.path = Path(path)
+        self.faithful = faithful
+        self.container = Container(self.path)
         self.meta = json.loads(bytes(self.container.section("meta")))
         self.plan = MemoryPlan.from_json(bytes(self.container.section("plan")).decode())
         self.num_layers = int(self.meta["spec"]["num_layers"])
         self.S = int(self.meta["seq_length"])
         self.L = int(self.meta["prefill_length"])
-        self.device = Device(int(self.meta["memory"]["total_bytes"]), tuple(self.plan.regions["weight"]))
-        self.device.load_bytes(0, self.container.section("weights"))
+        weight_region = tuple(self.plan.regions["weight"])
+        self.device: Executor
+        if faithful:
+            device = Device(int(self.meta["memory"]["total_bytes"]), weight_region)
+            device.load_bytes(0, self.container.section("weights"))
+            self.device = device
+        else:
+            self.device = HostExecutor(self.container.section("weights"), weight_region)
         self.nets: dict[str, Program] = {
             n["name"]: programs.decode(self.container.section(n["section"])) for n in self.meta["nets"]
+        }
+        self._kv = {
+            (i, which): _desc(self.plan.kv[f"layers.{i}.{which}"]) for i in range(self.num_layers) for which in "kv"
         }
         self.history = 0  # rows of the KV cache that hold real tokens
         self.counts = StageCounts()
@@ -58,6 +87,12 @@ class CompiledModel:
     def reset(self) -> None:
         self.history = 0
 
+    def truncate(self, rows: int) -> None:
+        """Forget the cache rows from `rows` on: they are masked from now on and overwritten later."""
+        if not 0 <= rows <= self.history:
+            raise ValueError(f"truncate to {rows} rows: the cache holds {self.history}")
+        self.history = rows
+
     def _run(self, net: str, inputs: dict[str, np.ndarray]) -> Program:
         prog = self.nets[net]
         for name, value in inputs.items():
@@ -66,13 +101,13 @@ class CompiledModel:
         return prog
 
     def _store_kv(self, layer: int, prog: Program, rows: int) -> None:
-        for which in ("k", "v"):
-            new = self.device._raw(prog.tensors[dict(prog.outputs)[f"present_{which}"]])
-            cache = self.device._raw(_desc(self.plan.kv[f"layers.{layer}.{which}"]))
-            cache[0, self.history : self.history + rows] = new[0, :rows]
+        outputs = dict(prog.outputs)
+        for which in "kv":
+            src = prog.tensors[outputs[f"present_{which}"]]
+            self.device.copy_rows(src, self._kv[layer, which], self.history, rows)
 
-    def _logits(self, hidden_slot: Slot, row: int) -> np.ndarray:
-        hidden = self.device.read(_desc(hidden_slot))[0, row]
+    def _logits(self, last_block: Program, row: int) -> np.ndarray:
+        hidden = self.device.get_output(last_block, "hidden_states")[0, row]
         prog = self._run("lm_head", {"hidden_states": hidden.reshape(1, -1)})
         return self.device.get_output(prog, "logits")[0]
 
@@ -82,7 +117,7 @@ class CompiledModel:
         if not 0 < n <= self.L:
             raise LlmbuildError(f"a chunk holds 1..{self.L} tokens, got {n}")
         if self.history + n > self.S:
-            raise LlmbuildError(
+            raise CacheFullError(
                 f"KV cache full: {self.history} + {n} tokens exceed the sequence capacity {self.S}"
             )
         padded = np.zeros((1, self.L), dtype=np.int32)
@@ -93,6 +128,7 @@ class CompiledModel:
             pos, mask = masks.prefill(n, self.L, self.S)
         else:
             pos, mask = masks.prefill_kv(n, self.history, self.L, self.S)
+        prog = self.nets["embedding"]
         for i in range(self.num_layers):
             net = f"block_{i}" if first else f"block_kv_{i}"
             prog = self._run(net, {"position_ids": pos, "attention_mask": mask})
@@ -102,19 +138,19 @@ class CompiledModel:
         else:
             self.counts.prefill_kv += n
         self.history += n
-        return self._logits(self.plan.hidden_binding(self.num_layers - 1, True), n - 1)
+        return self._logits(prog, n - 1)
 
     def decode_token(self, token: int) -> np.ndarray:
         if self.history >= self.S:
-            raise LlmbuildError(f"KV cache full: {self.history} tokens fill the sequence capacity {self.S}")
-        self._run("embedding_cache", {"input_ids": np.array([[token]], dtype=np.int32)})
+            raise CacheFullError(f"KV cache full: {self.history} tokens fill the sequence capacity {self.S}")
+        prog = self._run("embedding_cache", {"input_ids": np.array([[token]], dtype=np.int32)})
         pos, mask = masks.decode(self.history, self.S)
         for i in range(self.num_layers):
             prog = self._run(f"block_cache_{i}", {"position_ids": pos, "attention_mask": mask})
             self._store_kv(i, prog, 1)
         self.counts.decode += 1
         self.history += 1
-        return self._logits(self.plan.hidden_binding(self.num_layers - 1, True), 0)
+        return self._logits(prog, 0)
 
     def prefill(self, ids: list[int]) -> np.ndarray:
         """A prompt of any length: the first chunk by `prefill`, the rest by `prefill_kv`."""

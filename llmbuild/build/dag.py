@@ -1,0 +1,76 @@
+"""What the Snakefile asks of a recipe while it builds the DAG: layer counts and rerun digests.
+
+Each rule takes, as params, a digest of exactly the recipe fields its step depends on, plus a digest
+of llmbuild's own code: Snakemake reruns a step when one of them changes, and only then.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from functools import cache
+from pathlib import Path
+
+from llmbuild.recipe import load_recipe, section_digest
+from llmbuild.recipe.schema import Recipe
+
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
+
+# Which recipe sections each step reads. `verify` is split: the reference run depends on the prompt
+# and the generation length; the tolerances only matter to the final verify step.
+STEP_SECTIONS = {
+    "prepare": ("source", "architecture"),
+    "reference": ("source", "architecture", "stages"),
+    "plan": ("source", "architecture", "quantization", "target", "stages"),
+    "compile": ("source", "architecture", "quantization", "target", "stages"),
+    "verify": ("verify",),
+}
+GENERATION_FIELDS = ("prompt", "prompt_ids", "max_new_tokens")
+
+
+@cache
+def recipe(name: str) -> Recipe:
+    return load_recipe(name)
+
+
+@cache
+def code_digest() -> str:
+    """sha256 over llmbuild's Python sources and data: a new compiler means new outputs."""
+    h = hashlib.sha256()
+    for path in sorted(PACKAGE_DIR.rglob("*")):
+        if path.is_file() and path.suffix in (".py", ".yaml", ".txt", ".json") and "__pycache__" not in path.parts:
+            h.update(str(path.relative_to(PACKAGE_DIR)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def digest(name: str, step: str) -> str:
+    r = recipe(name)
+    d = section_digest(r, *STEP_SECTIONS["reference" if step == "e2e" else step])
+    if step in ("reference", "e2e"):
+        gen = {k: r.raw.get("verify", {}).get(k) for k in GENERATION_FIELDS}
+        d = hashlib.sha256((d + json.dumps(gen, sort_keys=True)).encode()).hexdigest()
+    if step == "e2e":
+        d = hashlib.sha256((d + section_digest(r, *STEP_SECTIONS["compile"])).encode()).hexdigest()
+    return d[:16]
+
+
+@cache
+def layer_count(r: Recipe | str) -> int:
+    if isinstance(r, str):
+        r = recipe(r)
+    src = r.source
+    if src.kind == "synthetic":
+        assert src.config is not None
+        return int(src.config["num_hidden_layers"])
+    if src.kind == "hf":
+        assert src.path is not None
+        cfg = json.loads((Path(src.path) / "config.json").read_text())
+        cfg = cfg.get("text_config", cfg)
+        return int(cfg["num_hidden_layers"])
+    from llmbuild.frontend import gguf_file
+    from llmbuild.frontend.gguf_source import gguf_metadata
+
+    meta = gguf_metadata(gguf_file(src))
+    arch = meta["general.architecture"]
+    return int(meta[f"{arch}.block_count"])

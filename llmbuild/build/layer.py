@@ -1,0 +1,61 @@
+"""`llmbuild layer RECIPE --layer I`: import, lower and generate one transformer layer's three stages.
+
+Reads only this layer's tensors from the checkpoint (a 7B build never holds the model), writes the
+TopOp and TpuOp modules of `block_i`, `block_kv_i` and `block_cache_i`, the layer's weights once
+(safetensors, as imported), an object file with the three programs and the device-format weights, and
+metrics.json comparing every stage against the reference.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from safetensors.numpy import save_file
+
+from llmbuild.build.compile_net import compile_net
+from llmbuild.build.paths import BuildPaths, read_spec, shapes_of, write_json
+from llmbuild.build.weights_blob import chunk_section_name, weight_chunk
+from llmbuild.codegen.container import write_container
+from llmbuild.codegen.program import encode
+from llmbuild.frontend import open_source
+from llmbuild.importer.nets import ROPE_COS, ROPE_SIN, STAGES, build_block
+from llmbuild.importer.rope import rope_tables
+from llmbuild.passes.memory_plan import MemoryPlan
+from llmbuild.recipe.schema import Recipe
+from llmbuild.verify.layer_check import check_net
+
+
+def build_layer(recipe: Recipe, layer: int) -> None:
+    paths = BuildPaths.of(recipe)
+    spec = read_spec(paths.spec)
+    shapes = shapes_of(recipe)
+    plan = MemoryPlan.read(paths.plan)
+    out = paths.layer_dir(layer)
+    out.mkdir(parents=True, exist_ok=True)
+
+    source = open_source(recipe.source, paths.checkpoint)
+    weights = {name: source.tensor(name) for name in spec.layer_tensor_names(layer)}
+    tmp = out / "weights.safetensors.tmp"
+    save_file({k: np.ascontiguousarray(v, dtype=np.float32) for k, v in weights.items()}, str(tmp))
+    tmp.replace(out / "weights.safetensors")
+    cos, sin = rope_tables(spec, shapes.seq_length)
+    rope = {ROPE_COS: cos, ROPE_SIN: sin}
+
+    compiled = [
+        compile_net(build_block(spec, layer, stage, shapes), plan, recipe.quantization.mode,
+                    recipe.target.chip, out)
+        for stage in STAGES
+    ]
+    base, blob = weight_chunk(plan, weights)
+    sections = [(f"net:{c.name}", [encode(c.program)]) for c in compiled]
+    sections.append((chunk_section_name(base), [blob]))
+    write_container(paths.layer_object(layer), sections)
+
+    metrics = {"layer": layer, "stages": {}}
+    if paths.reference.is_file():
+        from llmbuild.verify.reference import load_reference
+
+        ref = load_reference(paths.reference, (f"layers.{layer}.",))
+        lookup = {**weights, **rope}
+        for stage, c in zip(STAGES, compiled, strict=True):
+            metrics["stages"][stage] = check_net(c, stage, layer, ref, lookup, plan, shapes)
+    write_json(paths.layer_metrics(layer), metrics)

@@ -1,0 +1,112 @@
+"""`llmbuild link RECIPE`: one deployable binary from the head object and every layer object.
+
+The weight image is streamed chunk by chunk in address order (never the whole model in memory); each
+layer's weights appear once and are shared by its three stage programs. The build fails here, with the
+numbers, when the chip's device memory cannot hold weights + KV cache + IO + activations.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import asdict
+
+from llmbuild import LlmbuildError, __version__
+from llmbuild.build.paths import BuildPaths, read_spec, shapes_of, tokenizer_dir, write_json
+from llmbuild.build.weights_blob import parse_chunk_section
+from llmbuild.codegen.container import Container, write_container
+from llmbuild.codegen.program import decode
+from llmbuild.frontend.tokenizer_files import read_tokenizer_bundle
+from llmbuild.passes.memory_plan import MemoryPlan, align
+from llmbuild.recipe.schema import Recipe
+from llmbuild.target import load_chip
+
+
+def _weight_image(objects: list[Container], size: int) -> Iterator[bytes]:
+    chunks = []
+    for obj in objects:
+        for name in obj.names():
+            addr = parse_chunk_section(name)
+            if addr is not None:
+                chunks.append((addr, obj, name))
+    cursor = 0
+    for addr, obj, name in sorted(chunks, key=lambda c: c[0]):
+        if addr < cursor:
+            raise LlmbuildError(f"{obj.path}: weight chunk at {addr:#x} overlaps the previous one")
+        if addr > cursor:
+            yield bytes(addr - cursor)
+        yield from obj.chunks(name)
+        cursor = addr + obj.entries[name].size
+    if cursor > size:
+        raise LlmbuildError(f"weight image ends at {cursor:#x}, past the planned region {size:#x}")
+    yield bytes(size - cursor)
+
+
+def memory_report(plan: MemoryPlan, activation_bytes: int, device_bytes: int) -> dict:
+    regions = {name: {"base": base, "bytes": size} for name, (base, size) in plan.regions.items()}
+    regions["activation"] = {"base": plan.activation_base, "bytes": align(activation_bytes, plan.alignment)}
+    total = plan.activation_base + regions["activation"]["bytes"]
+    return {"regions": regions, "total_bytes": total, "device_bytes": device_bytes}
+
+
+def check_fits(recipe: Recipe, report: dict) -> None:
+    total, limit = report["total_bytes"], report["device_bytes"]
+    if total > limit:
+        parts = ", ".join(f"{k} {v['bytes'] / 2**20:.1f} MiB" for k, v in report["regions"].items())
+        raise LlmbuildError(
+            f"{recipe.path}: target.chip: {recipe.target.chip} has {limit / 2**30:.2f} GiB of device memory, "
+            f"the model needs {total / 2**30:.2f} GiB ({parts})"
+        )
+
+
+def link(recipe: Recipe) -> None:
+    paths = BuildPaths.of(recipe)
+    spec = read_spec(paths.spec)
+    shapes = shapes_of(recipe)
+    plan = MemoryPlan.read(paths.plan)
+    chip = load_chip(recipe.target.chip)
+    objects = [Container(paths.head_object)] + [
+        Container(paths.layer_object(i)) for i in range(spec.num_layers)
+    ]
+    nets = []
+    activation = 0
+    for obj in objects:
+        for name in obj.names():
+            if name.startswith("net:"):
+                prog = decode(obj.section(name))
+                activation = max(activation, prog.activation_bytes)
+                nets.append((prog.layer, name, prog, obj))
+    order = {"embedding": 0, "embedding_cache": 1, "lm_head": 3}
+    nets.sort(key=lambda n: (order.get(n[2].net, 2), n[0], n[2].stage))
+    report = memory_report(plan, activation, chip.device_memory_bytes)
+    check_fits(recipe, report)
+
+    bundle = read_tokenizer_bundle(tokenizer_dir(recipe, paths))
+    meta = {
+        "format": "llmbuild",
+        "llmbuild_version": __version__,
+        "recipe": recipe.name,
+        "spec": asdict(spec),
+        "mode": recipe.quantization.mode,
+        "chip": recipe.target.chip,
+        "seq_length": shapes.seq_length,
+        "prefill_length": shapes.prefill_length,
+        "nets": [{"name": p.net, "stage": p.stage, "layer": layer, "section": name} for layer, name, p, _ in nets],
+        "memory": report,
+        "bos_token_id": bundle.bos_token_id,
+        "eos_token_ids": list(bundle.eos_token_ids or spec.eos_token_ids),
+        "chat_template": bundle.chat_template,
+    }
+    sections = [
+        ("meta", [json.dumps(meta, indent=1, sort_keys=True).encode()]),
+        ("plan", [plan.to_json().encode()]),
+        ("tokenizer", [bundle.tokenizer_json.encode()]),
+        ("weights", _weight_image(objects, plan.regions["weight"][1])),
+    ]
+    sections += [(name, [bytes(obj.section(name))]) for _, name, _, obj in nets]
+    write_container(paths.binary(recipe.name), sections)
+    write_json(paths.root / "memory.json", report)
+    print(
+        f"{recipe.name}: {paths.binary(recipe.name)} — device memory {report['total_bytes'] / 2**20:.1f} MiB "
+        f"of {chip.device_memory_bytes / 2**30:.1f} GiB on {chip.name}"
+    )

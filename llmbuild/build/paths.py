@@ -1,0 +1,109 @@
+"""Where each artifact of a recipe's build lives: `build/<recipe>/...` (or $LLMBUILD_BUILD_DIR)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from llmbuild import LlmbuildError
+from llmbuild.frontend.spec import ModelSpec
+from llmbuild.importer.nets import Shapes
+from llmbuild.recipe.schema import Recipe
+
+
+def build_root() -> Path:
+    return Path(os.environ.get("LLMBUILD_BUILD_DIR", "build"))
+
+
+@dataclass(frozen=True)
+class BuildPaths:
+    root: Path
+
+    @staticmethod
+    def of(recipe: Recipe) -> BuildPaths:
+        return BuildPaths(build_root() / recipe.name)
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.root / "checkpoint"
+
+    @property
+    def spec(self) -> Path:
+        return self.root / "spec.json"
+
+    @property
+    def reference(self) -> Path:
+        return self.root / "reference.safetensors"
+
+    @property
+    def plan(self) -> Path:
+        return self.root / "plan.json"
+
+    def layer_dir(self, layer: int) -> Path:
+        return self.root / "layers" / str(layer)
+
+    def layer_object(self, layer: int) -> Path:
+        return self.layer_dir(layer) / "layer.llmo"
+
+    def layer_metrics(self, layer: int) -> Path:
+        return self.layer_dir(layer) / "metrics.json"
+
+    @property
+    def head_dir(self) -> Path:
+        return self.root / "head"
+
+    @property
+    def head_object(self) -> Path:
+        return self.head_dir / "head.llmo"
+
+    @property
+    def head_metrics(self) -> Path:
+        return self.head_dir / "metrics.json"
+
+    def binary(self, name: str) -> Path:
+        return self.root / f"{name}.llmb"
+
+    @property
+    def verify(self) -> Path:
+        return self.root / "verify.json"
+
+    @property
+    def e2e(self) -> Path:
+        return self.root / "e2e.json"
+
+
+def tokenizer_dir(recipe: Recipe, paths: BuildPaths) -> Path:
+    if recipe.source.kind == "hf":
+        assert recipe.source.path is not None
+        return Path(recipe.source.path)
+    return paths.checkpoint
+
+
+def shapes_of(recipe: Recipe) -> Shapes:
+    return Shapes(recipe.stages.seq_length, recipe.stages.prefill_length)
+
+
+def write_spec(spec: ModelSpec, path: Path) -> None:
+    write_text_atomic(path, json.dumps(asdict(spec), indent=1, sort_keys=True) + "\n")
+
+
+def read_spec(path: Path) -> ModelSpec:
+    if not path.is_file():
+        raise LlmbuildError(f"{path}: missing; run `llmbuild prepare` (or snakemake) first")
+    d = json.loads(path.read_text())
+    d["eos_token_ids"] = tuple(d["eos_token_ids"])
+    d["rope_scaling"] = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in d["rope_scaling"])
+    return ModelSpec(**d)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_json(path: Path, data: object) -> None:
+    write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")

@@ -1,0 +1,25 @@
+"""`llmbuild prepare RECIPE` and `llmbuild plan RECIPE`: the checkpoint, the model spec, the memory plan."""
+
+from __future__ import annotations
+
+from llmbuild.build.paths import BuildPaths, read_spec, shapes_of, write_spec, write_text_atomic
+from llmbuild.frontend import open_source, prepare_checkpoint
+from llmbuild.passes.memory_plan import make_plan
+from llmbuild.recipe.schema import Recipe
+from llmbuild.target import load_chip
+
+
+def prepare(recipe: Recipe) -> None:
+    paths = BuildPaths.of(recipe)
+    paths.root.mkdir(parents=True, exist_ok=True)
+    prepare_checkpoint(recipe.source, paths.checkpoint)
+    spec = open_source(recipe.source, paths.checkpoint).spec
+    write_spec(spec, paths.spec)
+
+
+def plan(recipe: Recipe) -> None:
+    paths = BuildPaths.of(recipe)
+    spec = read_spec(paths.spec)
+    chip = load_chip(recipe.target.chip)
+    memory = make_plan(spec, shapes_of(recipe), recipe.quantization.mode, chip.global_alignment)
+    write_text_atomic(paths.plan, memory.to_json() + "\n")

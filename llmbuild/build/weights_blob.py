@@ -1,0 +1,34 @@
+"""Weights in the device's storage format, as (address, bytes) chunks for the linker."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from llmbuild import LlmbuildError
+from llmbuild.numerics.formats import encode
+from llmbuild.passes.memory_plan import MemoryPlan
+
+
+def weight_chunk(plan: MemoryPlan, tensors: Mapping[str, np.ndarray]) -> tuple[int, bytes]:
+    """One contiguous chunk covering `tensors` at their planned addresses (gaps are zero)."""
+    slots = sorted(((plan.weights[n], n) for n in tensors), key=lambda s: s[0].address)
+    base = slots[0][0].address
+    end = max(s.address + s.nbytes for s, _ in slots)
+    buf = bytearray(end - base)
+    for slot, name in slots:
+        value = np.asarray(tensors[name])
+        if tuple(value.shape) != tuple(slot.shape):
+            raise LlmbuildError(f"tensor {name}: shape {list(value.shape)}, expected {list(slot.shape)}")
+        raw = encode(value.astype(np.float32), slot.dtype).tobytes()
+        buf[slot.address - base : slot.address - base + len(raw)] = raw
+    return base, bytes(buf)
+
+
+def chunk_section_name(address: int) -> str:
+    return f"weights@{address:016x}"
+
+
+def parse_chunk_section(name: str) -> int | None:
+    return int(name.split("@", 1)[1], 16) if name.startswith("weights@") else None
