@@ -12,31 +12,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import ROOT, _env, hf_generate, llmbuild, snakemake
 
-ROOT = Path(__file__).resolve().parent.parent
 PROMPT = [1, 5, 9, 42]
-
-
-def _env(build: Path, recipes: Path | None = None) -> dict[str, str]:
-    env = dict(os.environ, LLMBUILD_BUILD_DIR=str(build), HF_HUB_OFFLINE="1")
-    if recipes is not None:
-        env["LLMBUILD_RECIPES"] = str(recipes)
-    return env
-
-
-def snakemake(build: Path, *args: str, recipes: Path | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "snakemake", "--cores", "2", *args]
-    result = subprocess.run(cmd, cwd=ROOT, env=_env(build, recipes), capture_output=True, text=True, timeout=1800)
-    if check and result.returncode != 0:
-        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
-    return result
-
-
-def llmbuild(build: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "llmbuild.cli", *args], cwd=ROOT, env=_env(build), capture_output=True, text=True,
-        timeout=600,
-    )
 
 
 def planned_jobs(build: Path, target: str, recipes: Path | None = None) -> dict[str, int]:
@@ -55,26 +33,11 @@ def planned_jobs(build: Path, target: str, recipes: Path | None = None) -> dict[
 
 
 @pytest.fixture(scope="session")
-def build(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`snakemake --cores 2 all`: every shipped recipe, from clean, into a temporary build directory."""
-    out = tmp_path_factory.mktemp("llmbuild") / "build"
-    snakemake(out, "all")
-    return out
-
-
-def hf_generate(
-    checkpoint: Path, prompt: list[int], steps: int, stop_at_eos: bool = True
-) -> tuple[list[int], np.ndarray]:
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
-    if not stop_at_eos:
-        model.generation_config.eos_token_id = None
-    with torch.no_grad():
-        first = model(torch.tensor([prompt])).logits[0, -1].numpy()
-        ids = model.generate(torch.tensor([prompt]), max_new_tokens=steps, do_sample=False, pad_token_id=0)
-    return ids[0, len(prompt) :].tolist(), first
+def build(build_root: Path) -> Path:
+    """`snakemake --cores 2 all`: every shipped recipe, from clean, into the session's build directory
+    (shared with the runtime tests: Snakemake builds what is missing, nothing twice)."""
+    snakemake(build_root, "all")
+    return build_root
 
 
 def run_json(build: Path, recipe: str, *extra: str) -> dict:

@@ -12,6 +12,7 @@ import numpy as np
 from safetensors.numpy import save_file
 
 from llmbuild.build.compile_net import compile_net
+from llmbuild.build.modes import require_compiled_mode
 from llmbuild.build.paths import BuildPaths, read_spec, shapes_of, write_json
 from llmbuild.build.weights_blob import chunk_section_name, weight_chunk
 from llmbuild.codegen.container import write_container
@@ -25,6 +26,7 @@ from llmbuild.verify.layer_check import check_net
 
 
 def build_layer(recipe: Recipe, layer: int) -> None:
+    require_compiled_mode(recipe)
     paths = BuildPaths.of(recipe)
     spec = read_spec(paths.spec)
     shapes = shapes_of(recipe)

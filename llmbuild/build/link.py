@@ -96,6 +96,10 @@ def link(recipe: Recipe) -> None:
         "bos_token_id": bundle.bos_token_id,
         "eos_token_ids": list(bundle.eos_token_ids or spec.eos_token_ids),
         "chat_template": bundle.chat_template,
+        # The strings chat templates see as bos_token, eos_token, ... (transformers' special_tokens_map).
+        "special_tokens": {
+            k: v for k in ("bos_token", "eos_token", "unk_token", "pad_token") if (v := getattr(bundle, k)) is not None
+        },
     }
     sections = [
         ("meta", [json.dumps(meta, indent=1, sort_keys=True).encode()]),

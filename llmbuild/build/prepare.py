@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from llmbuild.build.modes import require_compiled_mode
 from llmbuild.build.paths import BuildPaths, read_spec, shapes_of, write_spec, write_text_atomic
 from llmbuild.frontend import open_source, prepare_checkpoint
 from llmbuild.passes.memory_plan import make_plan
@@ -18,6 +19,7 @@ def prepare(recipe: Recipe) -> None:
 
 
 def plan(recipe: Recipe) -> None:
+    require_compiled_mode(recipe)
     paths = BuildPaths.of(recipe)
     spec = read_spec(paths.spec)
     chip = load_chip(recipe.target.chip)

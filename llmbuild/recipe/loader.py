@@ -438,16 +438,35 @@ def _resolve_path(node: Node) -> Path:
     return path if path.is_absolute() else (node.loc.file.parent / path).resolve()
 
 
-def _locate_checkpoint(out: _Checked) -> Path | None:
-    """Check the checkpoint is on disk (without reading it); return the file or directory."""
+def _config_file(out: _Checked) -> Path | None:
+    """The shipped config.json of an hf recipe (`source.config_file`), checked to exist."""
+    node = out.given.get("source.config_file")
+    if node is None:
+        return None
+    path = _resolve_path(node)
+    if not path.is_file():
+        raise _fail(node.loc, "source.config_file", f"expected a config.json file, got {path} (not found)")
+    return path
+
+
+def _locate_checkpoint(out: _Checked, require_checkpoint: bool = True) -> Path | None:
+    """Check the checkpoint is on disk (without reading it); return the file or directory.
+
+    With `require_checkpoint=False` an hf recipe that ships `source.config_file` may lack its checkpoint:
+    the (absent) directory is returned and readers of the config fall back to the shipped file.
+    """
     source, given = out.raw["source"], out.given
     hint = f"or set {MODELS_ENV} to the folder holding it"
     if source["kind"] == "hf":
         node = given["source.path"]
         path = _resolve_path(node)
+        config_file = _config_file(out)
+        if config_file is not None and not require_checkpoint:
+            return path
         if not path.exists():
+            also = "; `llmbuild estimate` needs only source.config_file" if config_file is not None else ""
             raise _fail(node.loc, "source.path", f"checkpoint directory {path} not found (put the "
-                                                 f"Hugging Face checkpoint there, {hint})")
+                                                 f"Hugging Face checkpoint there, {hint}){also}")
         if not (path / "config.json").is_file():
             raise _fail(node.loc, "source.path", f"expected a Hugging Face checkpoint directory holding "
                                                  f"config.json, got {path} without it")
@@ -508,10 +527,26 @@ def default_recipes_dir() -> Path:
     return Path(os.environ.get(RECIPES_ENV) or "recipes")
 
 
-def list_recipes(recipes_dir: Path | None = None) -> list[str]:
-    """Sorted names of the recipes in `recipes_dir`; files starting with `_` are bases, not recipes."""
+def list_recipes(recipes_dir: Path | None = None, buildable_only: bool = False) -> list[str]:
+    """Sorted names of the recipes in `recipes_dir`; files starting with `_` are bases, not recipes.
+
+    `buildable_only` leaves out recipes that say `build: false` (estimate-only): what `snakemake all`
+    builds. It reads each file and its bases, but neither renders templates nor looks for checkpoints.
+    """
     directory = Path(recipes_dir) if recipes_dir is not None else default_recipes_dir()
-    return sorted(p.stem for p in directory.glob("*.yaml") if not p.name.startswith("_"))
+    names = sorted(p.stem for p in directory.glob("*.yaml") if not p.name.startswith("_"))
+    if buildable_only:
+        names = [n for n in names if _build_flag(directory / f"{n}.yaml")]
+    return names
+
+
+def _build_flag(path: Path) -> bool:
+    node = _load_tree(path).value.get("build")
+    if node is None or node.value is None:
+        return True
+    if not isinstance(node.value, bool):
+        raise _fail(node.loc, "build", f"expected a boolean, got {_describe(node.value)}")
+    return node.value
 
 
 def _find(name_or_path: str | Path, recipes_dir: Path | None) -> Path:
@@ -530,8 +565,12 @@ def _find(name_or_path: str | Path, recipes_dir: Path | None) -> Path:
     return path
 
 
-def load_recipe(name_or_path: str | Path, recipes_dir: Path | None = None) -> Recipe:
-    """Load, merge, render and fully validate a recipe; raise LlmbuildError (one line) on any fault."""
+def load_recipe(name_or_path: str | Path, recipes_dir: Path | None = None, require_checkpoint: bool = True) -> Recipe:
+    """Load, merge, render and fully validate a recipe; raise LlmbuildError (one line) on any fault.
+
+    `require_checkpoint=False` is for tools that need only the model's shape (`llmbuild estimate`): an
+    hf recipe with an existing `source.config_file` then loads without its checkpoint directory.
+    """
     path = _find(name_or_path, recipes_dir)
     name = path.stem
     tree = _load_tree(path)
@@ -540,11 +579,13 @@ def load_recipe(name_or_path: str | Path, recipes_dir: Path | None = None) -> Re
     out = _Checked(raw={}, given={}, sections={})
     out.raw = _check_section("", tree, out)
     _check_rules(out, path)
-    checkpoint = _locate_checkpoint(out)
-    return _build(name, path, out.raw, checkpoint)
+    checkpoint = _locate_checkpoint(out, require_checkpoint)
+    config_file = _config_file(out)
+    return _build(name, path, out.raw, checkpoint, config_file)
 
 
-def _build(name: str, path: Path, raw: dict[str, Any], checkpoint: Path | None) -> Recipe:
+def _build(name: str, path: Path, raw: dict[str, Any], checkpoint: Path | None,
+           config_file: Path | None) -> Recipe:
     src, verify = raw["source"], raw["verify"]
     prompt_ids = tuple(verify["prompt_ids"]) if verify["prompt_ids"] is not None else None
     return Recipe(
@@ -559,12 +600,14 @@ def _build(name: str, path: Path, raw: dict[str, Any], checkpoint: Path | None) 
             file=src["file"],
             config=copy.deepcopy(src["config"]),
             seed=src["seed"],
+            config_file=str(config_file) if config_file is not None else None,
         ),
         architecture=raw["architecture"],
         quantization=QuantConfig(**raw["quantization"]),
         target=TargetConfig(**raw["target"]),
         stages=StagesConfig(**raw["stages"]),
         verify=VerifyConfig(**{**verify, "prompt_ids": prompt_ids}),
+        build=raw["build"],
         raw=raw,
     )
 

@@ -11,6 +11,11 @@ from typing import Any, Literal
 
 SourceKind = Literal["synthetic", "hf", "gguf"]
 FLOAT_MODES = ("f32", "bf16", "f16")
+# Weight-only quantized modes (4- or 8-bit weights in groups, bf16/f16 activations): accepted by the
+# recipe schema and by `llmbuild estimate`; the compiler builds them in a later issue.
+QUANT_MODES = ("w4bf16", "w4f16", "w8bf16", "w8f16")
+MODES = FLOAT_MODES + QUANT_MODES
+DEFAULT_GROUP_SIZE = 64
 
 
 @dataclass(frozen=True)
@@ -24,16 +29,20 @@ class SourceConfig:
     # synthetic: HF-style config.json fields (model_type, hidden_size, ...) and the RNG seed.
     config: dict[str, Any] | None = None
     seed: int = 0
+    # hf: a config.json shipped with the recipe (absolute once loaded), read when `path` is absent.
+    config_file: str | None = None
 
 
 @dataclass(frozen=True)
 class QuantConfig:
-    mode: str = "f32"  # f32 | bf16 | f16 (w4*/w8* in a later issue)
+    mode: str = "f32"  # one of MODES; the compiler builds FLOAT_MODES, `llmbuild estimate` all of them
+    group_size: int = DEFAULT_GROUP_SIZE  # weights per scale/zero point along K in w4/w8 modes; -1: per channel
 
 
 @dataclass(frozen=True)
 class TargetConfig:
     chip: str = "bm1684x"
+    device_memory_bytes: int | None = None  # None: the chip file's board default
 
 
 @dataclass(frozen=True)
@@ -69,5 +78,6 @@ class Recipe:
     target: TargetConfig
     stages: StagesConfig
     verify: VerifyConfig
+    build: bool = True  # false: for `llmbuild estimate` only; `snakemake all` skips it
     # The validated mapping, sections as plain data: used for per-section digests (Snakemake params).
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llmbuild.recipe.schema import FLOAT_MODES
+from llmbuild.recipe.schema import DEFAULT_GROUP_SIZE, MODES
 
 SOURCE_KINDS = ("synthetic", "hf", "gguf")
 
@@ -78,6 +78,17 @@ class NonNegative:
 
 
 @dataclass(frozen=True)
+class GroupSize:
+    """A quantization group: a positive count of weights, or -1 for one group per output channel."""
+
+    def expected(self) -> str:
+        return "> 0, or -1 (per channel)"
+
+    def ok(self, value: Any) -> bool:
+        return value > 0 or value == -1
+
+
+@dataclass(frozen=True)
 class UnitInterval:
     """Tolerances are similarity scores: 0 would accept anything, above 1 nothing."""
 
@@ -97,7 +108,7 @@ class NonEmptyIds:
         return len(value) > 0 and all(v >= 0 for v in value)
 
 
-Constraint = OneOf | Positive | NonNegative | UnitInterval | NonEmptyIds
+Constraint = OneOf | Positive | NonNegative | GroupSize | UnitInterval | NonEmptyIds
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,6 +187,10 @@ FIELDS: tuple[FieldSpec, ...] = (
               "mappings merge key by key, anything else replaces). Conventionally a file starting "
               "with `_`, e.g. `_tiny_common`. Not templated."),
     FieldSpec("description", "string", "One line saying what the recipe builds.", default=""),
+    FieldSpec("build", "boolean",
+              "`false`: the recipe is for `llmbuild estimate` only (no checkpoint yet, or a mode the "
+              "compiler does not build); `list_recipes(buildable_only=True)`, and so `snakemake all`, "
+              "skip it.", default=True),
     FieldSpec("architecture", "string",
               "Decoder architecture in the frontend registry; selects the importer and graph builder.",
               required=True, constraint=OneOf(architectures)),
@@ -200,12 +215,26 @@ FIELDS: tuple[FieldSpec, ...] = (
               note="must contain `model_type` (a string)"),
     FieldSpec("source.seed", "integer", "synthetic: seed of the random weights.", default=0,
               constraint=NonNegative(), kinds=("synthetic",)),
+    FieldSpec("source.config_file", "string",
+              "hf: a config.json shipped with the recipe, read instead of the checkpoint's when the "
+              "checkpoint directory is absent (enough for `llmbuild estimate`). Relative to the recipe file.",
+              kinds=("hf",), note="must exist"),
     FieldSpec("quantization", "section", "How weights and activations are stored.", default={}),
-    FieldSpec("quantization.mode", "string", "Number format of weights and arithmetic.",
-              default="f32", constraint=OneOf(lambda: FLOAT_MODES)),
+    FieldSpec("quantization.mode", "string",
+              "Number format of weights and arithmetic: `f32`, `bf16`, `f16`, or weight-only quantized "
+              "`w4bf16`, `w4f16`, `w8bf16`, `w8f16` (4/8-bit weights, bf16/f16 activations; for now "
+              "`llmbuild estimate` only: the build refuses them).",
+              default="f32", constraint=OneOf(lambda: MODES)),
+    FieldSpec("quantization.group_size", "integer",
+              "w4/w8 modes: weights per scale and zero point along the input dimension; ignored by "
+              "float modes.", default=DEFAULT_GROUP_SIZE, constraint=GroupSize()),
     FieldSpec("target", "section", "The chip to compile for.", default={}),
     FieldSpec("target.chip", "string", "A chip described in llmbuild/target/chips/.",
               default="bm1684x", constraint=OneOf(chips)),
+    FieldSpec("target.device_memory_bytes", "integer",
+              "Device memory the model may use, in bytes. Absent: the chip file's board default "
+              "(bm1684x 12 GiB). The build and `llmbuild estimate` check the model fits.",
+              default=None, constraint=Positive()),
     FieldSpec("stages", "section", "Shapes of the compiled stages.", required=True),
     FieldSpec("stages.seq_length", "integer", "S: KV-cache capacity in tokens.", required=True,
               constraint=Positive()),
@@ -247,7 +276,9 @@ RULES: tuple[str, ...] = (
     "`stages.prefill_length` must not exceed `stages.seq_length`.",
     "A `source` field that does not apply to `source.kind` is an error (e.g. `config` with `hf`).",
     "`synthetic` needs `source.config` with a string `model_type`.",
-    "`hf` needs `source.path`: an existing directory holding `config.json`.",
+    "`hf` needs `source.path`: an existing directory holding `config.json`; with an existing "
+    "`source.config_file`, `load_recipe(..., require_checkpoint=False)` (what `llmbuild estimate` "
+    "uses) accepts a missing checkpoint.",
     "`gguf` needs either `source.path` (an existing file) or `source.package` + `source.file` "
     "(an installed package holding that file).",
     "`verify.prompt` and `verify.prompt_ids` are mutually exclusive.",

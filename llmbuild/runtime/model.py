@@ -188,4 +188,5 @@ def load_tokenizer(model: CompiledModel):
         meta.get("chat_template"),
         meta.get("bos_token_id"),
         list(meta.get("eos_token_ids") or []),
+        meta.get("special_tokens"),
     )

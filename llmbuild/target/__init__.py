@@ -11,6 +11,7 @@ import yaml
 from llmbuild import LlmbuildError
 
 CHIPS_DIR = Path(__file__).parent / "chips"
+PEAK_DTYPES = ("f32", "bf16", "f16")
 
 
 @dataclass(frozen=True)
@@ -21,11 +22,13 @@ class Chip:
     lmem_banks: int
     eu_bytes: int
     global_alignment: int
+    # Per core, in the incumbent profiler's units: TFLOPS at 1 GHz with 1 T = 1024 * 10^9
+    # (llmbuild/cost/hardware.py scales them by the clock).
     peak_tflops: dict[str, float]
-    ddr_bandwidth_gbps: float
+    ddr_bandwidth_gbps: float  # read as GiB/s, as the profiler does; shared by all cores
     clock_ghz: float
     cores: int
-    device_memory_bytes: int
+    device_memory_bytes: int  # the board's default device heap; a recipe's target.device_memory_bytes overrides
 
     @property
     def lmem_bytes(self) -> int:
@@ -43,6 +46,11 @@ def load_chip(name: str) -> Chip:
         raise LlmbuildError(f"unknown chip {name!r}: expected one of {', '.join(known_chips())}")
     data = yaml.safe_load(path.read_text())
     try:
-        return Chip(**data)
+        chip = Chip(**data)
     except TypeError as exc:
         raise LlmbuildError(f"{path}: malformed chip description: {exc}") from None
+    # The cost model reads a peak for each activation type a mode computes in.
+    missing = [t for t in PEAK_DTYPES if not chip.peak_tflops.get(t, 0) > 0]
+    if missing:
+        raise LlmbuildError(f"{path}: peak_tflops: expected a positive figure for {', '.join(missing)}")
+    return chip

@@ -1,0 +1,35 @@
+"""Efficiency parameters of the cost model: what the chip achieves of its nominal figures.
+
+Fitted for the BM1684X on the incumbent's two published end-to-end figures by
+`llmbuild.cost.calibration.fit()` (docs/performance.md gives the procedure and the errors;
+tests/test_cost_model.py checks these values still come out of the fit). No published figure exists
+here for the other chips: they reuse the BM1684X's efficiencies, and estimates say `calibrated: false`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    ddr: float  # sustained DMA rate as a fraction of the nominal DDR bandwidth
+    mac: float  # MAC-array utilisation on matmul and attention work
+    launch_s: float  # host launch and wait of one net (paid per net, or once per step)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# From `python -c "from llmbuild.cost.calibration import fit; print(fit())"`, rounded to 3 digits.
+CALIBRATED: dict[str, Efficiency] = {
+    "bm1684x": Efficiency(ddr=0.78, mac=0.7, launch_s=0.0003),
+}
+REFERENCE_CHIP = "bm1684x"
+
+
+def efficiency_for(chip: str) -> tuple[Efficiency, bool]:
+    """(the efficiencies to use for `chip`, whether they were fitted on that chip)."""
+    if chip in CALIBRATED:
+        return CALIBRATED[chip], True
+    return CALIBRATED[REFERENCE_CHIP], False

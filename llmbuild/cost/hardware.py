@@ -1,0 +1,54 @@
+"""The rates a chip description implies for the cost model: DDR bytes/s, MAC flops/s, vector ops/s.
+
+Units follow the incumbent's LLM profiler, so figures compare one to one: DDR bandwidth is read as GiB/s
+(64 "GB/s" on the BM1684X is 64 * 2^30 B/s, within 1% of its LPDDR4X-4266 x 128-bit 68.3 GB/s), and peak
+TFLOPS are per core at 1 GHz with 1 T = 1024 * 10^9, scaled by the TPU clock. Unlike the profiler we do not
+scale DDR time by the TPU clock: the DDR controller runs on its own clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llmbuild.target import Chip
+
+GIB = 2**30
+PROFILER_TERA = 1024e9
+F32_BYTES = 4
+# Vector work (norms, softmax, SiLU, dequantisation) is computed in f32, as the device rounds on store.
+EU_COMPUTE_BYTES = F32_BYTES
+# Flash-attention query block: rows per lane (an assumption; it sets how often K/V are re-read).
+FLASH_ROWS_PER_LANE = 16
+
+
+@dataclass(frozen=True)
+class Rates:
+    chip: Chip
+
+    @property
+    def clock_hz(self) -> float:
+        return self.chip.clock_ghz * 1e9
+
+    @property
+    def ddr_bytes_per_s(self) -> float:
+        """Nominal DDR bandwidth, shared by every core."""
+        return self.chip.ddr_bandwidth_gbps * GIB
+
+    def mac_flops_per_s(self, dtype: str) -> float:
+        """Peak MAC-array flops of all cores for `dtype` activations (the profiler's unit, at our clock)."""
+        return self.chip.peak_tflops[dtype] * PROFILER_TERA * self.chip.clock_ghz * self.chip.cores
+
+    @property
+    def eu_ops_per_s(self) -> float:
+        """Vector-unit element operations per second: each lane does eu_bytes / 4 f32 ops a cycle."""
+        per_cycle = self.chip.npu_lanes * self.chip.eu_bytes // EU_COMPUTE_BYTES * self.chip.cores
+        return per_cycle * self.clock_hz
+
+    @property
+    def tile_bytes(self) -> int:
+        """DMA tile of a pipelined op: a quarter of local memory (two tiles in flight, plus work space)."""
+        return self.chip.lmem_bytes // 4
+
+    @property
+    def flash_query_rows(self) -> int:
+        return self.chip.npu_lanes * FLASH_ROWS_PER_LANE

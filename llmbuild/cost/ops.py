@@ -1,0 +1,173 @@
+"""The work of each compiled stage, op by op, from the model spec alone: what the MAC array and the
+vector unit compute, and what must cross the DDR (weights, activations, KV history).
+
+The op chain is the one `llmbuild.importer.nets` builds (RMSNorm, q/k/v projections with Qwen2 biases,
+Qwen3 q/k norms, RoPE, attention over history + new rows, o projection, residual, RMSNorm, gate/up,
+SiLU x up, down, residual), plus the runtime's copy of the new k/v rows into the cache. Attention
+score traffic is left to the schedule (`schedule.py`): it depends on whether scores leave local memory.
+
+Vector-op counts per element are estimates (f32 on the vector unit); they only matter where vector
+work rivals the matmuls (softmax over long prefills, dequantisation in decode).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llmbuild.cost.formats import WeightFormat
+from llmbuild.frontend.spec import ModelSpec
+
+RMSNORM_OPS = 4  # square, accumulate, scale by the row's rsqrt, multiply by gamma
+ROPE_OPS = 3  # x * cos, rotate(x) * sin, add
+SILU_MUL_OPS = 5  # exp, add 1, divide, multiply by x, multiply by up
+ADD_OPS = 1
+SOFTMAX_OPS = 5  # add mask, running max, subtract and exp, sum, normalise
+I32_BYTES = 4
+LOGIT_BYTES = 4  # lm_head writes f32 logits
+
+STAGE_NAMES = ("prefill", "prefill_kv", "decode")
+
+
+@dataclass(frozen=True)
+class Attention:
+    """Shapes of one attention op: `queries` new rows attend to `keys` rows (history + new)."""
+
+    queries: int
+    keys: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    elem_bytes: int
+
+    @property
+    def score_elems(self) -> int:
+        return self.heads * self.queries * self.keys
+
+    @property
+    def kv_rows_bytes(self) -> int:
+        """K and V of all `keys` rows."""
+        return 2 * self.keys * self.kv_heads * self.head_dim * self.elem_bytes
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    kind: str  # matmul | attention | elementwise | gather | copy
+    flops: float = 0.0  # MAC-array work (2 per multiply-add)
+    eu_ops: float = 0.0  # vector-unit element operations
+    weight_bytes: float = 0.0  # weights (and embedding rows) read from DDR
+    act_bytes: float = 0.0  # activations and IO read and written
+    kv_bytes: float = 0.0  # KV-cache history read in place
+    attention: Attention | None = None
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One compiled net kind, run `count` times per step (once per layer for the blocks)."""
+
+    name: str  # embedding, block, block_kv, embedding_cache, block_cache, lm_head
+    stage: str  # prefill, prefill_kv, decode or head
+    count: int
+    tokens: int
+    ops: tuple[Op, ...]
+
+
+def _linear(name: str, n: int, k: int, out: int, fmt: WeightFormat, bias: bool) -> Op:
+    b = fmt.act_bytes
+    return Op(
+        name=name,
+        kind="matmul",
+        flops=2.0 * n * k * out,
+        eu_ops=k * out * fmt.dequant_ops + (n * out * ADD_OPS if bias else 0),
+        weight_bytes=fmt.matrix_bytes(out, k) + (out * b if bias else 0),
+        act_bytes=(n * k + n * out) * b,
+    )
+
+
+def _norm(name: str, rows: int, width: int, b: int, gamma: int) -> Op:
+    return Op(name, "elementwise", eu_ops=rows * width * RMSNORM_OPS, weight_bytes=gamma * b)
+
+
+def block_ops(spec: ModelSpec, fmt: WeightFormat, stage: str, seq_length: int, prefill_length: int) -> tuple[Op, ...]:
+    """The ops of one layer's `stage` net (prefill: L new rows; prefill_kv: L rows over S history rows;
+    decode: one row over S history rows; a static net reads all S rows whatever the position)."""
+    if stage not in STAGE_NAMES:
+        raise ValueError(f"unknown stage {stage!r}")
+    n = 1 if stage == "decode" else prefill_length
+    history = 0 if stage == "prefill" else seq_length
+    H, d, nh, kvh, F = spec.hidden_size, spec.head_dim, spec.num_heads, spec.num_kv_heads, spec.intermediate_size
+    b = fmt.act_bytes
+    ops = [_norm("input_norm", n, H, b, H)]
+    for proj, heads in (("q", nh), ("k", kvh), ("v", kvh)):
+        ops.append(_linear(f"{proj}_proj", n, H, heads * d, fmt, spec.qkv_bias))
+    if spec.qk_norm:
+        ops += [_norm("q_norm", n * nh, d, b, d), _norm("k_norm", n * kvh, d, b, d)]
+    # RoPE gathers n rows of the f32 cos and sin tables.
+    ops.append(Op("rope", "elementwise", eu_ops=n * (nh + kvh) * d * ROPE_OPS, act_bytes=2 * n * d * 4))
+    att = Attention(n, history + n, nh, kvh, d, b)
+    ops.append(Op(
+        "attention", "attention",
+        flops=4.0 * n * att.keys * nh * d,
+        eu_ops=att.score_elems * SOFTMAX_OPS,
+        # q in, the new k/v rows, the output, and the additive mask [n, keys]
+        act_bytes=(2 * n * nh * d + 2 * n * kvh * d + n * att.keys) * b,
+        kv_bytes=2 * history * kvh * d * b,
+        attention=att,
+    ))
+    ops.append(_linear("o_proj", n, nh * d, H, fmt, False))
+    ops.append(Op("attn_residual", "elementwise", eu_ops=n * H * ADD_OPS))
+    ops.append(_norm("post_norm", n, H, b, H))
+    ops += [_linear("gate_proj", n, H, F, fmt, False), _linear("up_proj", n, H, F, fmt, False)]
+    ops.append(Op("silu_mul", "elementwise", eu_ops=n * F * SILU_MUL_OPS))
+    ops.append(_linear("down_proj", n, F, H, fmt, False))
+    ops.append(Op("mlp_residual", "elementwise", eu_ops=n * H * ADD_OPS))
+    # The runtime copies the n new k/v rows (net outputs) into this layer's cache: read and write.
+    ops.append(Op("kv_store", "copy", act_bytes=2 * (2 * n * kvh * d * b)))
+    return tuple(ops)
+
+
+def embedding_ops(spec: ModelSpec, fmt: WeightFormat, tokens: int) -> tuple[Op, ...]:
+    row = spec.hidden_size * fmt.act_bytes
+    return (Op("embed_tokens", "gather", weight_bytes=tokens * row, act_bytes=tokens * (row + I32_BYTES)),)
+
+
+def lm_head_ops(spec: ModelSpec, fmt: WeightFormat) -> tuple[Op, ...]:
+    """Final norm and the vocabulary projection of the last token; `fmt` is the head's own format."""
+    H, V, b = spec.hidden_size, spec.vocab_size, fmt.act_bytes
+    head = _linear("lm_head", 1, H, V, fmt, False)
+    head = Op(head.name, head.kind, head.flops, head.eu_ops, head.weight_bytes, H * b + V * LOGIT_BYTES)
+    return (_norm("final_norm", 1, H, b, H), head)
+
+
+def lm_head_format(spec: ModelSpec, fmt: WeightFormat, quantize: bool) -> WeightFormat:
+    """The head's weights: quantized with the layers only if the schedule says so and the head has its
+    own matrix (a tied head reads the float embedding table, stored once)."""
+    return fmt if quantize and fmt.quantized and not spec.tie_word_embeddings else fmt.unquantized()
+
+
+def model_stages(spec: ModelSpec, fmt: WeightFormat, seq_length: int, prefill_length: int,
+                 quantize_lm_head: bool) -> dict[str, Stage]:
+    """Every net kind of a deployable model, by name."""
+    N, L = spec.num_layers, prefill_length
+    head_fmt = lm_head_format(spec, fmt, quantize_lm_head)
+
+    def block(name: str, stage: str) -> Stage:
+        tokens = 1 if stage == "decode" else L
+        return Stage(name, stage, N, tokens, block_ops(spec, fmt, stage, seq_length, L))
+
+    return {
+        "embedding": Stage("embedding", "head", 1, L, embedding_ops(spec, fmt, L)),
+        "block": block("block", "prefill"),
+        "block_kv": block("block_kv", "prefill_kv"),
+        "embedding_cache": Stage("embedding_cache", "head", 1, 1, embedding_ops(spec, fmt, 1)),
+        "block_cache": block("block_cache", "decode"),
+        "lm_head": Stage("lm_head", "head", 1, 1, lm_head_ops(spec, head_fmt)),
+    }
+
+
+# The nets one step runs, in order: a first-token prefill, a decode step, a prefill with history.
+STEPS = {
+    "prefill": ("embedding", "block", "lm_head"),
+    "decode": ("embedding_cache", "block_cache", "lm_head"),
+    "prefill_kv": ("embedding", "block_kv", "lm_head"),
+}

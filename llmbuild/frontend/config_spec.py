@@ -1,0 +1,61 @@
+"""A recipe source's `ModelSpec` from its configuration alone: no tensor is read, so it is cheap for any
+model size and works without the weights (an hf recipe's shipped `source.config_file`).
+
+Used by `llmbuild estimate` and the fit check at the start of a build.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from llmbuild import LlmbuildError
+from llmbuild.frontend.spec import ModelSpec
+
+if TYPE_CHECKING:
+    from llmbuild.recipe.schema import SourceConfig
+
+
+def spec_from_hf_config_file(path: Path) -> ModelSpec:
+    """The ModelSpec a Hugging Face config.json describes (its model_type picks the architecture)."""
+    from llmbuild.frontend.hf import read_json
+    from llmbuild.frontend.registry import architecture_for_hf_model_type, get_architecture
+
+    path = Path(path)
+    cfg = read_json(path)
+    model_type = cfg.get("model_type")
+    if not isinstance(model_type, str):
+        raise LlmbuildError(f"{path}: missing field 'model_type'")
+    arch = get_architecture(architecture_for_hf_model_type(model_type))
+    return arch.spec_from_hf_config(cfg, origin=str(path))
+
+
+def spec_without_weights(source: SourceConfig) -> ModelSpec:
+    """The ModelSpec of a recipe's source, read from configuration or file headers only."""
+    if source.kind == "synthetic":
+        from llmbuild.frontend.registry import architecture_for_hf_model_type, get_architecture
+        from llmbuild.frontend.synthetic import full_hf_config
+
+        cfg = full_hf_config(source.config or {})
+        arch = get_architecture(architecture_for_hf_model_type(cfg["model_type"]))
+        return arch.spec_from_hf_config(cfg, origin="source.config")
+    if source.kind == "hf":
+        # The checkpoint's own config wins; the shipped copy stands in while the checkpoint is absent.
+        if source.path and (Path(source.path) / "config.json").is_file():
+            return spec_from_hf_config_file(Path(source.path) / "config.json")
+        if source.config_file:
+            return spec_from_hf_config_file(Path(source.config_file))
+        raise LlmbuildError(f"source.path: no config.json in {source.path} and no source.config_file")
+    if source.kind == "gguf":
+        from llmbuild.frontend import gguf_file
+        from llmbuild.frontend.gguf_source import open_gguf
+        from llmbuild.frontend.registry import architecture_for_gguf, get_architecture
+
+        path = gguf_file(source)
+        index, metadata = open_gguf(path)
+        arch_name = metadata.get("general.architecture")
+        if not isinstance(arch_name, str):
+            raise LlmbuildError(f"{path}: missing metadata general.architecture")
+        arch = get_architecture(architecture_for_gguf(arch_name))
+        return arch.spec_from_gguf(metadata, [t.name for t in index.tensors], origin=str(path))
+    raise LlmbuildError(f"source: unknown kind {source.kind!r}: expected synthetic, hf or gguf")

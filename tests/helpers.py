@@ -1,0 +1,51 @@
+"""What several test files share: building recipes with Snakemake into a test directory, running the
+`llmbuild` command, and transformers' own greedy generation on a checkpoint."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _env(build: Path, recipes: Path | None = None) -> dict[str, str]:
+    env = dict(os.environ, LLMBUILD_BUILD_DIR=str(build), HF_HUB_OFFLINE="1")
+    if recipes is not None:
+        env["LLMBUILD_RECIPES"] = str(recipes)
+    return env
+
+
+def snakemake(build: Path, *args: str, recipes: Path | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "2", *args]
+    result = subprocess.run(cmd, cwd=ROOT, env=_env(build, recipes), capture_output=True, text=True, timeout=1800)
+    if check and result.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return result
+
+
+def llmbuild(build: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "llmbuild.cli", *args], cwd=ROOT, env=_env(build), capture_output=True, text=True,
+        timeout=600, input=stdin,
+    )
+
+
+def hf_generate(
+    checkpoint: Path, prompt: list[int], steps: int, stop_at_eos: bool = True
+) -> tuple[list[int], np.ndarray]:
+    """transformers' greedy ids after `prompt`, and its logits for the prompt's last token."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    if not stop_at_eos:
+        model.generation_config.eos_token_id = None
+    with torch.no_grad():
+        first = model(torch.tensor([prompt])).logits[0, -1].numpy()
+        ids = model.generate(torch.tensor([prompt]), max_new_tokens=steps, do_sample=False, pad_token_id=0)
+    return ids[0, len(prompt) :].tolist(), first
