@@ -136,6 +136,14 @@ def cmd_chat(args: argparse.Namespace) -> None:
         print(flush=True)
 
 
+def cmd_inspect(args: argparse.Namespace) -> None:
+    from llmbuild.runtime import resolve_binary
+    from llmbuild.runtime.inspect_binary import format_report, inspect_binary
+
+    report = inspect_binary(resolve_binary(args.target))
+    print(json.dumps(report, indent=1) if args.json else format_report(report))
+
+
 def cmd_recipes(args: argparse.Namespace) -> None:
     from llmbuild.recipe import list_recipes
 
@@ -172,6 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
     verb("verify", cmd_verify, "apply the recipe's tolerances to every check: verify.json")
     verb("layers", cmd_layers, "print the number of transformer layers of the recipe's model")
     verb("recipes", cmd_recipes, "list the recipes", recipe=False)
+    sp = verb("inspect", cmd_inspect, "nets, stages, memory map and weight bytes of a binary", recipe=False)
+    sp.add_argument("target", help="recipe name, build directory or .llmb file")
+    sp.add_argument("--json", action="store_true")
     for name, fn, text in (("run", cmd_run, "generate from a prompt with a built binary"),
                            ("chat", cmd_chat, "chat with a built binary (reads stdin)")):
         sp = verb(name, fn, text, recipe=False)
@@ -195,6 +206,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # the reader (e.g. `| head`) went away: not an error of ours
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
+        return 0
     except Exception as exc:  # noqa: BLE001 - the user gets one line, developers the traceback on request
         if os.environ.get("LLMBUILD_DEBUG"):
             raise

@@ -208,3 +208,20 @@ def test_second_turn_reuses_the_cache_and_matches_transformers(build: Path) -> N
     c = s.model.counts
     assert c.prefill == len(PROMPT) and c.prefill_kv == 1 + len(second_prompt)  # last reply token + turn 2
     assert c.prefill + c.prefill_kv + c.decode == len(s.ids) - 1  # every token once; the last is not fed yet
+
+
+def test_inspect_reports_nets_memory_map_and_shared_weights(build: Path) -> None:
+    r = llmbuild(build, "inspect", "llama_tiny_f16", "--json")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    regions = report["memory"]["regions"]
+    ordered = sorted(regions.values(), key=lambda x: x["base"])
+    for a, b in zip(ordered, ordered[1:], strict=False):
+        assert a["base"] + a["bytes"] <= b["base"], "regions overlap"
+    assert report["memory"]["total_bytes"] == ordered[-1]["base"] + ordered[-1]["bytes"]
+    nets = {n["name"]: n for n in report["nets"]}
+    assert len(nets) == 3 + 3 * 4
+    for i in range(4):
+        stages = [nets[f"block_{i}"], nets[f"block_kv_{i}"], nets[f"block_cache_{i}"]]
+        assert len({n["weight_bytes"] for n in stages}) == 1 and stages[0]["weight_bytes"] > 0
+    assert report["weight_elements_by_dtype"].keys() == {"f16", "f32"}  # f32: the RoPE tables only

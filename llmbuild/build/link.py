@@ -77,7 +77,8 @@ def link(recipe: Recipe) -> None:
                 activation = max(activation, prog.activation_bytes)
                 nets.append((prog.layer, name, prog, obj))
     order = {"embedding": 0, "embedding_cache": 1, "lm_head": 3}
-    nets.sort(key=lambda n: (order.get(n[2].net, 2), n[0], n[2].stage))
+    stage_order = {"prefill": 0, "prefill_kv": 1, "decode": 2}
+    nets.sort(key=lambda n: (order.get(n[2].net, 2), n[0], stage_order.get(n[2].stage, 0)))
     report = memory_report(plan, activation, chip.device_memory_bytes)
     check_fits(recipe, report)
 

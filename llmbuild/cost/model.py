@@ -11,7 +11,6 @@ efficiencies are the fitted ones (`efficiency.py`) unless given.
 from __future__ import annotations
 
 import math
-
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
