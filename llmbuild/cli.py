@@ -136,6 +136,12 @@ def cmd_chat(args: argparse.Namespace) -> None:
         print(flush=True)
 
 
+def cmd_estimate(args: argparse.Namespace) -> None:
+    from llmbuild.cost.cli_estimate import estimate_command
+
+    estimate_command(args)
+
+
 def cmd_inspect(args: argparse.Namespace) -> None:
     from llmbuild.runtime import resolve_binary
     from llmbuild.runtime.inspect_binary import format_report, inspect_binary
@@ -180,6 +186,11 @@ def build_parser() -> argparse.ArgumentParser:
     verb("verify", cmd_verify, "apply the recipe's tolerances to every check: verify.json")
     verb("layers", cmd_layers, "print the number of transformer layers of the recipe's model")
     verb("recipes", cmd_recipes, "list the recipes", recipe=False)
+    from llmbuild.cost.cli_estimate import add_estimate_arguments  # light: argparse only
+
+    sp = verb("estimate", cmd_estimate, "estimate chip speed and device memory from a recipe or config.json",
+              recipe=False)
+    add_estimate_arguments(sp)
     sp = verb("inspect", cmd_inspect, "nets, stages, memory map and weight bytes of a binary", recipe=False)
     sp.add_argument("target", help="recipe name, build directory or .llmb file")
     sp.add_argument("--json", action="store_true")

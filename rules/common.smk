@@ -6,7 +6,8 @@ from llmbuild.recipe import list_recipes
 import os
 
 BUILD = os.environ.get("LLMBUILD_BUILD_DIR", "build")
-RECIPES = list_recipes()
+# Estimate-only recipes (`build: false`, e.g. real-size models whose weights are the user's) are not built.
+RECIPES = list_recipes(buildable_only=True)
 
 wildcard_constraints:
     recipe="[A-Za-z0-9_]+",

@@ -79,7 +79,8 @@ def link(recipe: Recipe) -> None:
     order = {"embedding": 0, "embedding_cache": 1, "lm_head": 3}
     stage_order = {"prefill": 0, "prefill_kv": 1, "decode": 2}
     nets.sort(key=lambda n: (order.get(n[2].net, 2), n[0], stage_order.get(n[2].stage, 0)))
-    report = memory_report(plan, activation, chip.device_memory_bytes)
+    device_bytes = recipe.target.device_memory_bytes or chip.device_memory_bytes
+    report = memory_report(plan, activation, device_bytes)
     check_fits(recipe, report)
 
     bundle = read_tokenizer_bundle(tokenizer_dir(recipe, paths))
@@ -113,5 +114,5 @@ def link(recipe: Recipe) -> None:
     write_json(paths.root / "memory.json", report)
     print(
         f"{recipe.name}: {paths.binary(recipe.name)} — device memory {report['total_bytes'] / 2**20:.1f} MiB "
-        f"of {chip.device_memory_bytes / 2**30:.1f} GiB on {chip.name}"
+        f"of {device_bytes / 2**30:.1f} GiB on {chip.name}"
     )

@@ -22,6 +22,10 @@ def plan(recipe: Recipe) -> None:
     require_compiled_mode(recipe)
     paths = BuildPaths.of(recipe)
     spec = read_spec(paths.spec)
+    # Fail at build start, with the numbers, when the chip cannot hold the model (not at link time).
+    from llmbuild.cost import check_fits
+
+    check_fits(recipe, spec)
     chip = load_chip(recipe.target.chip)
     memory = make_plan(spec, shapes_of(recipe), recipe.quantization.mode, chip.global_alignment)
     write_text_atomic(paths.plan, memory.to_json() + "\n")

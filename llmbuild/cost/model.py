@@ -20,7 +20,7 @@ from llmbuild.cost.formats import weight_format
 from llmbuild.cost.hardware import Rates
 from llmbuild.cost.memory import MemoryEstimate, estimate_memory
 from llmbuild.cost.ops import STEPS, model_stages
-from llmbuild.cost.schedule import LLMBUILD, SCHEDULES, OpTime, Schedule, run_step, time_op
+from llmbuild.cost.schedule import DEFAULT_SCHEDULE, LLMBUILD, SCHEDULES, OpTime, Schedule, run_step, time_op
 from llmbuild.frontend.arch.base import expected_shapes
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.recipe.schema import DEFAULT_GROUP_SIZE
@@ -105,6 +105,12 @@ class Estimate:
     def stage(self, name: str) -> StageCost:
         return next(s for s in self.stages if s.name == name)
 
+    def headline(self) -> dict[str, Any]:
+        """The few numbers a comparison needs."""
+        keys = ("schedule", "first_token_latency_s", "decode_tokens_per_s", "decode_roofline_fraction",
+                "decode_sustained_fraction", "decode_bytes_per_token")
+        return {k: getattr(self, k) for k in keys}
+
     def to_dict(self) -> dict[str, Any]:
         data = {k: v for k, v in asdict(self).items() if k not in ("memory", "stages", "efficiency")}
         data.update(
@@ -141,39 +147,62 @@ def param_count(spec: ModelSpec) -> int:
     return total + (spec.num_layers - 1) * layer
 
 
+class StepModel:
+    """The nets of one model on one chip under one schedule, ready to be timed for any efficiencies."""
+
+    def __init__(self, spec: ModelSpec, mode: str, group_size: int, chip: Chip, seq_length: int,
+                 prefill_length: int, schedule: Schedule) -> None:
+        self.fmt = weight_format(mode, group_size)
+        self.rates = Rates(chip)
+        self.schedule = schedule
+        self.stages = model_stages(spec, self.fmt, seq_length, prefill_length, schedule.quantize_lm_head)
+
+    def timed(self, eff: Efficiency) -> dict[str, list[OpTime]]:
+        return {name: [time_op(op, self.rates, eff, self.schedule, self.fmt.act_dtype) for op in st.ops]
+                for name, st in self.stages.items()}
+
+    def step_times(self, step: str, eff: Efficiency, timed: dict[str, list[OpTime]] | None = None) -> list[float]:
+        """Each stage's share of one `step` (prefill, decode or prefill_kv), in the order they run."""
+        order = [self.stages[n] for n in STEPS[step]]
+        return run_step(order, timed or self.timed(eff), self.rates, eff, self.schedule)
+
+    def decode_bytes(self) -> float:
+        """Weight and KV bytes a decode step must read, in this schedule's storage format."""
+        return sum(st.count * sum(op.weight_bytes + op.kv_bytes for op in st.ops)
+                   for st in (self.stages[n] for n in STEPS["decode"]))
+
+
 def estimate(spec: ModelSpec, mode: str, group_size: int, chip: str | Chip, seq_length: int, prefill_length: int,
-             position: int | None = None, *, schedule: Schedule | str = LLMBUILD, efficiency: Efficiency | None = None,
-             device_memory_bytes: int | None = None) -> Estimate:
+             position: int | None = None, *, schedule: Schedule | str = DEFAULT_SCHEDULE,
+             efficiency: Efficiency | None = None, device_memory_bytes: int | None = None) -> Estimate:
     """The cost of `spec` in `mode` on `chip` with static stages of S = `seq_length`, L = `prefill_length`.
 
-    `position` (default S) is where the decode step runs; the static decode net reads all S cache rows
-    whatever the position (unused rows are masked), so it does not change the estimate.
+    `schedule` (schedule.py) decides what overlaps: the default `incumbent` is the calibrated one (it
+    reproduces the published figures); `llmbuild` projects our compiler's schedule with the same chip
+    efficiencies. `position` (default S) is where the decode step runs; the static decode net reads all S
+    cache rows whatever the position (unused rows are masked), so it does not change the estimate.
+    Device memory is always that of llmbuild's binary (the layout of `make_plan`).
     """
     chip = load_chip(chip) if isinstance(chip, str) else chip
     schedule = SCHEDULES[schedule] if isinstance(schedule, str) else schedule
     position = _check_shapes(seq_length, prefill_length, position)
-    fmt = weight_format(mode, group_size)
     fitted, calibrated = efficiency_for(chip.name)
     eff = efficiency or fitted
-    rates = Rates(chip)
-
-    stages = model_stages(spec, fmt, seq_length, prefill_length, schedule.quantize_lm_head)
-    timed = {name: [time_op(op, rates, eff, schedule, fmt.act_dtype) for op in st.ops] for name, st in stages.items()}
+    model = StepModel(spec, mode, group_size, chip, seq_length, prefill_length, schedule)
+    timed = model.timed(eff)
     step_times: dict[str, float] = {}
     stage_latency: dict[str, float] = {}
     for step, names in STEPS.items():
-        order = [stages[n] for n in names]
-        times = run_step(order, timed, eff, schedule)
+        times = model.step_times(step, eff, timed)
         step_times[step] = sum(times)
         for name, t in zip(names, times, strict=True):
             stage_latency.setdefault(name, t)  # embedding and lm_head: as in the first step that runs them
 
-    decode = stages["embedding_cache"], stages["block_cache"], stages["lm_head"]
-    must_read = sum(st.count * sum(op.weight_bytes + op.kv_bytes for op in st.ops) for st in decode)
-    roofline = rates.ddr_bytes_per_s / must_read
+    must_read = model.decode_bytes()
+    roofline = model.rates.ddr_bytes_per_s / must_read
     tokens_per_s = 1.0 / step_times["decode"]
-    memory = estimate_memory(spec, fmt, seq_length, prefill_length, chip.global_alignment,
-                             device_memory_bytes or chip.device_memory_bytes, schedule.quantize_lm_head)
+    memory = estimate_memory(spec, model.fmt, seq_length, prefill_length, chip.global_alignment,
+                             device_memory_bytes or chip.device_memory_bytes, LLMBUILD.quantize_lm_head)
     return Estimate(
         architecture=spec.architecture,
         params=param_count(spec),
@@ -196,7 +225,7 @@ def estimate(spec: ModelSpec, mode: str, group_size: int, chip: str | Chip, seq_
         decode_sustained_fraction=tokens_per_s / (roofline * eff.ddr),
         memory=memory,
         stages=tuple(StageCost(st.name, st.stage, st.count, st.tokens, tuple(timed[name]), stage_latency[name])
-                     for name, st in stages.items()),
+                     for name, st in model.stages.items()),
     )
 
 
@@ -211,7 +240,7 @@ def spec_from_dict(data: dict[str, Any]) -> ModelSpec:
         raise LlmbuildError(f"spec: malformed model spec: {exc}") from None
 
 
-def estimate_from_meta(meta: dict[str, Any], *, schedule: Schedule | str = LLMBUILD,
+def estimate_from_meta(meta: dict[str, Any], *, schedule: Schedule | str = DEFAULT_SCHEDULE,
                        position: int | None = None) -> Estimate:
     """The estimate for a built binary's meta JSON (keys spec, mode, chip, seq_length, prefill_length;
     group_size and the memory report's device_bytes are read when present)."""

@@ -12,7 +12,7 @@ work rivals the matmuls (softmax over long prefills, dequantisation in decode).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from llmbuild.cost.formats import WeightFormat
 from llmbuild.frontend.spec import ModelSpec
@@ -134,8 +134,7 @@ def embedding_ops(spec: ModelSpec, fmt: WeightFormat, tokens: int) -> tuple[Op, 
 def lm_head_ops(spec: ModelSpec, fmt: WeightFormat) -> tuple[Op, ...]:
     """Final norm and the vocabulary projection of the last token; `fmt` is the head's own format."""
     H, V, b = spec.hidden_size, spec.vocab_size, fmt.act_bytes
-    head = _linear("lm_head", 1, H, V, fmt, False)
-    head = Op(head.name, head.kind, head.flops, head.eu_ops, head.weight_bytes, H * b + V * LOGIT_BYTES)
+    head = replace(_linear("lm_head", 1, H, V, fmt, False), act_bytes=H * b + V * LOGIT_BYTES)
     return (_norm("final_norm", 1, H, b, H), head)
 
 

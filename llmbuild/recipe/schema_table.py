@@ -233,7 +233,7 @@ FIELDS: tuple[FieldSpec, ...] = (
               default="bm1684x", constraint=OneOf(chips)),
     FieldSpec("target.device_memory_bytes", "integer",
               "Device memory the model may use, in bytes. Absent: the chip file's board default "
-              "(bm1684x 12 GiB). The build and `llmbuild estimate` check the model fits.",
+              "(bm1684x 12 GiB). `llmbuild estimate` and the build's memory check compare the model with it.",
               default=None, constraint=Positive()),
     FieldSpec("stages", "section", "Shapes of the compiled stages.", required=True),
     FieldSpec("stages.seq_length", "integer", "S: KV-cache capacity in tokens.", required=True,

@@ -8,6 +8,7 @@ the weight region or past the end of memory are faults.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import numpy as np
@@ -16,6 +17,7 @@ from llmbuild import LlmbuildError
 from llmbuild.codegen.program import Program, TensorDesc
 from llmbuild.numerics.formats import STORAGE, decode, encode, round_to
 from llmbuild.numerics.kernels import KERNELS
+from llmbuild.runtime.blas import one_thread, vector_only
 
 Trace = Callable[[str, np.ndarray], None]
 
@@ -30,6 +32,7 @@ class Device:
         self.mem = np.zeros(size, dtype=np.uint8)
         self.weight_region = weight_region
         self._weight_cache: dict[tuple[int, str, tuple[int, ...]], np.ndarray] = {}
+        self._vector_only: dict[int, tuple[Program, bool]] = {}
 
     def _raw(self, t: TensorDesc) -> np.ndarray:
         nbytes, dt = STORAGE[t.dtype]
@@ -68,6 +71,14 @@ class Device:
         self._weight_cache.clear()
 
     def run(self, prog: Program, trace: Trace | None = None) -> None:
+        single = self._vector_only.get(id(prog))
+        if single is None or single[0] is not prog:
+            single = self._vector_only[id(prog)] = (prog, vector_only(prog))
+        # Matrix-vector programs run BLAS on one thread: the same bits, and no waiting for workers (blas.py).
+        with one_thread() if single[1] else contextlib.nullcontext():
+            self._run(prog, trace)
+
+    def _run(self, prog: Program, trace: Trace | None) -> None:
         tensors = prog.tensors
         with np.errstate(over="ignore", under="ignore"):
             for ins in prog.instrs:

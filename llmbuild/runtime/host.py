@@ -22,6 +22,7 @@ from llmbuild import LlmbuildError
 from llmbuild.codegen.program import Program, TensorDesc
 from llmbuild.numerics.formats import STORAGE, decode, round_to
 from llmbuild.numerics.kernels import KERNELS
+from llmbuild.runtime.blas import one_thread, vector_only
 
 Getter = Callable[[], np.ndarray]
 
@@ -104,6 +105,8 @@ class _HostProgram:
             name: (prog.tensors[t].address, self._source(t, producer, last_at, host)) for name, t in prog.outputs
         }
         self.output_descs = {name: prog.tensors[t] for name, t in prog.outputs}
+        # Only one-row operands (decode, lm_head): BLAS on one thread gives the same bits, faster (blas.py).
+        self.vector_only = vector_only(prog)
 
     def _source(self, t: int, producer: dict[int, int], last_at: dict[int, int], host: HostExecutor) -> Getter:
         desc = self.prog.tensors[t]
@@ -176,7 +179,10 @@ class HostExecutor:
 
     def run(self, prog: Program, trace: Callable[[str, np.ndarray], None] | None = None) -> None:
         hp = self._program(prog)
-        with np.errstate(over="ignore", under="ignore"):
+        if hp.vector_only:
+            with one_thread():
+                hp.run()  # the caller holds np.errstate once per token (CompiledModel), not once per net
+        else:
             hp.run()
         if trace is not None:
             for step, value in zip(hp.steps, hp.vals, strict=True):

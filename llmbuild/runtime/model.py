@@ -12,10 +12,12 @@ programs on numpy arrays, bit-identical and much faster).
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -40,6 +42,18 @@ class Executor(Protocol):
 
 class CacheFullError(LlmbuildError):
     """The KV cache cannot take the tokens asked for (a conversation reached the capacity S)."""
+
+
+def _quiet(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    """Overflow to inf and underflow to 0 are the f32 arithmetic the chip does, not errors (silu's exp,
+    masked softmax); one errstate per chunk or token, which costs less than one per net."""
+
+    @functools.wraps(fn)
+    def run(*args: Any) -> np.ndarray:
+        with np.errstate(over="ignore", under="ignore"):
+            return fn(*args)
+
+    return run
 
 
 def _desc(slot: Slot) -> TensorDesc:
@@ -111,6 +125,7 @@ class CompiledModel:
         prog = self._run("lm_head", {"hidden_states": hidden.reshape(1, -1)})
         return self.device.get_output(prog, "logits")[0]
 
+    @_quiet
     def prefill_chunk(self, ids: list[int]) -> np.ndarray:
         """Run up to L tokens after the current history; returns the last token's logits."""
         n = len(ids)
@@ -140,6 +155,7 @@ class CompiledModel:
         self.history += n
         return self._logits(prog, n - 1)
 
+    @_quiet
     def decode_token(self, token: int) -> np.ndarray:
         if self.history >= self.S:
             raise CacheFullError(f"KV cache full: {self.history} tokens fill the sequence capacity {self.S}")

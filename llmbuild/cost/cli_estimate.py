@@ -1,0 +1,79 @@
+"""`llmbuild estimate RECIPE [--json]` and `llmbuild estimate --config config.json --quantize MODE --chip CHIP
+--seq-length N [--prefill-length L]`: the cost model's estimate from a recipe or a bare config, no weights.
+
+Wired into `llmbuild.cli` as the `estimate` verb (a parser without the positional recipe the other verbs
+take: `add_estimate_arguments` adds an optional one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from llmbuild import LlmbuildError
+
+
+def add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
+    # No imports here: this runs whenever the CLI builds its parser, for every verb. Values are checked
+    # by estimate_command, with the lists of what is known.
+    parser.add_argument("recipe", nargs="?", help="recipe name (recipes/NAME.yaml) or path; or give --config")
+    parser.add_argument("--config", type=Path, help="a Hugging Face config.json, instead of a recipe")
+    parser.add_argument("--quantize", metavar="MODE",
+                        help="f32, bf16, f16, w4bf16, w4f16, w8bf16 or w8f16 (default: the recipe's, or bf16)")
+    parser.add_argument("--group-size", type=int,
+                        help="w4/w8 group size (default: the recipe's, or 64; -1: per channel)")
+    parser.add_argument("--chip", help="a chip in llmbuild/target/chips/ (default: the recipe's, or bm1684x)")
+    parser.add_argument("--seq-length", type=int, help="S, KV-cache capacity (required with --config)")
+    parser.add_argument("--prefill-length", type=int, help="L, tokens per prefill call (default with --config: S)")
+    parser.add_argument("--position", type=int, help="decode position (default: S)")
+    parser.add_argument("--device-memory-bytes", type=int, help="device memory limit (default: the recipe's or chip's)")
+    parser.add_argument("--schedule", default="incumbent",
+                        help="incumbent (default: TPU-MLIR's, calibrated on published figures) or llmbuild "
+                             "(our compiler's schedule, projected with the same efficiencies)")
+    parser.add_argument("--ops", action="store_true", help="list every op in the text report")
+    parser.add_argument("--json", action="store_true", help="print the estimate as JSON")
+
+
+def estimate_command(args: argparse.Namespace) -> None:
+    from llmbuild.cost.model import estimate
+    from llmbuild.cost.report import text_report
+    from llmbuild.cost.schedule import SCHEDULES
+    from llmbuild.frontend.config_spec import spec_from_hf_config_file, spec_without_weights
+    from llmbuild.recipe import load_recipe
+    from llmbuild.recipe.schema import DEFAULT_GROUP_SIZE
+
+    if (args.recipe is None) == (args.config is None):
+        raise LlmbuildError("estimate: give a RECIPE or --config PATH/config.json (one of them)")
+    if args.schedule not in SCHEDULES:
+        raise LlmbuildError(f"estimate: --schedule {args.schedule!r}: expected one of {', '.join(SCHEDULES)}")
+    if args.recipe is not None:
+        recipe = load_recipe(args.recipe, require_checkpoint=False)
+        spec = spec_without_weights(recipe.source)
+        title, source = recipe.name, str(recipe.path)
+        mode = args.quantize or recipe.quantization.mode
+        group = args.group_size if args.group_size is not None else recipe.quantization.group_size
+        chip = args.chip or recipe.target.chip
+        seq = args.seq_length or recipe.stages.seq_length
+        prefill = args.prefill_length or min(recipe.stages.prefill_length, seq)
+        limit = args.device_memory_bytes or recipe.target.device_memory_bytes
+    else:
+        if args.seq_length is None:
+            raise LlmbuildError("estimate: --config needs --seq-length")
+        spec = spec_from_hf_config_file(args.config)
+        title, source = str(args.config), str(args.config)
+        mode, chip = args.quantize or "bf16", args.chip or "bm1684x"
+        group = args.group_size if args.group_size is not None else DEFAULT_GROUP_SIZE
+        seq = args.seq_length
+        prefill = args.prefill_length or seq
+        limit = args.device_memory_bytes
+    # The chosen schedule in full, and every schedule's headline numbers beside it.
+    others = {name: estimate(spec, mode, group, chip, seq, prefill, args.position, schedule=name,
+                             device_memory_bytes=limit) for name in SCHEDULES}
+    est = others[args.schedule]
+    if args.json:
+        headlines = {name: e.headline() for name, e in others.items()}
+        print(json.dumps({"name": title, "source": source, **est.to_dict(), "schedules": headlines}, indent=1))
+    else:
+        print(text_report(est, title, others=[e for name, e in others.items() if name != args.schedule],
+                          ops=args.ops))

@@ -1,0 +1,48 @@
+"""The cost model applied to a recipe: its spec from configuration only (no weights), its estimate, and
+the device-memory check a build runs before any work (`check_fits`)."""
+
+from __future__ import annotations
+
+from llmbuild import LlmbuildError
+from llmbuild.cost.formats import weight_format
+from llmbuild.cost.memory import MemoryEstimate, estimate_memory
+from llmbuild.cost.model import Estimate, estimate
+from llmbuild.cost.schedule import DEFAULT_SCHEDULE, LLMBUILD, Schedule
+from llmbuild.frontend.config_spec import spec_without_weights
+from llmbuild.frontend.spec import ModelSpec
+from llmbuild.recipe.schema import Recipe
+from llmbuild.target import load_chip
+
+
+def estimate_recipe(recipe: Recipe, spec: ModelSpec | None = None, position: int | None = None,
+                    schedule: Schedule | str = DEFAULT_SCHEDULE) -> Estimate:
+    spec = spec or spec_without_weights(recipe.source)
+    q, stages = recipe.quantization, recipe.stages
+    return estimate(spec, q.mode, q.group_size, recipe.target.chip, stages.seq_length, stages.prefill_length,
+                    position, schedule=schedule, device_memory_bytes=recipe.target.device_memory_bytes)
+
+
+def recipe_memory(recipe: Recipe, spec: ModelSpec | None = None) -> MemoryEstimate:
+    """Device memory of the binary llmbuild builds for `recipe` (the `llmbuild` schedule's layout)."""
+    spec = spec or spec_without_weights(recipe.source)
+    chip = load_chip(recipe.target.chip)
+    limit = recipe.target.device_memory_bytes or chip.device_memory_bytes
+    return estimate_memory(spec, weight_format(recipe.quantization.mode, recipe.quantization.group_size),
+                           recipe.stages.seq_length, recipe.stages.prefill_length, chip.global_alignment, limit,
+                           LLMBUILD.quantize_lm_head)
+
+
+def check_fits(recipe: Recipe, spec: ModelSpec | None = None) -> MemoryEstimate:
+    """Fail in one line, with the numbers, when the recipe's model cannot fit its chip's device memory.
+
+    Cheap (milliseconds, any model size): a build calls it first, before compiling anything.
+    """
+    memory = recipe_memory(recipe, spec)
+    if not memory.fits:
+        source = "target.device_memory_bytes" if recipe.target.device_memory_bytes else "the board default"
+        raise LlmbuildError(
+            f"{recipe.path}: target.chip: {recipe.target.chip} has {memory.limit_bytes / 2**30:.2f} GiB of device "
+            f"memory ({source}), the model needs {memory.breakdown()}: use a smaller "
+            f"quantization.mode, shorter stages, or set target.device_memory_bytes"
+        )
+    return memory

@@ -1,0 +1,241 @@
+"""Readers: one quantized linear layer of a checkpoint -> the canonical QuantizedLinear.
+
+Each reader only unpacks words and re-indexes (no arithmetic on scales), so the result dequantizes bit
+for bit as the writing library does. Layouts (K = in_features, N = out_features, g = group size,
+pf = 32 / bits values per int32 word):
+
+  gptq            qweight [K/pf, N] (along K, value j of a word at bits j*bits), qzeros [K/g, N/pf]
+                  (along N), scales [K/g, N], g_idx [K] (optional unless act order), bias [N].
+                  zero_offset 1 (GPTQ v1, AutoRound auto_gptq): stored zeros are zero - 1. gptqmodel
+                  writes them by subtracting 0x11111111 from each whole word and reads them back by
+                  adding it (borrows and carries included), so we undo it the same way, per word.
+  awq             qweight [K, N/8], qzeros [K/g, N/8], both along N with nibble p holding column
+                  ORDER[p] = 0,2,4,6,1,3,5,7; scales [K/g, N]; zeros as stored.
+  pack-quantized  weight_packed [N, K/pf] (along K), weight_scale [N, K/g], weight_shape [2],
+                  weight_zero_point [N/pf, K/g] packed along N (asymmetric only), weight_g_idx
+                  optional. Levels and zero points are stored as signed value + 2^(bits-1), so the
+                  stored unsigned fields are our levels directly; symmetric implies zero 2^(bits-1).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from llmbuild import LlmbuildError
+from llmbuild.quant.config import QuantConfigInfo
+from llmbuild.quant.linear import QuantizedLinear
+from llmbuild.quant.tensors import TensorReader
+
+AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)  # nibble p of a word holds column 8w + AWQ_ORDER[p]
+PRIMARY_TENSOR = {"gptq": "qweight", "awq": "qweight", "pack-quantized": "weight_packed"}
+
+
+def unpack_along_rows(words: np.ndarray, bits: int) -> np.ndarray:
+    """int32 [R, C] -> uint8 [R * pf, C]: row r * pf + j is field j (bits j*bits..) of word row r."""
+    pf = 32 // bits
+    w = words.astype(np.int64) & 0xFFFFFFFF
+    shifts = (np.arange(pf, dtype=np.int64) * bits)[None, :, None]
+    fields = (w[:, None, :] >> shifts) & ((1 << bits) - 1)
+    return fields.reshape(words.shape[0] * pf, words.shape[1]).astype(np.uint8)
+
+
+def unpack_along_cols(words: np.ndarray, bits: int, order: tuple[int, ...] | None = None) -> np.ndarray:
+    """int32 [R, C] -> uint8 [R, C * pf]: column c * pf + order[p] is field p of word column c."""
+    pf = 32 // bits
+    w = words.astype(np.int64) & 0xFFFFFFFF
+    shifts = (np.arange(pf, dtype=np.int64) * bits)[None, None, :]
+    fields = (w[:, :, None] >> shifts) & ((1 << bits) - 1)  # [R, C, position]
+    if order is not None:
+        columns = np.empty_like(fields)
+        columns[:, :, list(order)] = fields  # position p -> column order[p]
+        fields = columns
+    return fields.reshape(words.shape[0], words.shape[1] * pf).astype(np.uint8)
+
+
+def _repeat_word(value: int, bits: int) -> int:
+    """`value` in every field of a 32-bit word (0x11111111 for 1 in 4-bit fields)."""
+    return sum(value << (bits * j) for j in range(32 // bits))
+
+
+class _Layer:
+    """Tensor access for one layer, with errors that name the tensor, its shape and the expected shape."""
+
+    def __init__(self, tensors: TensorReader, prefix: str, info: QuantConfigInfo) -> None:
+        self.tensors, self.prefix, self.info = tensors, prefix, info
+
+    def name(self, suffix: str) -> str:
+        return f"{self.prefix}.{suffix}"
+
+    def has(self, suffix: str) -> bool:
+        return self.name(suffix) in self.tensors
+
+    def shape(self, suffix: str) -> tuple[int, ...]:
+        self.require(suffix)
+        return self.tensors.shape(self.name(suffix))
+
+    def require(self, suffix: str) -> None:
+        if not self.has(suffix):
+            raise LlmbuildError(
+                f"{self.tensors.origin}: missing tensor {self.name(suffix)!r} "
+                f"(a {self.info.method} {self.info.packing_format} layer needs it)"
+            )
+
+    def read(self, suffix: str, expected: tuple[int, ...], why: str, kinds: str = "") -> np.ndarray:
+        shape = self.shape(suffix)
+        if shape != expected:
+            raise LlmbuildError(
+                f"{self.tensors.origin}: tensor {self.name(suffix)!r} has shape {list(shape)}, "
+                f"expected {list(expected)} ({why})"
+            )
+        array = self.tensors.read(self.name(suffix))
+        if kinds and array.dtype.kind not in kinds:
+            want = "a float" if kinds == "f" else "an integer"
+            raise LlmbuildError(
+                f"{self.tensors.origin}: tensor {self.name(suffix)!r} has dtype {array.dtype}, expected {want} dtype"
+            )
+        return array
+
+    def bias(self, n: int) -> np.ndarray | None:
+        if not self.has("bias"):
+            return None
+        return self.read("bias", (n,), f"out_features {n}", "f").astype(np.float32)
+
+
+def read_linear(
+    tensors: TensorReader, prefix: str, info: QuantConfigInfo, shape: tuple[int, int] | None = None
+) -> QuantizedLinear:
+    """The layer whose tensors are named `prefix`.qweight etc. `shape` = (N, K) from the model's config
+    when known (then every tensor is checked against it); else N and K come from the packed weight."""
+    layer = _Layer(tensors, prefix, info)
+    if info.layout == "gptq":
+        return _read_gptq(layer, shape)
+    if info.layout == "awq":
+        return _read_awq(layer, shape)
+    if info.layout == "pack-quantized":
+        return _read_pack_quantized(layer, shape)
+    raise LlmbuildError(f"unsupported quantized layout {info.layout!r}")
+
+
+def _groups(layer: _Layer, k: int) -> tuple[int, int]:
+    """(group size, number of groups) for in_features k; per channel (-1) is one group of k."""
+    g = k if layer.info.group_size == -1 else layer.info.group_size
+    if k % g:
+        raise LlmbuildError(
+            f"{layer.tensors.origin}: layer {layer.prefix!r}: group_size {g} does not divide in_features {k}"
+        )
+    return g, k // g
+
+
+def _dims(layer: _Layer, shape: tuple[int, int] | None, suffix: str, from_packed) -> tuple[int, int, str]:
+    if shape is not None:
+        n, k = shape
+        return n, k, f"in_features {k}, out_features {n} from config.json"
+    n, k = from_packed(layer.shape(suffix))
+    return n, k, f"in_features {k}, out_features {n} from {suffix}"
+
+
+def _g_idx(layer: _Layer, suffix: str, k: int, g: int, groups: int, why: str) -> np.ndarray | None:
+    """g_idx as int32, or None when it is the trivial k // g (so consumers see act order only when real)."""
+    if not layer.has(suffix):
+        if layer.info.desc_act:
+            layer.require(suffix)  # act order without g_idx cannot be dequantized
+        return None
+    g_idx = layer.read(suffix, (k,), why, "iu").astype(np.int64)
+    if g_idx.min(initial=0) < 0 or g_idx.max(initial=0) >= groups:
+        raise LlmbuildError(
+            f"{layer.tensors.origin}: tensor {layer.name(suffix)!r} has values outside [0, {groups}) "
+            f"(groups of {g} over in_features {k})"
+        )
+    if np.array_equal(g_idx, np.arange(k) // g):
+        return None
+    return g_idx.astype(np.int32)
+
+
+def _read_gptq(layer: _Layer, shape: tuple[int, int] | None) -> QuantizedLinear:
+    bits = layer.info.bits
+    pf = 32 // bits
+    n, k, why = _dims(layer, shape, "qweight", lambda s: (s[1], s[0] * pf) if len(s) == 2 else (0, 0))
+    if n % pf or k % pf:
+        raise LlmbuildError(f"{layer.tensors.origin}: layer {layer.prefix!r}: in/out features {k}/{n} are not "
+                            f"multiples of {pf} ({bits}-bit GPTQ packing)")  # fmt: skip
+    g, groups = _groups(layer, k)
+    qweight = layer.read("qweight", (k // pf, n), why, "iu")
+    qzeros = layer.read("qzeros", (groups, n // pf), why + f", group_size {g}", "iu")
+    scales = layer.read("scales", (groups, n), why + f", group_size {g}", "f")
+    if layer.info.zero_offset:
+        # Undo "stored = zero - 1" on whole words, exactly as gptqmodel's v1 -> v2 conversion does.
+        offset = _repeat_word(layer.info.zero_offset, bits)
+        qzeros = (qzeros.astype(np.int64) + offset) & 0xFFFFFFFF
+    q = unpack_along_rows(qweight, bits)  # [K, N]
+    zero = unpack_along_cols(qzeros, bits)  # [K/g, N]
+    return QuantizedLinear(
+        q=np.ascontiguousarray(q.T),
+        scale=np.ascontiguousarray(scales.astype(np.float32).T),
+        zero=np.ascontiguousarray(zero.astype(np.float32).T),
+        group_size=g,
+        bits=bits,
+        g_idx=_g_idx(layer, "g_idx", k, g, groups, why),
+        bias=layer.bias(n),
+    )
+
+
+def _read_awq(layer: _Layer, shape: tuple[int, int] | None) -> QuantizedLinear:
+    bits = layer.info.bits
+    pf = 32 // bits
+    n, k, why = _dims(layer, shape, "qweight", lambda s: (s[1] * pf, s[0]) if len(s) == 2 else (0, 0))
+    if n % pf:
+        raise LlmbuildError(f"{layer.tensors.origin}: layer {layer.prefix!r}: out_features {n} is not a "
+                            f"multiple of {pf} (AWQ packing)")  # fmt: skip
+    g, groups = _groups(layer, k)
+    qweight = layer.read("qweight", (k, n // pf), why, "iu")
+    qzeros = layer.read("qzeros", (groups, n // pf), why + f", group_size {g}", "iu")
+    scales = layer.read("scales", (groups, n), why + f", group_size {g}", "f")
+    q = unpack_along_cols(qweight, bits, AWQ_ORDER)  # [K, N]
+    zero = unpack_along_cols(qzeros, bits, AWQ_ORDER)  # [K/g, N]
+    return QuantizedLinear(
+        q=np.ascontiguousarray(q.T),
+        scale=np.ascontiguousarray(scales.astype(np.float32).T),
+        zero=np.ascontiguousarray(zero.astype(np.float32).T),
+        group_size=g,
+        bits=bits,
+        bias=layer.bias(n),
+    )
+
+
+def _read_pack_quantized(layer: _Layer, shape: tuple[int, int] | None) -> QuantizedLinear:
+    bits = layer.info.bits
+    pf = 32 // bits
+    if layer.has("weight_shape"):
+        stored = [int(v) for v in layer.read("weight_shape", (2,), "[out_features, in_features]", "iu")]
+        if shape is not None and tuple(stored) != tuple(shape):
+            raise LlmbuildError(f"{layer.tensors.origin}: tensor {layer.name('weight_shape')!r} holds {stored}, "
+                                f"expected {list(shape)} from config.json")  # fmt: skip
+        shape = (stored[0], stored[1])
+    n, k, why = _dims(layer, shape, "weight_packed", lambda s: (s[0], s[1] * pf) if len(s) == 2 else (0, 0))
+    if k % pf:
+        raise LlmbuildError(f"{layer.tensors.origin}: layer {layer.prefix!r}: in_features {k} is not a "
+                            f"multiple of {pf} ({bits}-bit packing)")  # fmt: skip
+    g, groups = _groups(layer, k)
+    packed = layer.read("weight_packed", (n, k // pf), why, "iu")
+    scale = layer.read("weight_scale", (n, groups), why + f", group_size {g}", "f").astype(np.float32)
+    mid = 1 << (bits - 1)
+    if layer.has("weight_zero_point"):
+        zshape = layer.shape("weight_zero_point")
+        if zshape == (n, groups):  # unpacked signed zero points (older compressed-tensors)
+            zero = layer.read("weight_zero_point", (n, groups), why, "iu").astype(np.float32) + mid
+        else:  # packed along N, stored as signed + 2^(bits-1) like the weights
+            zp = layer.read("weight_zero_point", (-(-n // pf), groups), why + f", group_size {g}", "iu")
+            zero = unpack_along_rows(zp, bits)[:n].astype(np.float32)
+    elif layer.info.sym:
+        zero = np.full((n, groups), mid, dtype=np.float32)
+    else:
+        layer.require("weight_zero_point")  # asymmetric needs them
+    return QuantizedLinear(
+        q=np.ascontiguousarray(unpack_along_cols(packed, bits)),
+        scale=scale,
+        zero=zero,
+        group_size=g,
+        bits=bits,
+        g_idx=_g_idx(layer, "weight_g_idx", k, g, groups, why),
+        bias=layer.bias(n),
+    )

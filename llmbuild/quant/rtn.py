@@ -1,0 +1,64 @@
+"""The incumbent's round-to-nearest quantizer (TPU-MLIR's A16MatMul lowering), for unquantized weights.
+
+Reproduced to the bit so a build from a float checkpoint quantizes exactly as the incumbent would:
+- 4-bit: per group of `group_size` input features, asymmetric uint4:
+  scale = max(max - min, 1e-5) / 15, zp = clamp(-round(min / scale), 0, 15),
+  q = clamp(round(w / scale) + zp, 0, 15).
+- 8-bit: symmetric per output channel: scale = max|w| / 127, q = round(w / scale) in [-128, 127],
+  stored as the level q + 128 with zero point 128 (our canonical levels are unsigned).
+All arithmetic in float32 as the incumbent's C++ does; round is std::round (half away from zero), not
+numpy's half-to-even. The 1e-5 floor on the range is the incumbent's: it keeps a constant group finite.
+The 8-bit path has no such floor there (an all-zero row would divide by zero); we floor max|w| at the
+same 1e-5 so an all-zero row quantizes to zeros instead of NaN.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from llmbuild import LlmbuildError
+from llmbuild.quant.linear import QuantizedLinear
+
+DEFAULT_GROUP_SIZE = 64
+_RANGE_FLOOR = np.float32(1e-5)
+
+
+def round_half_away(x: np.ndarray) -> np.ndarray:
+    """std::round: exact for any float (x - trunc(x) is exact), ties away from zero."""
+    t = np.trunc(x)
+    frac = x - t
+    return t + np.where(np.abs(frac) >= 0.5, np.sign(x), 0).astype(x.dtype)
+
+
+def rtn_quantize(
+    weight: np.ndarray, bits: int = 4, group_size: int | None = DEFAULT_GROUP_SIZE, bias: np.ndarray | None = None
+) -> QuantizedLinear:
+    """Quantize a float [N, K] weight. 4-bit: per group (group_size None = per channel); 8-bit: per channel."""
+    w = np.asarray(weight, dtype=np.float32)
+    if w.ndim != 2:
+        raise LlmbuildError(f"rtn: weight must be [N, K], got shape {list(w.shape)}")
+    n, k = w.shape
+    b = None if bias is None else np.asarray(bias, dtype=np.float32)
+    if bits == 8:
+        return _rtn_int8(w, b)
+    if bits != 4:
+        raise LlmbuildError(f"rtn: unsupported bits {bits}, expected 4 or 8")
+    g = k if group_size in (None, -1) else int(group_size)
+    if g <= 0 or k % g:
+        raise LlmbuildError(f"rtn: group_size {group_size} does not divide in_features {k}")
+    groups = w.reshape(n, k // g, g)
+    lo, hi = groups.min(axis=2), groups.max(axis=2)
+    scale = np.maximum(hi - lo, _RANGE_FLOOR) / np.float32(15)
+    zp = np.clip(-round_half_away(lo / scale), 0, 15)
+    q = np.clip(round_half_away(groups / scale[:, :, None]) + zp[:, :, None], 0, 15)
+    return QuantizedLinear(
+        q=q.reshape(n, k).astype(np.uint8), scale=scale, zero=zp.astype(np.float32), group_size=g, bits=4, bias=b
+    )
+
+
+def _rtn_int8(w: np.ndarray, bias: np.ndarray | None) -> QuantizedLinear:
+    n, k = w.shape
+    scale = np.maximum(np.abs(w).max(axis=1, keepdims=True), _RANGE_FLOOR) / np.float32(127)
+    q = np.clip(round_half_away(w / scale), -128, 127) + 128
+    zero = np.full((n, 1), 128, dtype=np.float32)
+    return QuantizedLinear(q=q.astype(np.uint8), scale=scale, zero=zero, group_size=k, bits=8, bias=bias)
