@@ -186,8 +186,10 @@ def _compressed_tensors(qc: Mapping[str, Any], where: str) -> QuantConfigInfo:
             raise LlmbuildError(f"{gwhere}.weights.strategy: unsupported {strategy!r}; supported: group, channel")
         bits = _bits(weights, f"{gwhere}.weights", key="num_bits")
         sym = _flag(weights, "symmetric", True, f"{gwhere}.weights")
+        # "group" / "dynamic" (removed in compressed-tensors 0.19) store weight_g_idx; "weight" / "static"
+        # only reorder during calibration and save the rows in their original order.
         actorder = weights.get("actorder")
-        schemes.append((bits, g, sym, actorder not in (None, "weight", False)))
+        schemes.append((bits, g, sym, actorder in ("group", "dynamic", True)))
     if len(set(schemes)) != 1:
         raise LlmbuildError(f"{where}.config_groups: groups with different weight schemes are not supported")
     bits, g, sym, act = schemes[0]

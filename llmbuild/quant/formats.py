@@ -19,6 +19,8 @@ pf = 32 / bits values per int32 word):
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from llmbuild import LlmbuildError
@@ -126,11 +128,19 @@ def _groups(layer: _Layer, k: int) -> tuple[int, int]:
     return g, k // g
 
 
-def _dims(layer: _Layer, shape: tuple[int, int] | None, suffix: str, from_packed) -> tuple[int, int, str]:
+def _dims(
+    layer: _Layer, shape: tuple[int, int] | None, suffix: str, from_packed: Callable[[tuple[int, ...]], tuple[int, int]]
+) -> tuple[int, int, str]:
+    """(N, K, where they came from): the model config when given, else the packed weight's shape."""
     if shape is not None:
         n, k = shape
         return n, k, f"in_features {k}, out_features {n} from config.json"
-    n, k = from_packed(layer.shape(suffix))
+    packed = layer.shape(suffix)
+    if len(packed) != 2:
+        raise LlmbuildError(
+            f"{layer.tensors.origin}: tensor {layer.name(suffix)!r} has shape {list(packed)}, expected 2 dimensions"
+        )
+    n, k = from_packed(packed)
     return n, k, f"in_features {k}, out_features {n} from {suffix}"
 
 
@@ -154,7 +164,7 @@ def _g_idx(layer: _Layer, suffix: str, k: int, g: int, groups: int, why: str) ->
 def _read_gptq(layer: _Layer, shape: tuple[int, int] | None) -> QuantizedLinear:
     bits = layer.info.bits
     pf = 32 // bits
-    n, k, why = _dims(layer, shape, "qweight", lambda s: (s[1], s[0] * pf) if len(s) == 2 else (0, 0))
+    n, k, why = _dims(layer, shape, "qweight", lambda s: (s[1], s[0] * pf))
     if n % pf or k % pf:
         raise LlmbuildError(f"{layer.tensors.origin}: layer {layer.prefix!r}: in/out features {k}/{n} are not "
                             f"multiples of {pf} ({bits}-bit GPTQ packing)")  # fmt: skip
@@ -182,7 +192,7 @@ def _read_gptq(layer: _Layer, shape: tuple[int, int] | None) -> QuantizedLinear:
 def _read_awq(layer: _Layer, shape: tuple[int, int] | None) -> QuantizedLinear:
     bits = layer.info.bits
     pf = 32 // bits
-    n, k, why = _dims(layer, shape, "qweight", lambda s: (s[1] * pf, s[0]) if len(s) == 2 else (0, 0))
+    n, k, why = _dims(layer, shape, "qweight", lambda s: (s[1] * pf, s[0]))
     if n % pf:
         raise LlmbuildError(f"{layer.tensors.origin}: layer {layer.prefix!r}: out_features {n} is not a "
                             f"multiple of {pf} (AWQ packing)")  # fmt: skip
@@ -211,7 +221,7 @@ def _read_pack_quantized(layer: _Layer, shape: tuple[int, int] | None) -> Quanti
             raise LlmbuildError(f"{layer.tensors.origin}: tensor {layer.name('weight_shape')!r} holds {stored}, "
                                 f"expected {list(shape)} from config.json")  # fmt: skip
         shape = (stored[0], stored[1])
-    n, k, why = _dims(layer, shape, "weight_packed", lambda s: (s[0], s[1] * pf) if len(s) == 2 else (0, 0))
+    n, k, why = _dims(layer, shape, "weight_packed", lambda s: (s[0], s[1] * pf))
     if k % pf:
         raise LlmbuildError(f"{layer.tensors.origin}: layer {layer.prefix!r}: in_features {k} is not a "
                             f"multiple of {pf} ({bits}-bit packing)")  # fmt: skip
