@@ -121,7 +121,7 @@ def test_program_encoding_follows_the_documented_layout() -> None:
     assert encode(prog) == want
     assert OPCODES == (
         "Gather", "RMSNorm", "MatMul", "Reshape", "Permute", "Rope", "FAttention",
-        "Concat", "Add", "Mul", "Active", "Softmax", "Cast",
+        "Concat", "Add", "Mul", "Active", "Softmax", "Cast", "A16MatMul",
     )  # fmt: skip
 
 

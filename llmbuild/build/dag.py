@@ -20,7 +20,8 @@ PACKAGE_DIR = Path(__file__).resolve().parent.parent
 # and the generation length; the tolerances only matter to the final verify step.
 STEP_SECTIONS = {
     "prepare": ("source", "architecture"),
-    "reference": ("source", "architecture", "stages"),
+    # the reference of a quantized build uses the dequantized weights: it reads `quantization` too
+    "reference": ("source", "architecture", "stages", "quantization"),
     "plan": ("source", "architecture", "quantization", "target", "stages"),
     "compile": ("source", "architecture", "quantization", "target", "stages"),
     "verify": ("verify",),

@@ -12,8 +12,8 @@ import numpy as np
 from safetensors.numpy import save_file
 
 from llmbuild.build.compile_net import compile_net
-from llmbuild.build.modes import require_compiled_mode
 from llmbuild.build.paths import BuildPaths, read_spec, shapes_of, write_json
+from llmbuild.build.quantize_layer import quantize_layer
 from llmbuild.build.weights_blob import chunk_section_name, weight_chunk
 from llmbuild.codegen.container import write_container
 from llmbuild.codegen.program import encode
@@ -21,12 +21,12 @@ from llmbuild.frontend import open_source
 from llmbuild.importer.nets import ROPE_COS, ROPE_SIN, STAGES, build_block
 from llmbuild.importer.rope import rope_tables
 from llmbuild.passes.memory_plan import MemoryPlan
+from llmbuild.quant.scheme import scheme_for
 from llmbuild.recipe.schema import Recipe
 from llmbuild.verify.layer_check import check_net
 
 
 def build_layer(recipe: Recipe, layer: int) -> None:
-    require_compiled_mode(recipe)
     paths = BuildPaths.of(recipe)
     spec = read_spec(paths.spec)
     shapes = shapes_of(recipe)
@@ -36,18 +36,24 @@ def build_layer(recipe: Recipe, layer: int) -> None:
 
     source = open_source(recipe.source, paths.checkpoint)
     weights = {name: source.tensor(name) for name in spec.layer_tensor_names(layer)}
+    scheme = scheme_for(recipe.quantization.mode, recipe.quantization.group_size)
+    device_weights = weights
+    if scheme is not None:
+        weights, device_weights = quantize_layer(weights, layer, scheme)
     tmp = out / "weights.safetensors.tmp"
-    save_file({k: np.ascontiguousarray(v, dtype=np.float32) for k, v in weights.items()}, str(tmp))
+    # As imported (and quantized): levels stay uint8, everything else float32.
+    save_file({k: np.ascontiguousarray(v, dtype=np.uint8 if k.endswith(".qweight") else np.float32)
+               for k, v in weights.items()}, str(tmp))
     tmp.replace(out / "weights.safetensors")
     cos, sin = rope_tables(spec, shapes.seq_length)
     rope = {ROPE_COS: cos, ROPE_SIN: sin}
 
     compiled = [
-        compile_net(build_block(spec, layer, stage, shapes), plan, recipe.quantization.mode,
+        compile_net(build_block(spec, layer, stage, shapes, scheme), plan, recipe.quantization.mode,
                     recipe.target.chip, out)
         for stage in STAGES
     ]
-    base, blob = weight_chunk(plan, weights)
+    base, blob = weight_chunk(plan, device_weights)
     sections = [(f"net:{c.name}", [encode(c.program)]) for c in compiled]
     sections.append((chunk_section_name(base), [blob]))
     write_container(paths.layer_object(layer), sections)
@@ -59,5 +65,6 @@ def build_layer(recipe: Recipe, layer: int) -> None:
         ref = load_reference(paths.reference, (f"layers.{layer}.",))
         lookup = {**weights, **rope}
         for stage, c in zip(STAGES, compiled, strict=True):
-            metrics["stages"][stage] = check_net(c, stage, layer, ref, lookup, plan, shapes)
+            metrics["stages"][stage] = check_net(c, stage, layer, ref, lookup, plan, shapes,
+                                                 device_weights={**device_weights, **rope})
     write_json(paths.layer_metrics(layer), metrics)

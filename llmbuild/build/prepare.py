@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from llmbuild.build.modes import require_compiled_mode
 from llmbuild.build.paths import BuildPaths, read_spec, shapes_of, write_spec, write_text_atomic
 from llmbuild.frontend import open_source, prepare_checkpoint
 from llmbuild.passes.memory_plan import make_plan
@@ -19,7 +18,6 @@ def prepare(recipe: Recipe) -> None:
 
 
 def plan(recipe: Recipe) -> None:
-    require_compiled_mode(recipe)
     paths = BuildPaths.of(recipe)
     spec = read_spec(paths.spec)
     # Fail at build start, with the numbers, when the chip cannot hold the model (not at link time).
@@ -27,5 +25,6 @@ def plan(recipe: Recipe) -> None:
 
     check_fits(recipe, spec)
     chip = load_chip(recipe.target.chip)
-    memory = make_plan(spec, shapes_of(recipe), recipe.quantization.mode, chip.global_alignment)
+    memory = make_plan(spec, shapes_of(recipe), recipe.quantization.mode, chip.global_alignment,
+                       recipe.quantization.group_size)
     write_text_atomic(paths.plan, memory.to_json() + "\n")

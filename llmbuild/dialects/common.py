@@ -130,6 +130,39 @@ class MatMulBase(IRDLOperation):
             _expect(shape_of(self.bias) == (n,), self, f"bias must be [{n}]")
 
 
+class A16MatMulBase(IRDLOperation):
+    """`input @ dequant(weight)^T (+ bias)`, weight-only quantization with 16-bit activations.
+
+    dequant(w)[n, k] = (w[n, k] - zp[n, k // g]) * scale[n, k // g], g = q_group_size. In `top` the weight
+    holds one level per element [N, K]; in `tpu` 4-bit levels are packed two per byte along K ([N, K/2],
+    even k in the low nibble: `packed = true`) and the device rounds the dequantized weight to the
+    activation type (`dequant_dtype`) before the f32-accumulated product (TPU-MLIR's A16MatMul).
+    """
+
+    input = operand_def(TensorType)
+    weight = operand_def(TensorType)
+    scale = operand_def(TensorType)
+    zp = operand_def(TensorType)
+    bias = opt_operand_def(TensorType)
+    output = result_def(TensorType)
+    weight_bits = attr_def(IntegerAttr)
+    q_group_size = attr_def(IntegerAttr)
+
+    def verify_(self) -> None:
+        x, w, s, z = shape_of(self.input), shape_of(self.weight), shape_of(self.scale), shape_of(self.zp)
+        bits, g = self.weight_bits.value.data, self.q_group_size.value.data
+        _expect(bits in (4, 8), self, f"weight_bits must be 4 or 8, got {bits}")
+        _expect(len(w) == 2 and len(x) >= 1, self, f"weight must be [N, K], got {w}")
+        packed = "packed" in self.attributes and bool(self.attributes["packed"].value.data)  # type: ignore[attr-defined]
+        k = w[1] * (2 if packed else 1)
+        _expect(x[-1] == k, self, f"input K={x[-1]} does not match weight {w} (packed={packed})")
+        _expect(g > 0 and k % g == 0, self, f"q_group_size {g} must divide K={k}")
+        _expect(s == (w[0], k // g) and z == s, self, f"scale and zp must be [{w[0]}, {k // g}], got {s} and {z}")
+        _expect(shape_of(self.output) == x[:-1] + (w[0],), self, f"output must be {x[:-1] + (w[0],)}")
+        if self.bias is not None:
+            _expect(shape_of(self.bias) == (w[0],), self, f"bias must be [{w[0]}]")
+
+
 class ReshapeBase(IRDLOperation):
     input = operand_def(TensorType)
     output = result_def(TensorType)

@@ -43,6 +43,11 @@ class MatMulOp(common.MatMulBase):
 
 
 @irdl_op_definition
+class A16MatMulOp(common.A16MatMulBase):
+    name = "top.A16MatMul"
+
+
+@irdl_op_definition
 class ReshapeOp(common.ReshapeBase):
     name = "top.Reshape"
 
@@ -95,6 +100,7 @@ Top = Dialect(
         GatherOp,
         RMSNormOp,
         MatMulOp,
+        A16MatMulOp,
         ReshapeOp,
         PermuteOp,
         RopeOp,

@@ -33,6 +33,11 @@ class MatMulOp(common.MatMulBase):
 
 
 @irdl_op_definition
+class A16MatMulOp(common.A16MatMulBase):
+    name = "tpu.A16MatMul"
+
+
+@irdl_op_definition
 class ReshapeOp(common.ReshapeBase):
     name = "tpu.Reshape"
 
@@ -88,6 +93,7 @@ Tpu = Dialect(
         GatherOp,
         RMSNormOp,
         MatMulOp,
+        A16MatMulOp,
         ReshapeOp,
         PermuteOp,
         RopeOp,

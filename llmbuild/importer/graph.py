@@ -11,6 +11,7 @@ from xdsl.dialects.builtin import (
     Float32Type,
     IntegerType,
     ModuleOp,
+    Signedness,
     StringAttr,
     TensorType,
     f32,
@@ -19,6 +20,8 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
 from llmbuild.dialects import common, top
+
+ui8 = IntegerType(8, Signedness.UNSIGNED)
 
 
 def tensor(shape: Sequence[int], element: Attribute = f32) -> TensorType:
@@ -37,6 +40,8 @@ def element_name(t: Attribute) -> str:
         return "f16"
     if isinstance(t, IntegerType) and t.width.data == 32:
         return "i32"
+    if isinstance(t, IntegerType) and t.width.data == 8 and t.signedness.data == Signedness.UNSIGNED:
+        return "u8"
     raise ValueError(f"unsupported element type {t}")
 
 
@@ -89,6 +94,20 @@ class TopGraph:
             operands=[x, weight, [bias] if bias is not None else []],
             result_types=[tensor(shape)],
             attributes={"right_transpose": common.bool_attr(True), "do_relu": common.bool_attr(False)},
+        )
+        return self._add(op, loc)
+
+    def a16_linear(self, x: SSAValue, name: str, n: int, k: int, group: int, bits: int, bias: SSAValue | None,
+                   loc: str) -> SSAValue:
+        """x @ dequant(levels)^T (+ bias): `{name}.qweight` levels [N, K], `.scales`/`.zeros` [N, K/g]."""
+        qweight = self._add(top.WeightOp.build(result_types=[tensor((n, k), ui8)],
+                                               attributes={"name": StringAttr(f"{name}.qweight")}), f"{name}.qweight")
+        scales = self.weight(f"{name}.scales", (n, k // group))
+        zeros = self.weight(f"{name}.zeros", (n, k // group))
+        op = top.A16MatMulOp.build(
+            operands=[x, qweight, scales, zeros, [bias] if bias is not None else []],
+            result_types=[tensor(common.shape_of(x)[:-1] + (n,))],
+            attributes={"weight_bits": common.i64_attr(bits), "q_group_size": common.i64_attr(group)},
         )
         return self._add(op, loc)
 

@@ -15,6 +15,7 @@ from xdsl.ir import SSAValue
 
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.importer.graph import TopGraph
+from llmbuild.quant.scheme import QuantScheme
 
 STAGES = ("prefill", "prefill_kv", "decode")
 STAGE_NET = {"prefill": "block_{}", "prefill_kv": "block_kv_{}", "decode": "block_cache_{}"}
@@ -43,9 +44,17 @@ def _module_attrs(net: str, stage: str, layer: int) -> dict:
     return {"top.net": StringAttr(net), "top.stage": StringAttr(stage), "top.layer": IntegerAttr(layer, i64)}
 
 
-def build_block(spec: ModelSpec, layer: int, stage: str, shapes: Shapes) -> ModuleOp:
+def build_block(spec: ModelSpec, layer: int, stage: str, shapes: Shapes, quant: QuantScheme | None = None) -> ModuleOp:
+    """One layer's net for one stage. With `quant`, the seven projections are `top.A16MatMul` over 4/8-bit
+    levels (weights `<proj>.qweight|scales|zeros`); otherwise `top.MatMul` over float weights."""
     net = block_net_name(layer, stage)
     g = TopGraph(net, _module_attrs(net, stage, layer))
+
+    def linear(x: SSAValue, proj: str, n: int, k: int, bias: SSAValue | None, loc: str) -> SSAValue:
+        if quant is None:
+            return g.linear(x, g.weight(f"{p}{proj}.weight", (n, k)), bias, loc)
+        return g.a16_linear(x, f"{p}{proj}", n, k, quant.group_for(k), quant.bits, bias, loc)
+
     n, S = shapes.stage_tokens(stage), shapes.seq_length
     H, d, nh, kvh = spec.hidden_size, spec.head_dim, spec.num_heads, spec.num_kv_heads
     p = f"layers.{layer}."
@@ -60,9 +69,8 @@ def build_block(spec: ModelSpec, layer: int, stage: str, shapes: Shapes) -> Modu
     x = g.rms_norm(hidden, g.weight(p + "input_layernorm.weight", (H,)), spec.rms_norm_eps, p + "input_norm")
     heads = {}
     for proj, count in (("q", nh), ("k", kvh), ("v", kvh)):
-        w = g.weight(f"{p}self_attn.{proj}_proj.weight", (count * d, H))
         b = g.weight(f"{p}self_attn.{proj}_proj.bias", (count * d,)) if spec.qkv_bias else None
-        y = g.linear(x, w, b, f"{p}{proj}_proj")
+        y = linear(x, f"self_attn.{proj}_proj", count * d, H, b, f"{p}{proj}_proj")
         heads[proj] = g.reshape(y, (1, n, count, d), f"{p}{proj}_heads")
     if spec.qk_norm:
         for proj in ("q", "k"):
@@ -78,15 +86,15 @@ def build_block(spec: ModelSpec, layer: int, stage: str, shapes: Shapes) -> Modu
         keys = g.concat([history[0], k], 1, p + "k_concat")
         values = g.concat([history[1], v], 1, p + "v_concat")
     attn = g.attention(q, keys, values, mask, d**-0.5, p + "attention")
-    o = g.linear(attn, g.weight(p + "self_attn.o_proj.weight", (H, nh * d)), None, p + "o_proj")
+    o = linear(attn, "self_attn.o_proj", H, nh * d, None, p + "o_proj")
     h = g.add(hidden, o, p + "attn_residual")
 
     x = g.rms_norm(h, g.weight(p + "post_attention_layernorm.weight", (H,)), spec.rms_norm_eps, p + "post_norm")
     F = spec.intermediate_size
-    gate = g.linear(x, g.weight(p + "mlp.gate_proj.weight", (F, H)), None, p + "gate_proj")
-    up = g.linear(x, g.weight(p + "mlp.up_proj.weight", (F, H)), None, p + "up_proj")
+    gate = linear(x, "mlp.gate_proj", F, H, None, p + "gate_proj")
+    up = linear(x, "mlp.up_proj", F, H, None, p + "up_proj")
     act = g.mul(g.silu(gate, p + "gate_silu"), up, p + "gate_mul")
-    down = g.linear(act, g.weight(p + "mlp.down_proj.weight", (H, F)), None, p + "down_proj")
+    down = linear(act, "mlp.down_proj", H, F, None, p + "down_proj")
     out = g.add(h, down, p + "mlp_residual")
     return g.finish([out, k, v], ["hidden_states", "present_k", "present_v"])
 

@@ -14,6 +14,7 @@ STORAGE: dict[str, tuple[int, np.dtype]] = {
     "f16": (2, np.dtype(np.float16)),
     "bf16": (2, np.dtype(np.uint16)),
     "i32": (4, np.dtype(np.int32)),
+    "u8": (1, np.dtype(np.uint8)),
 }
 FLOAT_TYPES = ("f32", "f16", "bf16")
 
@@ -47,6 +48,8 @@ def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
         return np.asarray(x, dtype=np.float32).astype(np.float16).astype(np.float32)
     if dtype == "i32":
         return np.asarray(x, dtype=np.int32)
+    if dtype == "u8":
+        return np.asarray(x, dtype=np.float32)  # levels and packed bytes: exact in f32
     raise ValueError(f"unknown element type {dtype}")
 
 

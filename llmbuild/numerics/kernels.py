@@ -50,6 +50,54 @@ def matmul(attrs: dict[str, Any], x: np.ndarray, right: np.ndarray, bias: np.nda
     return y
 
 
+def unpack_nibbles(packed: np.ndarray) -> np.ndarray:
+    """[N, K/2] bytes -> [N, K] 4-bit levels, even k from the low nibble."""
+    b = np.asarray(packed).astype(np.uint8)
+    q = np.empty((b.shape[0], b.shape[1] * 2), dtype=np.uint8)
+    q[:, 0::2] = b & 0xF
+    q[:, 1::2] = b >> 4
+    return q
+
+
+# Runtimes hand the same (cached, read-only) weight arrays to every call: dequantize each weight once.
+# Keyed by the arrays' identities, holding them so the ids stay valid; bounded, oldest out first.
+_DEQUANT_CACHE: dict[tuple, tuple[tuple[np.ndarray, ...], np.ndarray]] = {}
+_DEQUANT_CACHE_SIZE = 512
+
+
+def dequantize(attrs: dict[str, Any], weight: np.ndarray, scale: np.ndarray, zp: np.ndarray) -> np.ndarray:
+    key = (id(weight), id(scale), id(zp), attrs.get("packed"), attrs["q_group_size"], attrs.get("dequant_dtype"))
+    hit = _DEQUANT_CACHE.get(key)
+    if hit is not None and hit[0][0] is weight and hit[0][1] is scale and hit[0][2] is zp:
+        return hit[1]
+    w = _dequantize(attrs, weight, scale, zp)
+    if not (weight.flags.writeable or scale.flags.writeable or zp.flags.writeable):
+        if len(_DEQUANT_CACHE) >= _DEQUANT_CACHE_SIZE:
+            _DEQUANT_CACHE.pop(next(iter(_DEQUANT_CACHE)))
+        _DEQUANT_CACHE[key] = ((weight, scale, zp), w)
+    return w
+
+
+def _dequantize(attrs: dict[str, Any], weight: np.ndarray, scale: np.ndarray, zp: np.ndarray) -> np.ndarray:
+    levels = unpack_nibbles(weight) if attrs.get("packed") else weight
+    g = attrs["q_group_size"]
+    w = (levels.astype(scale.dtype) - np.repeat(zp, g, axis=1).astype(scale.dtype)) * np.repeat(scale, g, axis=1)
+    if attrs.get("dequant_dtype"):
+        from llmbuild.numerics.formats import round_to
+
+        w = round_to(w.astype(np.float32), attrs["dequant_dtype"])
+    return w
+
+
+@kernel("A16MatMul")
+def a16_matmul(
+    attrs: dict[str, Any], x: np.ndarray, weight: np.ndarray, scale: np.ndarray, zp: np.ndarray,
+    bias: np.ndarray | None = None,
+) -> np.ndarray:
+    y = x @ dequantize(attrs, weight, scale, zp).astype(x.dtype).T
+    return y if bias is None else y + bias
+
+
 @kernel("Reshape")
 def reshape(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
     return x.reshape(attrs["shape"])

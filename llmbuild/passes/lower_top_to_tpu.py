@@ -33,7 +33,10 @@ from xdsl.rewriter import Rewriter
 
 from llmbuild import LlmbuildError
 from llmbuild.dialects import tpu
+from llmbuild.dialects.common import bool_attr
 from llmbuild.dialects.plain import main_func, string_list
+from llmbuild.importer.graph import ui8
+from llmbuild.quant.scheme import activation_dtype
 
 MODE_ELEMENT = {"f32": f32, "bf16": bf16, "f16": f16}
 HIGH_PRECISION_WEIGHTS = ("rope.cos", "rope.sin")
@@ -43,6 +46,7 @@ TOP_TO_TPU: dict[str, type[Operation]] = {
     "top.Gather": tpu.GatherOp,
     "top.RMSNorm": tpu.RMSNormOp,
     "top.MatMul": tpu.MatMulOp,
+    "top.A16MatMul": tpu.A16MatMulOp,
     "top.Reshape": tpu.ReshapeOp,
     "top.Permute": tpu.PermuteOp,
     "top.Rope": tpu.RopeOp,
@@ -55,6 +59,15 @@ TOP_TO_TPU: dict[str, type[Operation]] = {
 }
 # Ops that only move data: they keep the precision of their (float) input.
 DATA_MOVEMENT = ("top.Gather", "top.Reshape", "top.Permute", "top.Concat")
+
+
+def _packed_levels(weight: Operation) -> TensorType:
+    """4-bit levels packed two per byte along K ([N, K/2]); 8-bit levels stay one per byte."""
+    (user,) = {use.operation for use in weight.results[0].uses}
+    t = weight.results[0].type
+    n, k = t.get_shape()
+    bits = user.attributes["weight_bits"].value.data
+    return TensorType(ui8, [n, k // 2 if bits == 4 else k], t.encoding)
 
 
 def _is_float(t: Attribute) -> bool:
@@ -72,9 +85,12 @@ class LowerTopToTpu(ModulePass):
     chip: str = "bm1684x"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        if self.mode not in MODE_ELEMENT:
-            raise LlmbuildError(f"lower-top-to-tpu: mode {self.mode!r} is not one of {sorted(MODE_ELEMENT)}")
-        element = MODE_ELEMENT[self.mode]
+        act = activation_dtype(self.mode)
+        if act not in MODE_ELEMENT:
+            raise LlmbuildError(
+                f"lower-top-to-tpu: mode {self.mode!r} has no activation type in {sorted(MODE_ELEMENT)}"
+            )
+        element = MODE_ELEMENT[act]
         fn = main_func(op)
         block = fn.body.block
         for arg in block.args:
@@ -103,6 +119,10 @@ class LowerTopToTpu(ModulePass):
             attrs = dict(old.attributes)
             if old.name == "top.SiLU":
                 attrs["mode"] = StringAttr("SILU")
+            if old.name == "top.A16MatMul":
+                # the device reads packed levels and rounds the dequantized weight to the activation type
+                attrs["packed"] = bool_attr(old.attributes["weight_bits"].value.data == 4)
+                attrs["dequant_dtype"] = StringAttr(act)
             new = cls.create(
                 operands=list(old.operands),
                 result_types=[new_type],
@@ -119,6 +139,10 @@ class LowerTopToTpu(ModulePass):
 
     def _result_type(self, op: Operation, element: Attribute, keep_f32: bool) -> Attribute:
         t = op.results[0].type
+        if op.name == "top.Weight" and op.attributes["name"].data.endswith(".qweight"):
+            return _packed_levels(op)
+        if op.name == "top.Weight" and op.attributes["name"].data.endswith(".zeros"):
+            return TensorType(ui8, t.get_shape(), t.encoding)  # zero points are integer levels: one byte
         if not _is_float(t):
             return t
         if keep_f32:

@@ -52,6 +52,7 @@ class Device:
             cached = self._weight_cache.get(key)
             if cached is None:
                 cached = decode(self._raw(t), t.dtype)
+                cached.flags.writeable = False  # weights are read-only; kernels may cache what they derive
                 self._weight_cache[key] = cached
             return cached
         return decode(self._raw(t), t.dtype)

@@ -1,7 +1,7 @@
 """The fast host path: the same binary and the same program instructions as the simulated device, with
 values kept as numpy arrays instead of bytes at addresses.
 
-Each program is resolved once, at load, into a list of steps whose operands are already bound: a weight
+Each program is resolved once, when first run, into steps whose operands are already bound: a weight
 (decoded from its storage type once, and shared by every net that addresses it), the result of an
 earlier step of the same program (a Reshape view that emitted no instruction becomes a reshape of that
 result), or a fixed buffer (net inputs and outputs, the KV cache) looked up by its address when the step
@@ -9,22 +9,36 @@ runs. Every step calls the same kernel as the device on operands of the same sha
 device reads them, and rounds its result to the stored element type exactly as the device does, so the
 two paths give bit-identical values; the device stays the reference for verification (it catches wrong
 addresses and overlapping buffers, which this path by construction cannot see).
+
+What this path saves, besides the byte round trips: a result that only moves values skips a rounding that
+cannot change it; the decode step's Concat of a layer's whole cache with its new row writes the row after
+the cache, in place, instead of copying the cache; and in matrix-vector programs, independent matrix
+products and the halves of the largest run on two threads (helper_thread.py), each call whole.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 
 from llmbuild import LlmbuildError
-from llmbuild.codegen.program import Program, TensorDesc
+from llmbuild.codegen.program import Instr, Program, TensorDesc
 from llmbuild.numerics.formats import STORAGE, decode, round_to
 from llmbuild.numerics.kernels import KERNELS
 from llmbuild.runtime.blas import one_thread, vector_only
+from llmbuild.runtime.helper_thread import HelperThread, helper
 
 Getter = Callable[[], np.ndarray]
+Run = Callable[[], None]
+
+# Ops that only move values: a result whose every value operand already has the result's precision needs
+# no rounding (rounding a bf16 value to bf16 is the identity).
+_MOVES = frozenset({"Gather", "Reshape", "Permute", "Concat"})
+_EXACT_IN = {"f32": ("f32", "f16", "bf16"), "f16": ("f16",), "bf16": ("bf16",), "i32": ()}
+SPLIT_ROWS = 8192  # a matrix-vector product with this many weight rows (lm_head) is split over two threads
+SPLIT_ALIGN = 64  # split at a multiple of this many rows: every row is computed by the same kernel code
 
 
 def _count(shape: tuple[int, ...]) -> int:
@@ -44,12 +58,6 @@ def _fit(value: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     if value.size > need:
         return value.reshape(-1)[:need].reshape(shape)
     raise LlmbuildError(f"host path: reading {need} elements from a buffer that holds {value.size}")
-
-
-# Ops that only move values: a result whose every value operand already has the result's precision
-# needs no rounding (rounding a bf16 value to bf16 is the identity), and a moved KV cache is large.
-_MOVES = frozenset({"Gather", "Reshape", "Permute", "Concat"})
-_EXACT_IN = {"f32": ("f32", "f16", "bf16"), "f16": ("f16",), "bf16": ("bf16",), "i32": ()}
 
 
 def _round_bf16(x: np.ndarray) -> np.ndarray:
@@ -77,11 +85,44 @@ def _rounder(dtype: str, exact: bool) -> Callable[[Any], np.ndarray]:
     return lambda result: np.ascontiguousarray(round_to(np.asarray(result, dtype=np.float32), dtype))
 
 
-class _Step:
-    __slots__ = ("fn", "attrs", "args", "store", "loc")
+def _split_matmul(pair: HelperThread) -> Callable[..., np.ndarray]:
+    """kernels.matmul (right_transpose) with the weight's rows in two halves, one per thread."""
 
-    def __init__(self, fn: Callable, attrs: dict, args: list[Getter], store: Callable, loc: str):
-        self.fn, self.attrs, self.args, self.store, self.loc = fn, attrs, args, store, loc
+    def matmul(attrs: dict[str, Any], x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+        n = w.shape[0]
+        h = (n // 2 + SPLIT_ALIGN - 1) // SPLIT_ALIGN * SPLIT_ALIGN
+        y = np.empty(x.shape[:-1] + (n,), dtype=np.float32)
+        pair.run_beside(lambda: np.matmul(x, w[:h].T, out=y[..., :h]), lambda: np.matmul(x, w[h:].T, out=y[..., h:]))
+        if bias is not None:
+            y = y + bias
+        if attrs.get("do_relu"):
+            y = np.maximum(y, 0)
+        return y
+
+    return matmul
+
+
+def _bind(k: int, vals: list, fn: Callable, attrs: dict, args: list[Getter], store: Callable) -> Run:
+    """Step k as one closure (fewer Python calls per step than a generic loop over its operands)."""
+    if len(args) == 1:
+        (a,) = args
+
+        def run1() -> None:
+            vals[k] = store(fn(attrs, a()))
+
+        return run1
+    if len(args) == 2:
+        a, b = args
+
+        def run2() -> None:
+            vals[k] = store(fn(attrs, a(), b()))
+
+        return run2
+
+    def run() -> None:
+        vals[k] = store(fn(attrs, *[get() for get in args]))
+
+    return run
 
 
 class _HostProgram:
@@ -90,55 +131,107 @@ class _HostProgram:
     def __init__(self, prog: Program, host: HostExecutor):
         self.prog = prog
         self.vals: list[np.ndarray | None] = [None] * len(prog.instrs)
-        producer: dict[int, int] = {}  # tensor index -> step index
-        last_at: dict[int, int] = {}  # address -> the latest step that wrote there
-        self.steps: list[_Step] = []
-        for k, ins in enumerate(prog.instrs):
-            args = [self._source(t, producer, last_at, host) for t in ins.operands]
-            out = prog.tensors[ins.result]
-            values = ins.operands[:1] if ins.op == "Gather" else ins.operands  # a Gather's indices are not moved
-            exact = ins.op in _MOVES and all(prog.tensors[t].dtype in _EXACT_IN[out.dtype] for t in values)
-            self.steps.append(_Step(KERNELS[ins.op], ins.attrs, args, _rounder(out.dtype, exact), ins.loc))
-            producer[ins.result] = k
-            last_at[out.address] = k
-        self.outputs: dict[str, tuple[int, Getter]] = {
-            name: (prog.tensors[t].address, self._source(t, producer, last_at, host)) for name, t in prog.outputs
-        }
-        self.output_descs = {name: prog.tensors[t] for name, t in prog.outputs}
         # Only one-row operands (decode, lm_head): BLAS on one thread gives the same bits, faster (blas.py).
         self.vector_only = vector_only(prog)
+        pair = helper() if self.vector_only else None
+        self._producer: dict[int, int] = {}  # tensor index -> step index
+        self._last_at: dict[int, int] = {}  # address -> the latest step that wrote there
+        runs: list[Run] = []
+        reads: list[set[int]] = []  # the steps each step reads
+        self._split: set[int] = set()  # steps that use the helper thread themselves
+        for k, ins in enumerate(prog.instrs):
+            sources = [self._source(t, host) for t in ins.operands]
+            args = [get for get, _ in sources]
+            reads.append({s for _, s in sources if s is not None})
+            runs.append(self._step(k, ins, args, host, pair))
+            self._producer[ins.result] = k
+            self._last_at[prog.tensors[ins.result].address] = k
+        self.units = self._pair_up(runs, reads, pair)
+        self.outputs = [(prog.tensors[t].address, self._source(t, host)[0]) for _, t in prog.outputs]
+        self.output_descs = {name: prog.tensors[t] for name, t in prog.outputs}
 
-    def _source(self, t: int, producer: dict[int, int], last_at: dict[int, int], host: HostExecutor) -> Getter:
+    def _source(self, t: int, host: HostExecutor) -> tuple[Getter, int | None]:
+        """How step operands read tensor t, and which step produced it (None: a weight or a buffer)."""
         desc = self.prog.tensors[t]
         if host.in_weights(desc):
             w = host.weight(desc)
-            return lambda: w
+            return (lambda: w), None
         vals = self.vals
-        k = producer.get(t)
+        k = self._producer.get(t)
         if k is not None:
-            return lambda: vals[k]
-        k = last_at.get(desc.address)
+            return (lambda: vals[k]), k
+        k = self._last_at.get(desc.address)
         if k is not None:  # a view (a Reshape that emitted nothing) of an earlier result
             shape = desc.shape
-            return lambda: _fit(vals[k], shape)
+            return (lambda: _fit(vals[k], shape)), k
         buffers, address, shape = host.buffers, desc.address, desc.shape
-        return lambda: _fit(buffers[address], shape)
+        return (lambda: _fit(buffers[address], shape)), None
+
+    def _step(self, k: int, ins: Instr, args: list[Getter], host: HostExecutor, pair: HelperThread | None) -> Run:
+        tensors = self.prog.tensors
+        out = tensors[ins.result]
+        values = ins.operands[:1] if ins.op == "Gather" else ins.operands  # a Gather's indices are not moved
+        exact = ins.op in _MOVES and all(tensors[t].dtype in _EXACT_IN[out.dtype] for t in values)
+        fn: Callable = KERNELS[ins.op]
+        store = _rounder(out.dtype, exact)
+        if ins.op == "Concat" and exact and ins.attrs["axis"] == 1 and len(ins.operands) == 2:
+            in_place = host.cache_concat(tensors[ins.operands[0]])
+            if in_place is not None:
+                fn, store = in_place, _same
+        elif (ins.op == "MatMul" and pair is not None and ins.attrs["right_transpose"]
+              and tensors[ins.operands[1]].shape[0] >= SPLIT_ROWS):
+            fn = _split_matmul(pair)
+            self._split.add(k)
+        return _bind(k, self.vals, fn, ins.attrs, args, store)
+
+    def _pair_up(self, runs: list[Run], reads: list[set[int]], pair: HelperThread | None) -> list[Run]:
+        """Consecutive MatMuls that do not read one another (q/k/v, gate/up) run on two threads."""
+        if pair is None:
+            return runs
+        def pairable(k: int) -> bool:
+            return self.prog.instrs[k].op == "MatMul" and k not in self._split
+
+        units: list[Run] = []
+        k = 0
+        while k < len(runs):
+            end = k + 1
+            while end < len(runs) and pairable(k) and pairable(end) and not reads[end] & set(range(k, end)):
+                end += 1
+            if end - k == 1:
+                units.append(runs[k])
+            else:
+                first, rest = runs[k], runs[k + 1 : end]
+                units.append(lambda first=first, rest=rest: pair.run_beside(first, lambda: [r() for r in rest]))
+            k = end
+        return units
 
     def run(self) -> None:
-        vals = self.vals
-        for k, step in enumerate(self.steps):
-            vals[k] = step.store(step.fn(step.attrs, *[get() for get in step.args]))
+        for unit in self.units:
+            unit()
+
+
+def _same(x: np.ndarray) -> np.ndarray:
+    return x
 
 
 class HostExecutor:
     """Runs programs on host arrays. Same interface as `Device` for what the runtime loop needs."""
 
-    def __init__(self, weights: memoryview | bytes, weight_region: tuple[int, int]):
+    def __init__(
+        self, weights: memoryview | bytes, weight_region: tuple[int, int], kv_slots: Iterable[TensorDesc] = (),
+        extra_rows: int = 0,
+    ):
         self.weight_bytes = np.frombuffer(weights, dtype=np.uint8)
         self.weight_region = weight_region
         self.buffers: dict[int, np.ndarray] = {}  # address -> the value last stored there
         self._weights: dict[tuple[int, str, tuple[int, ...]], np.ndarray] = {}
         self._programs: dict[int, _HostProgram] = {}
+        # Each layer's cache, with `extra_rows` rows after it where a Concat puts the new rows (cache_concat).
+        self._kv: dict[int, tuple[TensorDesc, np.ndarray]] = {}
+        for slot in kv_slots:
+            storage = np.zeros((slot.shape[0], slot.shape[1] + extra_rows, *slot.shape[2:]), dtype=np.float32)
+            self._kv[slot.address] = (slot, storage)
+            self.buffers[slot.address] = storage[:, : slot.shape[1]]
 
     # ---- weights: decoded once, shared by every net that addresses them ----------------------
 
@@ -156,8 +249,26 @@ class HostExecutor:
                 raise LlmbuildError(f"host path: weight {t.address:#x}..{end:#x} outside the weight image")
             raw = self.weight_bytes[t.address : end].view(dt).reshape(t.shape)
             cached = np.ascontiguousarray(decode(raw, t.dtype))
+            cached.flags.writeable = False  # read-only: kernels may cache what they derive (dequantized weights)
             self._weights[key] = cached
         return cached
+
+    def cache_concat(self, history: TensorDesc) -> Callable[..., np.ndarray] | None:
+        """Concat(history, new) on axis 1 for a layer's whole cache: the new rows are written after the
+        cache, in place, and the result is the leading rows (the same values as a copy, none copied)."""
+        found = self._kv.get(history.address)
+        if found is None or found[0].shape != history.shape:
+            return None
+        S, storage = history.shape[1], found[1]
+
+        def concat(attrs: dict[str, Any], cache: np.ndarray, new: np.ndarray) -> np.ndarray:
+            rows = new.shape[1]
+            if S + rows > storage.shape[1]:
+                return np.concatenate([cache, new], axis=1)
+            storage[:, S : S + rows] = new
+            return storage[:, : S + rows]
+
+        return concat
 
     # ---- the runtime loop's interface ----------------------------------------------------------
 
@@ -172,40 +283,35 @@ class HostExecutor:
         for n, t in prog.inputs:
             if n == name:
                 desc = prog.tensors[t]
-                self.buffers[desc.address] = np.ascontiguousarray(round_to(np.asarray(value).reshape(desc.shape),
-                                                                           desc.dtype))
+                value = round_to(np.asarray(value).reshape(desc.shape), desc.dtype)
+                self.buffers[desc.address] = np.ascontiguousarray(value)
                 return
         raise KeyError(f"{prog.net} has no input {name}")
 
     def run(self, prog: Program, trace: Callable[[str, np.ndarray], None] | None = None) -> None:
         hp = self._program(prog)
+        # The caller holds np.errstate once per token (CompiledModel), not once per net.
         if hp.vector_only:
             with one_thread():
-                hp.run()  # the caller holds np.errstate once per token (CompiledModel), not once per net
+                hp.run()
         else:
             hp.run()
         if trace is not None:
-            for step, value in zip(hp.steps, hp.vals, strict=True):
-                trace(step.loc, value)
-        for address, get in hp.outputs.values():
+            for ins, value in zip(prog.instrs, hp.vals, strict=True):
+                trace(ins.loc, value)
+        for address, get in hp.outputs:
             self.buffers[address] = get()
 
     def get_output(self, prog: Program, name: str) -> np.ndarray:
-        hp = self._program(prog)
-        desc = hp.output_descs.get(name)
+        desc = self._program(prog).output_descs.get(name)
         if desc is None:
             raise KeyError(f"{prog.net} has no output {name}")
         return _fit(self.buffers[desc.address], desc.shape)
 
-    def kv_buffer(self, slot: TensorDesc) -> np.ndarray:
-        """Layer i's persistent cache, as values: programs read it in place through their history inputs."""
-        buf = self.buffers.get(slot.address)
-        if buf is None or buf.shape != slot.shape:
-            buf = np.zeros(slot.shape, dtype=np.float32)
-            self.buffers[slot.address] = buf
-        return buf
-
     def copy_rows(self, src: TensorDesc, dst: TensorDesc, at: int, rows: int) -> None:
         """Rows [0, rows) of the buffer at `src` into rows [at, at+rows) of the cache at `dst` (axis 1)."""
         new = _fit(self.buffers[src.address], src.shape)
-        self.kv_buffer(dst)[0, at : at + rows] = new[0, :rows]
+        cache = self.buffers.get(dst.address)
+        if cache is None or cache.shape != dst.shape:
+            cache = self.buffers[dst.address] = np.zeros(dst.shape, dtype=np.float32)
+        cache[0, at : at + rows] = new[0, :rows]

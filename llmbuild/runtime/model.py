@@ -79,6 +79,9 @@ class CompiledModel:
         self.num_layers = int(self.meta["spec"]["num_layers"])
         self.S = int(self.meta["seq_length"])
         self.L = int(self.meta["prefill_length"])
+        self._kv = {
+            (i, which): _desc(self.plan.kv[f"layers.{i}.{which}"]) for i in range(self.num_layers) for which in "kv"
+        }
         weight_region = tuple(self.plan.regions["weight"])
         self.device: Executor
         if faithful:
@@ -86,12 +89,9 @@ class CompiledModel:
             device.load_bytes(0, self.container.section("weights"))
             self.device = device
         else:
-            self.device = HostExecutor(self.container.section("weights"), weight_region)
+            self.device = HostExecutor(self.container.section("weights"), weight_region, self._kv.values(), self.L)
         self.nets: dict[str, Program] = {
             n["name"]: programs.decode(self.container.section(n["section"])) for n in self.meta["nets"]
-        }
-        self._kv = {
-            (i, which): _desc(self.plan.kv[f"layers.{i}.{which}"]) for i in range(self.num_layers) for which in "kv"
         }
         self.history = 0  # rows of the KV cache that hold real tokens
         self.counts = StageCounts()

@@ -42,14 +42,16 @@ def _weight_names(c: CompiledNet) -> list[str]:
 
 
 def check_case(
-    c: CompiledNet, case: StageCase, weights: Mapping[str, np.ndarray], plan: MemoryPlan
+    c: CompiledNet, case: StageCase, weights: Mapping[str, np.ndarray], plan: MemoryPlan,
+    device_weights: Mapping[str, np.ndarray] | None = None,
 ) -> dict:
+    """`weights` as TopOp means them; `device_weights` as the device stores them (packed), if different."""
     top = interpret(c.top, case.inputs, lambda n: weights[n], reference=True)
     result: dict = {"rows": case.rows, "top_vs_source": {}, "tpu_vs_top": {"outputs": {}, "ops": []}}
     for name, expected in case.expected.items():
         result["top_vs_source"][name] = similarity(_real(top.outputs[name], expected), expected)
 
-    dev = device_for(c, plan, weights)
+    dev = device_for(c, plan, weights if device_weights is None else device_weights)
     for name, value in case.inputs.items():
         dev.set_input(c.program, name, np.asarray(value, dtype=np.float32))
     traced: dict[str, np.ndarray] = {}
@@ -74,6 +76,7 @@ def check_net(
     weights: Mapping[str, np.ndarray],
     plan: MemoryPlan,
     shapes: Shapes,
+    device_weights: Mapping[str, np.ndarray] | None = None,
 ) -> dict:
-    return check_case(c, stage_case(stage, ref, layer, shapes), weights, plan)
+    return check_case(c, stage_case(stage, ref, layer, shapes), weights, plan, device_weights)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from llmbuild.build.paths import BuildPaths, read_spec, shapes_of
+from llmbuild.quant.scheme import QUANTIZED_PROJECTIONS, QuantScheme, scheme_for
 from llmbuild.recipe.schema import Recipe
 from llmbuild.verify.stage_cases import split_lengths
 
@@ -44,6 +45,9 @@ def make_reference(recipe: Recipe, paths: BuildPaths, out: Path) -> None:
     n1, n2 = split_lengths(shapes)
     ids = verification_ids(spec.vocab_size, n1 + n2 + 1)
     model, tokenizer = load_reference_model(recipe.source, paths.checkpoint)
+    scheme = scheme_for(recipe.quantization.mode, recipe.quantization.group_size)
+    if scheme is not None:
+        _use_quantized_weights(model, scheme)
     layers = model.model.layers
     seen: dict[str, np.ndarray] = {}
 
@@ -92,6 +96,21 @@ def make_reference(recipe: Recipe, paths: BuildPaths, out: Path) -> None:
     tmp = out.with_name(out.name + ".tmp")
     save_file({k: np.ascontiguousarray(v) for k, v in sorted(tensors.items())}, str(tmp))
     tmp.replace(out)
+
+
+def _use_quantized_weights(model, scheme: QuantScheme) -> None:
+    """Quantized in the build: the reference is the source model with each projection replaced by its
+    dequantized round-to-nearest weight (rtn is checked bit for bit against an independent numpy
+    implementation in tests/test_quant_formats.py), so the checks measure the compiler, not the rounding."""
+    import torch
+
+    from llmbuild.build.quantize_layer import quantize_projection
+
+    for layer in model.model.layers:
+        for proj in QUANTIZED_PROJECTIONS:
+            module = layer.get_submodule(proj)
+            w = module.weight.detach().float().numpy()
+            module.weight.data = torch.from_numpy(quantize_projection(w, scheme).dequantize().astype(np.float32))
 
 
 def _layer_kv(cache, i: int) -> tuple[np.ndarray, np.ndarray]:

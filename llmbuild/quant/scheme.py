@@ -1,0 +1,39 @@
+"""What a recipe's quantization mode means to the compiler: weight bits, group size, activation type."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llmbuild import LlmbuildError
+
+# Projections that take 4/8-bit weights; embeddings, norms and lm_head keep the activation type.
+QUANTIZED_PROJECTIONS = (
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+    "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
+)
+
+
+@dataclass(frozen=True)
+class QuantScheme:
+    bits: int
+    group_size: int  # -1: per channel (one group of K)
+    act_dtype: str  # bf16 | f16
+
+    def group_for(self, in_features: int) -> int:
+        # 8-bit is symmetric per channel (the incumbent's choice); 4-bit groups along K.
+        if self.bits == 8 or self.group_size == -1:
+            return in_features
+        if in_features % self.group_size:
+            raise LlmbuildError(f"quantization.group_size: {self.group_size} does not divide in_features {in_features}")
+        return self.group_size
+
+
+def activation_dtype(mode: str) -> str:
+    """f32/bf16/f16 modes compute in themselves; w4bf16 etc. in their activation type."""
+    return mode[2:] if mode.startswith(("w4", "w8")) else mode
+
+
+def scheme_for(mode: str, group_size: int) -> QuantScheme | None:
+    if not mode.startswith(("w4", "w8")):
+        return None
+    return QuantScheme(bits=int(mode[1]), group_size=group_size, act_dtype=activation_dtype(mode))
