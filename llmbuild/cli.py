@@ -79,61 +79,16 @@ def cmd_verify(args: argparse.Namespace) -> None:
           f"tpu {report['worst_cosine']['tpu_vs_top']})")
 
 
-def _parse_ids(text: str) -> list[int]:
-    try:
-        return [int(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        raise LlmbuildError(f"--prompt-ids: expected comma-separated integers, got {text!r}") from None
-
-
 def cmd_run(args: argparse.Namespace) -> None:
-    from llmbuild.runtime import resolve_binary
-    from llmbuild.runtime.model import CompiledModel, load_tokenizer
+    from llmbuild.runtime.cli_runtime import run_command
 
-    model = CompiledModel(resolve_binary(args.target))
-    tok = load_tokenizer(model)
-    if args.prompt_ids is not None:
-        prompt = _parse_ids(args.prompt_ids)
-    elif args.prompt is not None:
-        prompt = tok.chat_ids([{"role": "user", "content": args.prompt}]) if not args.raw else tok.encode(args.prompt)
-    else:
-        raise LlmbuildError("run: give --prompt TEXT or --prompt-ids 1,2,3")
-    vocab = int(model.meta["spec"]["vocab_size"])
-    if not prompt or min(prompt) < 0 or max(prompt) >= vocab:
-        raise LlmbuildError(f"--prompt-ids: ids must be in [0, {vocab}), got {prompt}")
-    eos = () if args.ignore_eos else tuple(model.meta["eos_token_ids"])
-    ids, logits = model.generate(prompt, args.max_new_tokens, eos)
-    text = tok.decode(ids)
-    if args.json:
-        print(json.dumps({"ids": ids, "text": text, "logits": [[float(x) for x in step] for step in logits]}))
-    else:
-        print(text)
+    run_command(args)
 
 
 def cmd_chat(args: argparse.Namespace) -> None:
-    from llmbuild.runtime.session import Session
+    from llmbuild.runtime.cli_runtime import chat_command
 
-    session = Session(args.target)
-    interactive = sys.stdin.isatty()
-    while True:
-        if interactive:
-            print("you> ", end="", flush=True)
-        line = sys.stdin.readline()
-        if not line:
-            break
-        line = line.strip()
-        if not line:
-            continue
-        if line in ("/reset", "/clear"):
-            session.reset()
-            continue
-        if line in ("/exit", "/quit"):
-            break
-        print("assistant> ", end="", flush=True)
-        reply = session.send(line, max_new_tokens=args.max_new_tokens,
-                             stream=lambda t: print(session.tokenizer.decode([t]), end="", flush=True))
-        del reply
-        print(flush=True)
+    chat_command(args)
 
 
 def cmd_estimate(args: argparse.Namespace) -> None:
@@ -194,17 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp = verb("inspect", cmd_inspect, "nets, stages, memory map and weight bytes of a binary", recipe=False)
     sp.add_argument("target", help="recipe name, build directory or .llmb file")
     sp.add_argument("--json", action="store_true")
-    for name, fn, text in (("run", cmd_run, "generate from a prompt with a built binary"),
-                           ("chat", cmd_chat, "chat with a built binary (reads stdin)")):
-        sp = verb(name, fn, text, recipe=False)
-        sp.add_argument("target", help="recipe name, build directory or .llmb file")
-        sp.add_argument("--max-new-tokens", type=int, default=64 if name == "run" else 128)
-        if name == "run":
-            sp.add_argument("--prompt")
-            sp.add_argument("--prompt-ids")
-            sp.add_argument("--raw", action="store_true", help="tokenize --prompt without the chat template")
-            sp.add_argument("--ignore-eos", action="store_true")
-            sp.add_argument("--json", action="store_true")
+    from llmbuild.runtime.cli_runtime import add_chat_arguments, add_run_arguments  # argparse only
+
+    add_run_arguments(verb("run", cmd_run, "generate from a prompt with a built binary", recipe=False))
+    add_chat_arguments(verb("chat", cmd_chat, "chat with a built binary: streams replies, shows speed", recipe=False))
     return p
 
 

@@ -76,6 +76,23 @@ def test_smollm2_answers_with_paris(build: Path) -> None:
     assert "Paris" in r.stdout
 
 
+def test_smollm2_w8_answers_with_paris_from_a_smaller_binary(build: Path) -> None:
+    r = llmbuild(build, "run", "smollm2_135m_w8", "--prompt", "What is the capital of France?")
+    assert r.returncode == 0, r.stderr
+    assert "Paris" in r.stdout
+    w8 = (build / "smollm2_135m_w8" / "smollm2_135m_w8.llmb").stat().st_size
+    bf16 = (build / "smollm2_135m_bf16" / "smollm2_135m_bf16.llmb").stat().st_size
+    # projections at 1 byte (+ per-channel scale/zero), the 28M-parameter bf16 embedding unchanged
+    assert w8 < 0.65 * bf16, (w8, bf16)
+    report = json.loads(llmbuild(build, "inspect", "smollm2_135m_w8", "--json").stdout)
+    # one byte per level of the seven projections (q, o, k, v, gate, up, down) plus one zero point per
+    # output channel (8-bit is per channel); the embedding stays bf16
+    levels = 30 * (576 * 576 * 2 + 2 * 192 * 576 + 3 * 1536 * 576)
+    zeros = 30 * (576 * 2 + 192 * 2 + 1536 * 2 + 576)
+    assert report["weight_elements_by_dtype"]["u8"] == levels + zeros
+    assert report["weight_elements_by_dtype"]["bf16"] == 49152 * 576 + 30 * (2 * 576 + 5184) + 576
+
+
 def test_every_build_passed_its_verification(build: Path) -> None:
     from llmbuild.recipe import list_recipes
 

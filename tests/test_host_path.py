@@ -66,3 +66,38 @@ def test_faithful_and_host_sessions_agree(runtime_build: Path) -> None:
         s = Session(_binary(runtime_build, "llama_tiny_f32"), faithful=faithful)
         replies.append((s.generate([1, 5, 9, 42], 6), s.generate([7, 8, 9], 6), s.stats))
     assert replies[0] == replies[1]
+
+
+def test_blas_thread_choice_follows_the_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One BLAS thread or the process's threads: the faster is kept; when it slows down the other takes
+    over at once; when the other speeds up, a retry (ever rarer, at most every 1024 runs) notices."""
+    import contextlib
+
+    from llmbuild.runtime import blas
+
+    clock, ran, single = [0.0], [], [False]
+
+    @contextlib.contextmanager
+    def one_thread():
+        single[0] = True
+        yield
+        single[0] = False
+
+    monkeypatch.setattr(blas, "one_thread", one_thread)
+    monkeypatch.setattr(blas.time, "perf_counter", lambda: clock[0])
+    choice = blas.ThreadChoice()
+    choice._many = True
+
+    def runs(n: int, seconds_single: float, seconds_many: float) -> list[int]:
+        for _ in range(n):
+            with choice.run("decode"):
+                ran.append(1 if single[0] else 0)
+                clock[0] += seconds_single if single[0] else seconds_many
+        return ran[-n:]
+
+    busy = runs(300, 1.0, 3.0)  # other jobs on the cores: the workers wait for one another
+    assert busy[:2] == [1, 0] and busy.count(0) <= 8
+    idle = runs(1100, 1.0, 0.5)  # the machine became idle
+    assert idle[-100:].count(0) >= 95 and choice._arms["decode"].best == 0
+    busy_again = runs(20, 1.0, 10.0)
+    assert busy_again[:3].count(0) <= 1 and busy_again[3:].count(0) <= 2

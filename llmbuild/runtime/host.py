@@ -11,9 +11,8 @@ two paths give bit-identical values; the device stays the reference for verifica
 addresses and overlapping buffers, which this path by construction cannot see).
 
 What this path saves, besides the byte round trips: a result that only moves values skips a rounding that
-cannot change it; the decode step's Concat of a layer's whole cache with its new row writes the row after
-the cache, in place, instead of copying the cache; and in matrix-vector programs, independent matrix
-products and the halves of the largest run on two threads (helper_thread.py), each call whole.
+cannot change it, and the Concat of a layer's whole cache with the new rows (every layer, every token)
+writes the rows after the cache, in place, instead of copying the cache.
 """
 
 from __future__ import annotations
@@ -27,8 +26,7 @@ from llmbuild import LlmbuildError
 from llmbuild.codegen.program import Instr, Program, TensorDesc
 from llmbuild.numerics.formats import STORAGE, decode, round_to
 from llmbuild.numerics.kernels import KERNELS
-from llmbuild.runtime.blas import one_thread, vector_only
-from llmbuild.runtime.helper_thread import HelperThread, helper
+from llmbuild.runtime.blas import ThreadChoice, vector_only
 
 Getter = Callable[[], np.ndarray]
 Run = Callable[[], None]
@@ -37,8 +35,6 @@ Run = Callable[[], None]
 # no rounding (rounding a bf16 value to bf16 is the identity).
 _MOVES = frozenset({"Gather", "Reshape", "Permute", "Concat"})
 _EXACT_IN = {"f32": ("f32", "f16", "bf16"), "f16": ("f16",), "bf16": ("bf16",), "i32": ()}
-SPLIT_ROWS = 8192  # a matrix-vector product with this many weight rows (lm_head) is split over two threads
-SPLIT_ALIGN = 64  # split at a multiple of this many rows: every row is computed by the same kernel code
 
 
 def _count(shape: tuple[int, ...]) -> int:
@@ -85,23 +81,6 @@ def _rounder(dtype: str, exact: bool) -> Callable[[Any], np.ndarray]:
     return lambda result: np.ascontiguousarray(round_to(np.asarray(result, dtype=np.float32), dtype))
 
 
-def _split_matmul(pair: HelperThread) -> Callable[..., np.ndarray]:
-    """kernels.matmul (right_transpose) with the weight's rows in two halves, one per thread."""
-
-    def matmul(attrs: dict[str, Any], x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
-        n = w.shape[0]
-        h = (n // 2 + SPLIT_ALIGN - 1) // SPLIT_ALIGN * SPLIT_ALIGN
-        y = np.empty(x.shape[:-1] + (n,), dtype=np.float32)
-        pair.run_beside(lambda: np.matmul(x, w[:h].T, out=y[..., :h]), lambda: np.matmul(x, w[h:].T, out=y[..., h:]))
-        if bias is not None:
-            y = y + bias
-        if attrs.get("do_relu"):
-            y = np.maximum(y, 0)
-        return y
-
-    return matmul
-
-
 def _bind(k: int, vals: list, fn: Callable, attrs: dict, args: list[Getter], store: Callable) -> Run:
     """Step k as one closure (fewer Python calls per step than a generic loop over its operands)."""
     if len(args) == 1:
@@ -131,43 +110,37 @@ class _HostProgram:
     def __init__(self, prog: Program, host: HostExecutor):
         self.prog = prog
         self.vals: list[np.ndarray | None] = [None] * len(prog.instrs)
-        # Only one-row operands (decode, lm_head): BLAS on one thread gives the same bits, faster (blas.py).
+        # Only one-row operands (decode, lm_head): any BLAS thread count gives the same bits (blas.py).
         self.vector_only = vector_only(prog)
-        pair = helper() if self.vector_only else None
         self._producer: dict[int, int] = {}  # tensor index -> step index
         self._last_at: dict[int, int] = {}  # address -> the latest step that wrote there
-        runs: list[Run] = []
-        reads: list[set[int]] = []  # the steps each step reads
-        self._split: set[int] = set()  # steps that use the helper thread themselves
+        self.steps: list[Run] = []
         for k, ins in enumerate(prog.instrs):
-            sources = [self._source(t, host) for t in ins.operands]
-            args = [get for get, _ in sources]
-            reads.append({s for _, s in sources if s is not None})
-            runs.append(self._step(k, ins, args, host, pair))
+            args = [self._source(t, host) for t in ins.operands]
+            self.steps.append(self._step(k, ins, args, host))
             self._producer[ins.result] = k
             self._last_at[prog.tensors[ins.result].address] = k
-        self.units = self._pair_up(runs, reads, pair)
-        self.outputs = [(prog.tensors[t].address, self._source(t, host)[0]) for _, t in prog.outputs]
+        self.outputs = [(prog.tensors[t].address, self._source(t, host)) for _, t in prog.outputs]
         self.output_descs = {name: prog.tensors[t] for name, t in prog.outputs}
 
-    def _source(self, t: int, host: HostExecutor) -> tuple[Getter, int | None]:
-        """How step operands read tensor t, and which step produced it (None: a weight or a buffer)."""
+    def _source(self, t: int, host: HostExecutor) -> Getter:
+        """How a step reads tensor t: a weight, an earlier step's result (or a view of it), or a buffer."""
         desc = self.prog.tensors[t]
         if host.in_weights(desc):
             w = host.weight(desc)
-            return (lambda: w), None
+            return lambda: w
         vals = self.vals
         k = self._producer.get(t)
         if k is not None:
-            return (lambda: vals[k]), k
+            return lambda: vals[k]
         k = self._last_at.get(desc.address)
         if k is not None:  # a view (a Reshape that emitted nothing) of an earlier result
             shape = desc.shape
-            return (lambda: _fit(vals[k], shape)), k
+            return lambda: _fit(vals[k], shape)
         buffers, address, shape = host.buffers, desc.address, desc.shape
-        return (lambda: _fit(buffers[address], shape)), None
+        return lambda: _fit(buffers[address], shape)
 
-    def _step(self, k: int, ins: Instr, args: list[Getter], host: HostExecutor, pair: HelperThread | None) -> Run:
+    def _step(self, k: int, ins: Instr, args: list[Getter], host: HostExecutor) -> Run:
         tensors = self.prog.tensors
         out = tensors[ins.result]
         values = ins.operands[:1] if ins.op == "Gather" else ins.operands  # a Gather's indices are not moved
@@ -178,36 +151,11 @@ class _HostProgram:
             in_place = host.cache_concat(tensors[ins.operands[0]])
             if in_place is not None:
                 fn, store = in_place, _same
-        elif (ins.op == "MatMul" and pair is not None and ins.attrs["right_transpose"]
-              and tensors[ins.operands[1]].shape[0] >= SPLIT_ROWS):
-            fn = _split_matmul(pair)
-            self._split.add(k)
         return _bind(k, self.vals, fn, ins.attrs, args, store)
 
-    def _pair_up(self, runs: list[Run], reads: list[set[int]], pair: HelperThread | None) -> list[Run]:
-        """Consecutive MatMuls that do not read one another (q/k/v, gate/up) run on two threads."""
-        if pair is None:
-            return runs
-        def pairable(k: int) -> bool:
-            return self.prog.instrs[k].op == "MatMul" and k not in self._split
-
-        units: list[Run] = []
-        k = 0
-        while k < len(runs):
-            end = k + 1
-            while end < len(runs) and pairable(k) and pairable(end) and not reads[end] & set(range(k, end)):
-                end += 1
-            if end - k == 1:
-                units.append(runs[k])
-            else:
-                first, rest = runs[k], runs[k + 1 : end]
-                units.append(lambda first=first, rest=rest: pair.run_beside(first, lambda: [r() for r in rest]))
-            k = end
-        return units
-
     def run(self) -> None:
-        for unit in self.units:
-            unit()
+        for step in self.steps:
+            step()
 
 
 def _same(x: np.ndarray) -> np.ndarray:
@@ -226,6 +174,7 @@ class HostExecutor:
         self.buffers: dict[int, np.ndarray] = {}  # address -> the value last stored there
         self._weights: dict[tuple[int, str, tuple[int, ...]], np.ndarray] = {}
         self._programs: dict[int, _HostProgram] = {}
+        self._threads = ThreadChoice()  # BLAS threads for matrix-vector programs (blas.py)
         # Each layer's cache, with `extra_rows` rows after it where a Concat puts the new rows (cache_concat).
         self._kv: dict[int, tuple[TensorDesc, np.ndarray]] = {}
         for slot in kv_slots:
@@ -292,7 +241,7 @@ class HostExecutor:
         hp = self._program(prog)
         # The caller holds np.errstate once per token (CompiledModel), not once per net.
         if hp.vector_only:
-            with one_thread():
+            with self._threads.run(prog.stage if prog.layer >= 0 else prog.net):
                 hp.run()
         else:
             hp.run()
