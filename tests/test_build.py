@@ -164,6 +164,12 @@ def test_changing_one_field_reruns_only_what_depends_on_it(build: Path, tmp_path
     jobs = planned_jobs(build, "qwen2_tiny_f32", recipes)
     assert jobs == {"plan": 1, "head": 1, "layer": 4, "link": 1, "e2e": 1, "verify": 1, "qwen2_tiny_f32": 1}
 
+    # quantized weights change what the reference computes (it uses the dequantized weights)
+    path.write_text(text.replace("mode: f32", "mode: w4bf16"))
+    jobs = planned_jobs(build, "qwen2_tiny_f32", recipes)
+    assert jobs == {"reference": 1, "plan": 1, "head": 1, "layer": 4, "link": 1, "e2e": 1, "verify": 1,
+                    "qwen2_tiny_f32": 1}
+
 
 def test_a_failed_check_names_layer_stage_and_op_and_leaves_no_report(build: Path, tmp_path: Path) -> None:
     recipes = tmp_path / "recipes"

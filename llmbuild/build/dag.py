@@ -11,6 +11,7 @@ import json
 from functools import cache
 from pathlib import Path
 
+from llmbuild.quant.scheme import scheme_for
 from llmbuild.recipe import load_recipe, section_digest
 from llmbuild.recipe.schema import Recipe
 
@@ -20,8 +21,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent.parent
 # and the generation length; the tolerances only matter to the final verify step.
 STEP_SECTIONS = {
     "prepare": ("source", "architecture"),
-    # the reference of a quantized build uses the dequantized weights: it reads `quantization` too
-    "reference": ("source", "architecture", "stages", "quantization"),
+    "reference": ("source", "architecture", "stages"),
     "plan": ("source", "architecture", "quantization", "target", "stages"),
     "compile": ("source", "architecture", "quantization", "target", "stages"),
     "verify": ("verify",),
@@ -50,6 +50,10 @@ def digest(name: str, step: str) -> str:
     d = section_digest(r, *STEP_SECTIONS["reference" if step == "e2e" else step])
     if step in ("reference", "e2e"):
         gen = {k: r.raw.get("verify", {}).get(k) for k in GENERATION_FIELDS}
+        # A quantized build's reference uses the dequantized weights: it depends on the weight scheme
+        # (bits, group), not on the activation type, so f32 -> bf16 does not rerun it, f32 -> w4 does.
+        scheme = scheme_for(r.quantization.mode, r.quantization.group_size)
+        gen["weights"] = None if scheme is None else [scheme.bits, scheme.group_size]
         d = hashlib.sha256((d + json.dumps(gen, sort_keys=True)).encode()).hexdigest()
     if step == "e2e":
         d = hashlib.sha256((d + section_digest(r, *STEP_SECTIONS["compile"])).encode()).hexdigest()

@@ -32,7 +32,7 @@ from llmbuild.codegen.program import Program
 def vector_only(prog: Program) -> bool:
     """Every matrix product of `prog` has a one-row left operand (decode nets, lm_head)."""
     for ins in prog.instrs:
-        if ins.op == "MatMul":
+        if ins.op in ("MatMul", "A16MatMul"):
             rows = 1
             for d in prog.tensors[ins.operands[0]].shape[:-1]:
                 rows *= d
