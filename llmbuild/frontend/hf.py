@@ -7,7 +7,6 @@ exactly one tensor, and bf16 (which numpy has no dtype for) is widened to float3
 from __future__ import annotations
 
 import json
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,11 +16,11 @@ import numpy as np
 from llmbuild import LlmbuildError
 from llmbuild.frontend.arch.base import expected_shapes
 from llmbuild.frontend.registry import architecture_for_hf_model_type, get_architecture
+from llmbuild.frontend.safetensors_header import read_header
 from llmbuild.frontend.spec import ModelSpec
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
-_MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit
 # safetensors dtype -> numpy little-endian dtype; BF16 is read as raw 16-bit words.
 _DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2"}
 
@@ -130,29 +129,6 @@ def _read_index(directory: Path) -> tuple[Path, dict[str, _Entry]]:
 
 
 def _read_header(path: Path) -> dict[str, _Entry]:
-    """Parse a safetensors header: u64 little-endian length, JSON, then the data block."""
-    try:
-        with path.open("rb") as f:
-            (length,) = struct.unpack("<Q", f.read(8) or b"\0" * 8)
-            if not 0 < length <= _MAX_HEADER_BYTES:
-                raise LlmbuildError(f"{path}: not a safetensors file (header length {length})")
-            header = json.loads(f.read(length))
-        size = path.stat().st_size
-    except FileNotFoundError:
-        raise LlmbuildError(f"{path}: file not found (listed in {INDEX_FILE})") from None
-    except (OSError, struct.error, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise LlmbuildError(f"{path}: cannot read safetensors header: {exc}") from None
-    start = 8 + length
-    entries = {}
-    for hf_name, info in header.items():
-        if hf_name == "__metadata__":
-            continue
-        dtype = info.get("dtype")
-        if dtype not in _DTYPES:
-            raise LlmbuildError(f"{path}: tensor {hf_name!r} has dtype {dtype}, expected one of {sorted(_DTYPES)}")
-        shape = tuple(int(d) for d in info["shape"])
-        begin, end = (start + int(o) for o in info["data_offsets"])
-        if end - begin != int(np.prod(shape)) * np.dtype(_DTYPES[dtype]).itemsize or end > size:
-            raise LlmbuildError(f"{path}: tensor {hf_name!r} has data offsets that do not fit its shape")
-        entries[hf_name] = _Entry(path, hf_name, dtype, shape, begin, end)
-    return entries
+    """Parse a safetensors header (see safetensors_header.py) into this reader's entries."""
+    records = read_header(path, _DTYPES, f" (listed in {INDEX_FILE})")
+    return {name: _Entry(path, name, *record) for name, record in records.items()}

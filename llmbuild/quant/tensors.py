@@ -9,7 +9,6 @@ exact. So this reader parses the safetensors header itself and returns each tens
 from __future__ import annotations
 
 import json
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,10 +17,10 @@ from typing import Protocol
 import numpy as np
 
 from llmbuild import LlmbuildError
+from llmbuild.frontend.safetensors_header import read_header
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
-_MAX_HEADER_BYTES = 100 << 20
 _DTYPES = {
     "F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2",
     "I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "u1",
@@ -126,29 +125,5 @@ def _read_json(path: Path) -> dict:
 
 
 def _read_header(path: Path) -> dict[str, _Entry]:
-    """Parse a safetensors header: u64 little-endian length, JSON, then the data block."""
-    try:
-        with path.open("rb") as f:
-            (length,) = struct.unpack("<Q", f.read(8) or b"\0" * 8)
-            if not 0 < length <= _MAX_HEADER_BYTES:
-                raise LlmbuildError(f"{path}: not a safetensors file (header length {length})")
-            header = json.loads(f.read(length))
-        size = path.stat().st_size
-    except FileNotFoundError:
-        raise LlmbuildError(f"{path}: file not found") from None
-    except (OSError, struct.error, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise LlmbuildError(f"{path}: cannot read safetensors header: {exc}") from None
-    start = 8 + length
-    entries = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        dtype = info.get("dtype")
-        if dtype not in _DTYPES:
-            raise LlmbuildError(f"{path}: tensor {name!r} has dtype {dtype}, expected one of {sorted(_DTYPES)}")
-        shape = tuple(int(d) for d in info["shape"])
-        begin, end = (start + int(o) for o in info["data_offsets"])
-        if end - begin != int(np.prod(shape)) * np.dtype(_DTYPES[dtype]).itemsize or end > size:
-            raise LlmbuildError(f"{path}: tensor {name!r} has data offsets that do not fit its shape")
-        entries[name] = _Entry(path, dtype, shape, begin, end)
-    return entries
+    """Parse a safetensors header (see frontend/safetensors_header.py) into this reader's entries."""
+    return {name: _Entry(path, *record) for name, record in read_header(path, _DTYPES).items()}
