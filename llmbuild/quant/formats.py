@@ -178,15 +178,7 @@ def _read_gptq(layer: _Layer, shape: tuple[int, int] | None) -> QuantizedLinear:
         qzeros = (qzeros.astype(np.int64) + offset) & 0xFFFFFFFF
     q = unpack_along_rows(qweight, bits)  # [K, N]
     zero = unpack_along_cols(qzeros, bits)  # [K/g, N]
-    return QuantizedLinear(
-        q=np.ascontiguousarray(q.T),
-        scale=np.ascontiguousarray(scales.astype(np.float32).T),
-        zero=np.ascontiguousarray(zero.astype(np.float32).T),
-        group_size=g,
-        bits=bits,
-        g_idx=_g_idx(layer, "g_idx", k, g, groups, why),
-        bias=layer.bias(n),
-    )
+    return _from_k_major(q, scales, zero, g, bits, layer.bias(n), _g_idx(layer, "g_idx", k, g, groups, why))
 
 
 def _read_awq(layer: _Layer, shape: tuple[int, int] | None) -> QuantizedLinear:
@@ -202,13 +194,22 @@ def _read_awq(layer: _Layer, shape: tuple[int, int] | None) -> QuantizedLinear:
     scales = layer.read("scales", (groups, n), why + f", group_size {g}", "f")
     q = unpack_along_cols(qweight, bits, AWQ_ORDER)  # [K, N]
     zero = unpack_along_cols(qzeros, bits, AWQ_ORDER)  # [K/g, N]
+    return _from_k_major(q, scales, zero, g, bits, layer.bias(n))
+
+
+def _from_k_major(
+    q: np.ndarray, scales: np.ndarray, zero: np.ndarray, g: int, bits: int, bias: np.ndarray | None,
+    g_idx: np.ndarray | None = None,
+) -> QuantizedLinear:
+    """GPTQ and AWQ store [K, N]-major tensors; QuantizedLinear keeps the checkpoint's [N, K] layout."""
     return QuantizedLinear(
         q=np.ascontiguousarray(q.T),
         scale=np.ascontiguousarray(scales.astype(np.float32).T),
         zero=np.ascontiguousarray(zero.astype(np.float32).T),
         group_size=g,
         bits=bits,
-        bias=layer.bias(n),
+        g_idx=g_idx,
+        bias=bias,
     )
 
 
