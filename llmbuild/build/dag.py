@@ -11,7 +11,7 @@ import json
 from functools import cache
 from pathlib import Path
 
-from llmbuild.quant.scheme import scheme_for
+from llmbuild.quant.scheme import recipe_scheme
 from llmbuild.recipe import load_recipe, section_digest
 from llmbuild.recipe.schema import Recipe
 
@@ -52,8 +52,9 @@ def digest(name: str, step: str) -> str:
         gen = {k: r.raw.get("verify", {}).get(k) for k in GENERATION_FIELDS}
         # A quantized build's reference uses the dequantized weights: it depends on the weight scheme
         # (bits, group), not on the activation type, so f32 -> bf16 does not rerun it, f32 -> w4 does.
-        scheme = scheme_for(r.quantization.mode, r.quantization.group_size)
-        gen["weights"] = None if scheme is None else [scheme.bits, scheme.group_size]
+        scheme = recipe_scheme(r.quantization)
+        gen["weights"] = None if scheme is None else [r.quantization.origin, scheme.bits, scheme.group_size,
+                                                      scheme.act_order, scheme.per_channel_8bit]
         d = hashlib.sha256((d + json.dumps(gen, sort_keys=True)).encode()).hexdigest()
     if step == "e2e":
         d = hashlib.sha256((d + section_digest(r, *STEP_SECTIONS["compile"])).encode()).hexdigest()

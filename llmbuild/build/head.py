@@ -7,11 +7,11 @@ import numpy as np
 from safetensors.numpy import save_file
 
 from llmbuild.build.compile_net import compile_net
+from llmbuild.build.layer_weights import tensor_source
 from llmbuild.build.paths import BuildPaths, read_spec, shapes_of, write_json
 from llmbuild.build.weights_blob import chunk_section_name, weight_chunk
 from llmbuild.codegen.container import write_container
 from llmbuild.codegen.program import encode
-from llmbuild.frontend import open_source
 from llmbuild.importer.nets import ROPE_COS, ROPE_SIN, head_nets, head_weight_names
 from llmbuild.importer.rope import rope_tables
 from llmbuild.passes.memory_plan import MemoryPlan
@@ -28,7 +28,7 @@ def build_head(recipe: Recipe) -> None:
     out = paths.head_dir
     out.mkdir(parents=True, exist_ok=True)
 
-    source = open_source(recipe.source, paths.checkpoint)
+    source = tensor_source(recipe, paths)
     weights = {name: source.tensor(name) for name in head_weight_names(spec)}
     cos, sin = rope_tables(spec, shapes.seq_length)
     weights[ROPE_COS], weights[ROPE_SIN] = cos, sin

@@ -12,16 +12,15 @@ import numpy as np
 from safetensors.numpy import save_file
 
 from llmbuild.build.compile_net import compile_net
+from llmbuild.build.layer_weights import layer_weights
 from llmbuild.build.paths import BuildPaths, read_spec, shapes_of, write_json
-from llmbuild.build.quantize_layer import quantize_layer
 from llmbuild.build.weights_blob import chunk_section_name, weight_chunk
 from llmbuild.codegen.container import write_container
 from llmbuild.codegen.program import encode
-from llmbuild.frontend import open_source
 from llmbuild.importer.nets import ROPE_COS, ROPE_SIN, STAGES, build_block
 from llmbuild.importer.rope import rope_tables
 from llmbuild.passes.memory_plan import MemoryPlan
-from llmbuild.quant.scheme import scheme_for
+from llmbuild.quant.scheme import recipe_scheme
 from llmbuild.recipe.schema import Recipe
 from llmbuild.verify.layer_check import check_net
 
@@ -34,16 +33,11 @@ def build_layer(recipe: Recipe, layer: int) -> None:
     out = paths.layer_dir(layer)
     out.mkdir(parents=True, exist_ok=True)
 
-    source = open_source(recipe.source, paths.checkpoint)
-    weights = {name: source.tensor(name) for name in spec.layer_tensor_names(layer)}
-    scheme = scheme_for(recipe.quantization.mode, recipe.quantization.group_size)
-    device_weights = weights
-    if scheme is not None:
-        weights, device_weights = quantize_layer(weights, layer, scheme)
+    scheme = recipe_scheme(recipe.quantization)
+    weights, device_weights = layer_weights(recipe, paths, spec, layer)
     tmp = out / "weights.safetensors.tmp"
-    # As imported (and quantized): levels stay uint8, everything else float32.
-    save_file({k: np.ascontiguousarray(v, dtype=np.uint8 if k.endswith(".qweight") else np.float32)
-               for k, v in weights.items()}, str(tmp))
+    # As imported (and quantized): levels stay uint8, act-order permutations int32, the rest float32.
+    save_file({k: np.ascontiguousarray(v, dtype=_saved_dtype(k)) for k, v in weights.items()}, str(tmp))
     tmp.replace(out / "weights.safetensors")
     cos, sin = rope_tables(spec, shapes.seq_length)
     rope = {ROPE_COS: cos, ROPE_SIN: sin}
@@ -68,3 +62,9 @@ def build_layer(recipe: Recipe, layer: int) -> None:
             metrics["stages"][stage] = check_net(c, stage, layer, ref, lookup, plan, shapes,
                                                  device_weights={**device_weights, **rope})
     write_json(paths.layer_metrics(layer), metrics)
+
+
+def _saved_dtype(name: str) -> type:
+    if name.endswith(".qweight"):
+        return np.uint8
+    return np.int32 if name.endswith(".perm") else np.float32

@@ -30,6 +30,11 @@ class BuildPaths:
         return self.root / "checkpoint"
 
     @property
+    def quantized(self) -> Path:
+        """The quantized checkpoint a library writes in the build's quantize step (HF format)."""
+        return self.root / "quantized"
+
+    @property
     def spec(self) -> Path:
         return self.root / "spec.json"
 

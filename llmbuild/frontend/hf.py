@@ -21,8 +21,10 @@ from llmbuild.frontend.spec import ModelSpec
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
-# safetensors dtype -> numpy little-endian dtype; BF16 is read as raw 16-bit words.
-_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2"}
+# safetensors dtype -> numpy little-endian dtype; BF16 is read as raw 16-bit words. Integer tensors are
+# the packed levels of a quantized checkpoint: listed so the header parses, read by llmbuild.quant.
+_FLOAT_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2"}
+_DTYPES = _FLOAT_DTYPES | {"I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1", "U8": "u1"}
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,9 @@ class HFSource:
                 f"{entry.file}: tensor {entry.hf_name!r} has shape {list(entry.shape)}, "
                 f"expected {list(expected)} from config.json"
             )
+        if entry.dtype not in _FLOAT_DTYPES:
+            raise LlmbuildError(f"{entry.file}: tensor {entry.hf_name!r} has dtype {entry.dtype}, expected a float "
+                                "type (a quantized projection is read by the quantization import)")
         array = self._read(entry)
         return self.architecture.transform_hf_tensor(name, array, self.spec)
 

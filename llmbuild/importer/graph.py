@@ -68,8 +68,8 @@ class TopGraph:
         self.arg_names.append(name)
         return self._add(top.InputOp.build(operands=[value], result_types=[t]), name)
 
-    def weight(self, name: str, shape: Sequence[int]) -> SSAValue:
-        op = top.WeightOp.build(result_types=[tensor(shape)], attributes={"name": StringAttr(name)})
+    def weight(self, name: str, shape: Sequence[int], element: Attribute = f32) -> SSAValue:
+        op = top.WeightOp.build(result_types=[tensor(shape, element)], attributes={"name": StringAttr(name)})
         return self._add(op, name)
 
     def gather(self, table: SSAValue, indices: SSAValue, loc: str, axis: int = 0) -> SSAValue:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, i32, i64
 from xdsl.ir import SSAValue
 
+from llmbuild.dialects import common
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.importer.graph import TopGraph
 from llmbuild.quant.scheme import QuantScheme
@@ -46,13 +47,20 @@ def _module_attrs(net: str, stage: str, layer: int) -> dict:
 
 def build_block(spec: ModelSpec, layer: int, stage: str, shapes: Shapes, quant: QuantScheme | None = None) -> ModuleOp:
     """One layer's net for one stage. With `quant`, the seven projections are `top.A16MatMul` over 4/8-bit
-    levels (weights `<proj>.qweight|scales|zeros`); otherwise `top.MatMul` over float weights."""
+    levels (weights `<proj>.qweight|scales|zeros`); otherwise `top.MatMul` over float weights.
+
+    Act order (`quant.act_order`): the checkpoint's input rows were sorted so that groups are contiguous
+    (quant/pack.py); each projection's input is gathered with the same permutation (`<proj>.perm`), which
+    keeps x · Wᵀ exact without re-quantizing anything."""
     net = block_net_name(layer, stage)
     g = TopGraph(net, _module_attrs(net, stage, layer))
 
     def linear(x: SSAValue, proj: str, n: int, k: int, bias: SSAValue | None, loc: str) -> SSAValue:
         if quant is None:
             return g.linear(x, g.weight(f"{p}{proj}.weight", (n, k)), bias, loc)
+        if quant.act_order:
+            perm = g.weight(f"{p}{proj}.perm", (k,), i32)
+            x = g.gather(x, perm, loc + "_act_order", axis=len(common.shape_of(x)) - 1)
         return g.a16_linear(x, f"{p}{proj}", n, k, quant.group_for(k), quant.bits, bias, loc)
 
     n, S = shapes.stage_tokens(stage), shapes.seq_length

@@ -21,7 +21,7 @@ from llmbuild.dialects.plain import main_func, tensor_info
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.importer.nets import Shapes, build_block, head_nets
 from llmbuild.numerics.formats import itemsize
-from llmbuild.quant.scheme import activation_dtype, scheme_for
+from llmbuild.quant.scheme import QuantScheme, activation_dtype, scheme_for
 
 ACTIVATION_ALIGN = 64
 
@@ -94,7 +94,7 @@ class MemoryPlan:
         return self.io[f"hidden.{(layer + int(output)) % 2}"]
 
 
-def _weight_types(spec: ModelSpec, shapes: Shapes, mode: str, group_size: int) -> tuple[dict, dict]:
+def _weight_types(spec: ModelSpec, shapes: Shapes, mode: str, scheme: QuantScheme | None) -> tuple[dict, dict]:
     """(name -> (dtype, shape)) for layer 0's weights and the head/global weights, after lowering."""
     from llmbuild.passes import run_passes
     from llmbuild.passes.lower_top_to_tpu import LowerTopToTpu
@@ -108,7 +108,7 @@ def _weight_types(spec: ModelSpec, shapes: Shapes, mode: str, group_size: int) -
                 out[op.attributes["name"].data] = (info.dtype, info.shape)
         return out
 
-    layer0 = weights_of(build_block(spec, 0, "prefill_kv", shapes, scheme_for(mode, group_size)))
+    layer0 = weights_of(build_block(spec, 0, "prefill_kv", shapes, scheme))
     glob: dict = {}
     for module in head_nets(spec, shapes).values():
         glob.update(weights_of(module))
@@ -117,8 +117,10 @@ def _weight_types(spec: ModelSpec, shapes: Shapes, mode: str, group_size: int) -
     return layer0, glob
 
 
-def make_plan(spec: ModelSpec, shapes: Shapes, mode: str, alignment: int, group_size: int = 64) -> MemoryPlan:
-    layer0, glob = _weight_types(spec, shapes, mode, group_size)
+def make_plan(spec: ModelSpec, shapes: Shapes, mode: str, alignment: int, group_size: int = 64,
+              scheme: QuantScheme | None = None) -> MemoryPlan:
+    """`scheme` (a recipe's resolved quantization) takes precedence over `mode` + `group_size`."""
+    layer0, glob = _weight_types(spec, shapes, mode, scheme or scheme_for(mode, group_size))
     act_dtype = activation_dtype(mode)
     cursor = 0
     weights: dict[str, Slot] = {}

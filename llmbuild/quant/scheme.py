@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from llmbuild import LlmbuildError
+
+if TYPE_CHECKING:
+    from llmbuild.recipe.schema import QuantConfig
 
 # Projections that take 4/8-bit weights; embeddings, norms and lm_head keep the activation type.
 QUANTIZED_PROJECTIONS = (
@@ -18,10 +22,14 @@ class QuantScheme:
     bits: int
     group_size: int  # -1: per channel (one group of K)
     act_dtype: str  # bf16 | f16
+    # Act order: every projection's input rows are permuted (a `.perm` weight gathers the activations).
+    act_order: bool = False
+    # Round-to-nearest 8-bit is symmetric per channel (the incumbent's choice); imported and library
+    # 8-bit weights keep their groups.
+    per_channel_8bit: bool = True
 
     def group_for(self, in_features: int) -> int:
-        # 8-bit is symmetric per channel (the incumbent's choice); 4-bit groups along K.
-        if self.bits == 8 or self.group_size == -1:
+        if (self.bits == 8 and self.per_channel_8bit) or self.group_size == -1:
             return in_features
         if in_features % self.group_size:
             raise LlmbuildError(f"quantization.group_size: {self.group_size} does not divide in_features {in_features}")
@@ -37,3 +45,13 @@ def scheme_for(mode: str, group_size: int) -> QuantScheme | None:
     if not mode.startswith(("w4", "w8")):
         return None
     return QuantScheme(bits=int(mode[1]), group_size=group_size, act_dtype=activation_dtype(mode))
+
+
+def recipe_scheme(q: QuantConfig) -> QuantScheme | None:
+    """The scheme a loaded recipe's quantization section means (None for float modes)."""
+    base = scheme_for(q.mode, q.group_size)
+    if base is None or q.origin == "rtn":
+        return base
+    act_order = q.checkpoint.desc_act if q.checkpoint is not None else (q.origin == "gptq" and q.desc_act)
+    return QuantScheme(bits=base.bits, group_size=q.group_size, act_dtype=base.act_dtype, act_order=act_order,
+                       per_channel_8bit=False)

@@ -101,6 +101,10 @@ class SafetensorsDir:
     def shape(self, name: str) -> tuple[int, ...]:
         return self._entries[name].shape
 
+    def dtype(self, name: str) -> str:
+        """The safetensors dtype as written: "I32", "F16", "BF16", ..."""
+        return self._entries[name].dtype
+
     def read(self, name: str) -> np.ndarray:
         entry = self._entries.get(name)
         if entry is None:

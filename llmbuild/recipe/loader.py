@@ -187,6 +187,9 @@ def _load_tree(path: Path, chain: tuple[Path, ...] = ()) -> Node:
     node = _read_yaml(path)
     if not isinstance(node.value, dict):
         raise _fail(node.loc, "", f"expected a mapping of recipe fields, got {_describe(_plain(node))}")
+    quant = node.value.get("quantization")
+    if quant is not None and quant.value == "auto":  # `quantization: auto` is `quantization: {mode: auto}`
+        node.value["quantization"] = Node({"mode": Node("auto", quant.loc)}, quant.loc)
     base = node.value.pop("base", None)
     if base is None or base.value is None:
         return node
@@ -581,11 +584,32 @@ def load_recipe(name_or_path: str | Path, recipes_dir: Path | None = None, requi
     _check_rules(out, path)
     checkpoint = _locate_checkpoint(out, require_checkpoint)
     config_file = _config_file(out)
-    return _build(name, path, out.raw, checkpoint, config_file)
+    quant = _resolve_quantization(out, checkpoint, config_file)
+    return _build(name, path, out.raw, checkpoint, config_file, quant)
+
+
+def _resolve_quantization(out: _Checked, checkpoint: Path | None, config_file: Path | None) -> dict[str, Any]:
+    from llmbuild.recipe.quantization import resolve
+
+    q = dict(out.raw["quantization"])
+    if "quantization.calibration" in out.given:
+        q["calibration"] = str(_resolve_path(out.given["quantization.calibration"]))
+    config_path = None
+    if checkpoint is not None and (checkpoint / "config.json").is_file():
+        config_path = checkpoint / "config.json"
+    elif config_file is not None:
+        config_path = config_file
+
+    def fail(field: str, message: str) -> LlmbuildError:
+        node = out.given.get(field) or out.given.get("quantization.mode") or out.sections["quantization"]
+        return _fail(node.loc, field, message)
+
+    data_dir = Path(__file__).resolve().parent.parent / "data"
+    return resolve(q, set(out.given), out.raw["source"]["kind"], config_path, data_dir, fail)
 
 
 def _build(name: str, path: Path, raw: dict[str, Any], checkpoint: Path | None,
-           config_file: Path | None) -> Recipe:
+           config_file: Path | None, quant: dict[str, Any]) -> Recipe:
     src, verify = raw["source"], raw["verify"]
     prompt_ids = tuple(verify["prompt_ids"]) if verify["prompt_ids"] is not None else None
     return Recipe(
@@ -603,7 +627,7 @@ def _build(name: str, path: Path, raw: dict[str, Any], checkpoint: Path | None,
             config_file=str(config_file) if config_file is not None else None,
         ),
         architecture=raw["architecture"],
-        quantization=QuantConfig(**raw["quantization"]),
+        quantization=QuantConfig(**quant),
         target=TargetConfig(**raw["target"]),
         stages=StagesConfig(**raw["stages"]),
         verify=VerifyConfig(**{**verify, "prompt_ids": prompt_ids}),

@@ -11,11 +11,18 @@ from typing import Any, Literal
 
 SourceKind = Literal["synthetic", "hf", "gguf"]
 FLOAT_MODES = ("f32", "bf16", "f16")
-# Weight-only quantized modes (4- or 8-bit weights in groups, bf16/f16 activations): accepted by the
-# recipe schema and by `llmbuild estimate`; the compiler builds them in a later issue.
+# Weight-only quantized modes: 4- or 8-bit weights in groups with scales and zero points, bf16/f16
+# activations.
 QUANT_MODES = ("w4bf16", "w4f16", "w8bf16", "w8f16")
 MODES = FLOAT_MODES + QUANT_MODES
+# `auto`: the checkpoint's own quantization (bits from its quantization_config, bf16 activations).
+MODE_CHOICES = MODES + ("auto",)
 DEFAULT_GROUP_SIZE = 64
+# How w4/w8 weights come to be. `auto`: imported from a quantized checkpoint, else round-to-nearest.
+# gptq / awq / autoround run the library of that name in the build's `quantize` step.
+LIBRARY_METHODS = ("gptq", "awq", "autoround")
+METHODS = ("auto", "rtn") + LIBRARY_METHODS
+DEFAULT_CALIBRATION = "calibration/wiki_sample.txt"  # inside llmbuild/data
 
 
 @dataclass(frozen=True)
@@ -35,8 +42,36 @@ class SourceConfig:
 
 @dataclass(frozen=True)
 class QuantConfig:
-    mode: str = "f32"  # one of MODES; the compiler builds FLOAT_MODES, `llmbuild estimate` all of them
+    mode: str = "f32"  # one of MODES once loaded (`auto` is resolved from the checkpoint)
     group_size: int = DEFAULT_GROUP_SIZE  # weights per scale/zero point along K in w4/w8 modes; -1: per channel
+    method: str = "auto"  # one of METHODS
+    sym: bool = True  # library methods: symmetric levels (zero point fixed at the middle)
+    desc_act: bool = False  # gptq: quantize columns in activation order (act order, a g_idx)
+    calibration: str | None = None  # library methods: a text file (absolute once loaded)
+    calibration_samples: int = 32
+    calibration_length: int = 256
+    # Filled by the loader from the source's config.json when the checkpoint is already quantized.
+    checkpoint: CheckpointQuant | None = None
+
+    @property
+    def origin(self) -> str:
+        """Where w4/w8 weights come from: float (no quantization), rtn, checkpoint, or a library method."""
+        if not self.mode.startswith("w"):
+            return "float"
+        if self.checkpoint is not None:
+            return "checkpoint"
+        return "rtn" if self.method in ("auto", "rtn") else self.method
+
+
+@dataclass(frozen=True)
+class CheckpointQuant:
+    """What a quantized source checkpoint says about itself (its config.json quantization_config)."""
+
+    method: str  # gptq, awq, auto-round, compressed-tensors
+    bits: int
+    group_size: int  # -1: per channel
+    sym: bool
+    desc_act: bool
 
 
 @dataclass(frozen=True)

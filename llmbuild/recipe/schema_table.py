@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llmbuild.recipe.schema import DEFAULT_GROUP_SIZE, MODES
+from llmbuild.recipe.schema import DEFAULT_CALIBRATION, DEFAULT_GROUP_SIZE, METHODS, MODE_CHOICES
 
 SOURCE_KINDS = ("synthetic", "hf", "gguf")
 
@@ -222,12 +222,39 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("quantization", "section", "How weights and activations are stored.", default={}),
     FieldSpec("quantization.mode", "string",
               "Number format of weights and arithmetic: `f32`, `bf16`, `f16`, or weight-only quantized "
-              "`w4bf16`, `w4f16`, `w8bf16`, `w8f16` (4/8-bit weights, bf16/f16 activations; for now "
-              "`llmbuild estimate` only: the build refuses them).",
-              default="f32", constraint=OneOf(lambda: MODES)),
+              "`w4bf16`, `w4f16`, `w8bf16`, `w8f16` (4/8-bit weights with per-group scales and zero points, "
+              "bf16/f16 activations), or `auto`: the quantized checkpoint's own bits with bf16 activations. "
+              "`quantization: auto` is short for `quantization: {mode: auto}`.",
+              default="f32", constraint=OneOf(lambda: MODE_CHOICES),
+              note="`auto` needs an hf source whose config.json has `quantization_config`"),
     FieldSpec("quantization.group_size", "integer",
               "w4/w8 modes: weights per scale and zero point along the input dimension; ignored by "
-              "float modes.", default=DEFAULT_GROUP_SIZE, constraint=GroupSize()),
+              "float modes. Round-to-nearest w8 is per channel whatever this says (the incumbent's "
+              "choice). An imported checkpoint brings its own.",
+              default=DEFAULT_GROUP_SIZE, constraint=GroupSize(),
+              note="with a quantized checkpoint: absent, or equal to the checkpoint's"),
+    FieldSpec("quantization.method", "string",
+              "How w4/w8 weights are made: `auto` (import a quantized checkpoint as it is; a float one is "
+              "rounded to nearest), `rtn`, or in the build's `quantize` step through a library: `gptq` "
+              "(gptqmodel), `awq` (autoawq), `autoround` (auto-round).",
+              default="auto", constraint=OneOf(lambda: METHODS),
+              note="gptq/awq/autoround/rtn need a float checkpoint and a w4/w8 mode"),
+    FieldSpec("quantization.sym", "boolean",
+              "gptq/awq/autoround: symmetric levels (zero point in the middle) instead of a fitted zero "
+              "point per group.", default=True),
+    FieldSpec("quantization.desc_act", "boolean",
+              "gptq: quantize input columns in order of decreasing activation (act order); the "
+              "checkpoint then carries a g_idx and the compiler permutes activations to match.",
+              default=False),
+    FieldSpec("quantization.calibration", "string",
+              "gptq/awq/autoround: a text file of calibration data. Relative to the recipe file; absent: "
+              f"the text that ships in llmbuild/data/{DEFAULT_CALIBRATION}.", default=None,
+              note="must exist"),
+    FieldSpec("quantization.calibration_samples", "integer",
+              "gptq/awq/autoround: number of calibration windows cut from the text.", default=32,
+              constraint=Positive()),
+    FieldSpec("quantization.calibration_length", "integer",
+              "gptq/awq/autoround: tokens per calibration window.", default=256, constraint=Positive()),
     FieldSpec("target", "section", "The chip to compile for.", default={}),
     FieldSpec("target.chip", "string", "A chip described in llmbuild/target/chips/.",
               default="bm1684x", constraint=OneOf(chips)),

@@ -57,3 +57,46 @@ def load_reference_model(source: SourceConfig, checkpoint_dir: Path) -> tuple[An
     model = transformers.AutoModelForCausalLM.from_pretrained(location, dtype=torch.float32, **kwargs)
     tokenizer = transformers.AutoTokenizer.from_pretrained(location, **kwargs)
     return model.eval(), tokenizer
+
+
+def load_dequantized_model(checkpoint_dir: Path, tokenizer_dir: Path) -> tuple[Any, Any]:
+    """(model, tokenizer or None): transformers' float32 model of a quantized checkpoint's architecture,
+    its projections set to the checkpoint's dequantized weights and every other tensor as stored.
+
+    transformers would otherwise hand a GPTQ/AWQ checkpoint to a quantization backend (CUDA kernels, or
+    libraries the build does not need); the reference is the float model those weights mean. The
+    dequantization (llmbuild.quant) is checked bit for bit against each writing library's own code in
+    tests/test_quant_formats.py."""
+    import json
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import numpy as np
+    import torch
+    import transformers
+
+    from llmbuild.quant.checkpoint import QuantizedCheckpoint
+
+    checkpoint = QuantizedCheckpoint(Path(checkpoint_dir))
+    fields = json.loads((Path(checkpoint_dir) / "config.json").read_text(encoding="utf-8"))
+    fields.pop("quantization_config", None)
+    config = transformers.AutoConfig.for_model(**fields)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    wanted = model.state_dict()
+    tensors: dict[str, Any] = {}
+    for prefix in checkpoint.linear_prefixes():
+        tensors[prefix + ".weight"] = torch.from_numpy(checkpoint.linear(prefix).dequantize())
+    reader = checkpoint.tensors
+    for name in reader.names():
+        if name in wanted and name not in tensors and reader.dtype(name).startswith(("F", "BF")):
+            tensors[name] = torch.from_numpy(np.asarray(reader.read(name), dtype=np.float32))
+    missing = set(wanted) - set(tensors)
+    if config.tie_word_embeddings:
+        missing.discard("lm_head.weight")
+    if missing:
+        raise LlmbuildError(f"{checkpoint_dir}: missing tensor {sorted(missing)[0]!r} for the reference model")
+    model.load_state_dict(tensors, strict=False)
+    model.tie_weights()
+    tokenizer = None
+    if (Path(tokenizer_dir) / "tokenizer.json").is_file() or (Path(tokenizer_dir) / "tokenizer_config.json").is_file():
+        tokenizer = transformers.AutoTokenizer.from_pretrained(Path(tokenizer_dir), local_files_only=True)
+    return model.eval(), tokenizer

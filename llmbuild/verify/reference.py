@@ -12,8 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from llmbuild.build.paths import BuildPaths, read_spec, shapes_of
-from llmbuild.quant.scheme import QUANTIZED_PROJECTIONS, QuantScheme, scheme_for
+from llmbuild.build.layer_weights import quantized_checkpoint_dir
+from llmbuild.build.paths import BuildPaths, read_spec, shapes_of, tokenizer_dir
+from llmbuild.quant.scheme import QUANTIZED_PROJECTIONS, QuantScheme, recipe_scheme
 from llmbuild.recipe.schema import Recipe
 from llmbuild.verify.stage_cases import split_lengths
 
@@ -38,16 +39,20 @@ def make_reference(recipe: Recipe, paths: BuildPaths, out: Path) -> None:
     import torch
     from safetensors.numpy import save_file
 
-    from llmbuild.verify.hf_reference import load_reference_model
+    from llmbuild.verify.hf_reference import load_dequantized_model, load_reference_model
 
     spec = read_spec(paths.spec)
     shapes = shapes_of(recipe)
     n1, n2 = split_lengths(shapes)
     ids = verification_ids(spec.vocab_size, n1 + n2 + 1)
-    model, tokenizer = load_reference_model(recipe.source, paths.checkpoint)
-    scheme = scheme_for(recipe.quantization.mode, recipe.quantization.group_size)
-    if scheme is not None:
-        _use_quantized_weights(model, scheme)
+    qdir = quantized_checkpoint_dir(recipe, paths)
+    if qdir is not None:
+        model, tokenizer = load_dequantized_model(qdir, tokenizer_dir(recipe, paths))
+    else:
+        model, tokenizer = load_reference_model(recipe.source, paths.checkpoint)
+        scheme = recipe_scheme(recipe.quantization)
+        if scheme is not None:
+            _use_quantized_weights(model, scheme)
     layers = model.model.layers
     seen: dict[str, np.ndarray] = {}
 
