@@ -3,6 +3,7 @@
 
 include: "rules/common.smk"
 include: "rules/prepare.smk"
+include: "rules/quantize.smk"
 include: "rules/reference.smk"
 include: "rules/compile.smk"
 include: "rules/verify.smk"

@@ -33,6 +33,14 @@ def cmd_plan(args: argparse.Namespace) -> None:
     plan(_recipe(args))
 
 
+def cmd_quantize(args: argparse.Namespace) -> None:
+    from llmbuild.build.quantize import quantize
+
+    report = quantize(_recipe(args))
+    print(f"{report['recipe']}: {report['method']} ({report.get('library', '?')}) wrote the quantized checkpoint "
+          f"in {report['step_seconds']} s")
+
+
 def cmd_reference(args: argparse.Namespace) -> None:
     from llmbuild.build.paths import BuildPaths
     from llmbuild.verify.reference import make_reference
@@ -131,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
         return sp
 
     verb("prepare", cmd_prepare, "make the checkpoint the build reads and write spec.json")
+    verb("quantize", cmd_quantize, "quantize the float checkpoint with the recipe's library method (GPTQ, AWQ, ...)")
     verb("reference", cmd_reference, "run transformers on the checkpoint: reference.safetensors")
     verb("plan", cmd_plan, "write the global device-memory plan: plan.json")
     sp = verb("layer", cmd_layer, "compile one layer's prefill, prefill_kv and decode nets")

@@ -24,3 +24,8 @@ def params_for(step):
 
 def layer_ids(w):
     return range(dag.layer_count(w.recipe))
+
+
+def quantized_input(w):
+    """The quantize step's checkpoint, for recipes quantized by a library in the build; else nothing."""
+    return [f"{BUILD}/{w.recipe}/quantized"] if dag.uses_quantize_step(w.recipe) else []

@@ -4,6 +4,7 @@
 rule layer:
     input:
         spec=rules.prepare.output.spec,
+        quantized=quantized_input,
         plan=rules.plan.output.plan,
         reference=rules.reference.output.reference,
     output:
@@ -24,6 +25,7 @@ rule layer:
 rule head:
     input:
         spec=rules.prepare.output.spec,
+        quantized=quantized_input,
         plan=rules.plan.output.plan,
         reference=rules.reference.output.reference,
     output:

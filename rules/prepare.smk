@@ -17,6 +17,7 @@ rule prepare:
 rule plan:
     input:
         spec=rules.prepare.output.spec,
+        quantized=quantized_input,
     output:
         plan=f"{BUILD}/{{recipe}}/plan.json",
     params:

@@ -3,6 +3,7 @@
 rule reference:
     input:
         spec=rules.prepare.output.spec,
+        quantized=quantized_input,
     output:
         reference=f"{BUILD}/{{recipe}}/reference.safetensors",
     params:

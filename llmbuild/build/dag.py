@@ -25,7 +25,10 @@ STEP_SECTIONS = {
     "plan": ("source", "architecture", "quantization", "target", "stages"),
     "compile": ("source", "architecture", "quantization", "target", "stages"),
     "verify": ("verify",),
+    "quantize": ("source", "architecture", "quantization"),
 }
+# The code a quantize step runs: its cache survives compiler changes (calibration takes minutes).
+QUANTIZE_CODE = ("quant/methods", "build/quantize.py", "frontend/export_hf.py")
 GENERATION_FIELDS = ("prompt", "prompt_ids", "max_new_tokens")
 
 
@@ -58,7 +61,51 @@ def digest(name: str, step: str) -> str:
         d = hashlib.sha256((d + json.dumps(gen, sort_keys=True)).encode()).hexdigest()
     if step == "e2e":
         d = hashlib.sha256((d + section_digest(r, *STEP_SECTIONS["compile"])).encode()).hexdigest()
+    if step == "quantize" and r.quantization.calibration:
+        text = Path(r.quantization.calibration).read_bytes()  # the data, wherever the file lives
+        d = hashlib.sha256(d.encode() + hashlib.sha256(text).digest()).hexdigest()
     return d[:16]
+
+
+def uses_quantize_step(name: str) -> bool:
+    from llmbuild.recipe.schema import LIBRARY_METHODS
+
+    return recipe(name).quantization.origin in LIBRARY_METHODS
+
+
+def calibration_file(name: str) -> list[str]:
+    r = recipe(name)
+    return [r.quantization.calibration] if uses_quantize_step(name) and r.quantization.calibration else []
+
+
+@cache
+def quantize_code_digest() -> str:
+    h = hashlib.sha256()
+    for part in QUANTIZE_CODE:
+        root = PACKAGE_DIR / part
+        for path in sorted(root.rglob("*.py")) if root.is_dir() else [root]:
+            if path.is_file():
+                h.update(str(path.relative_to(PACKAGE_DIR)).encode())
+                h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _params_billions(name: str) -> float:
+    from llmbuild.cost.model import param_count
+    from llmbuild.frontend.config_spec import spec_without_weights
+
+    return param_count(spec_without_weights(recipe(name).source)) / 1e9
+
+
+def quantize_mem_mb(name: str) -> int:
+    """The float model in f32 plus calibration activations and the library's copies: ~3x the f32 size."""
+    return int(2000 + 3 * 4 * 1000 * _params_billions(name))
+
+
+def quantize_runtime_min(name: str) -> int:
+    """Minutes a cluster scheduler should allow: measured ~5 min per 0.1B parameters for GPTQ on 2 CPU
+    cores (docs/performance.md); a GPU node is far faster, so this is an upper bound."""
+    return int(10 + 50 * 10 * _params_billions(name))
 
 
 @cache

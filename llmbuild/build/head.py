@@ -9,12 +9,14 @@ from safetensors.numpy import save_file
 from llmbuild.build.compile_net import compile_net
 from llmbuild.build.layer_weights import tensor_source
 from llmbuild.build.paths import BuildPaths, read_spec, shapes_of, write_json
+from llmbuild.build.quantize_layer import quantize_head
 from llmbuild.build.weights_blob import chunk_section_name, weight_chunk
 from llmbuild.codegen.container import write_container
 from llmbuild.codegen.program import encode
-from llmbuild.importer.nets import ROPE_COS, ROPE_SIN, head_nets, head_weight_names
+from llmbuild.importer.nets import ROPE_COS, ROPE_SIN, head_nets, head_weight_names, lm_head_weight
 from llmbuild.importer.rope import rope_tables
 from llmbuild.passes.memory_plan import MemoryPlan
+from llmbuild.quant.scheme import head_scheme
 from llmbuild.recipe.schema import Recipe
 from llmbuild.verify.layer_check import check_case
 from llmbuild.verify.stage_cases import StageCase
@@ -32,18 +34,23 @@ def build_head(recipe: Recipe) -> None:
     weights = {name: source.tensor(name) for name in head_weight_names(spec)}
     cos, sin = rope_tables(spec, shapes.seq_length)
     weights[ROPE_COS], weights[ROPE_SIN] = cos, sin
+    head = head_scheme(recipe.quantization)
+    device_weights = weights
+    if head is not None:
+        weights, device_weights = quantize_head(weights, lm_head_weight(spec), head)
     tmp = out / "weights.safetensors.tmp"
-    save_file({k: np.ascontiguousarray(v, dtype=np.float32) for k, v in sorted(weights.items())}, str(tmp))
+    save_file({k: np.ascontiguousarray(v, dtype=np.uint8 if k.endswith(".qweight") else np.float32)
+               for k, v in sorted(weights.items())}, str(tmp))
     tmp.replace(out / "weights.safetensors")
 
     compiled = {
         name: compile_net(module, plan, recipe.quantization.mode, recipe.target.chip, out)
-        for name, module in head_nets(spec, shapes).items()
+        for name, module in head_nets(spec, shapes, head).items()
     }
     sections = [(f"net:{name}", [encode(c.program)]) for name, c in compiled.items()]
     # Two chunks: the tables and embedding sit before the layers, the final norm and lm_head after.
-    early = {k: v for k, v in weights.items() if k in (ROPE_COS, ROPE_SIN, "embed_tokens.weight")}
-    late = {k: v for k, v in weights.items() if k not in early}
+    early = {k: v for k, v in device_weights.items() if k in (ROPE_COS, ROPE_SIN) or k.startswith("embed_tokens.")}
+    late = {k: v for k, v in device_weights.items() if k not in early}
     for part in (early, late):
         base, blob = weight_chunk(plan, part)
         sections.append((chunk_section_name(base), [blob]))
@@ -69,5 +76,5 @@ def build_head(recipe: Recipe) -> None:
             ),
         }
         for name, case in cases.items():
-            metrics["stages"][name] = check_case(compiled[name], case, weights, plan)
+            metrics["stages"][name] = check_case(compiled[name], case, weights, plan, device_weights)
     write_json(paths.head_metrics, metrics)

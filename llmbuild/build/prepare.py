@@ -5,7 +5,7 @@ from __future__ import annotations
 from llmbuild.build.paths import BuildPaths, read_spec, shapes_of, write_spec, write_text_atomic
 from llmbuild.frontend import open_source, prepare_checkpoint
 from llmbuild.passes.memory_plan import make_plan
-from llmbuild.quant.scheme import recipe_scheme
+from llmbuild.quant.scheme import head_scheme, recipe_scheme
 from llmbuild.recipe.schema import Recipe
 from llmbuild.target import load_chip
 
@@ -27,5 +27,5 @@ def plan(recipe: Recipe) -> None:
     check_fits(recipe, spec)
     chip = load_chip(recipe.target.chip)
     memory = make_plan(spec, shapes_of(recipe), recipe.quantization.mode, chip.global_alignment,
-                       scheme=recipe_scheme(recipe.quantization))
+                       scheme=recipe_scheme(recipe.quantization), head=head_scheme(recipe.quantization))
     write_text_atomic(paths.plan, memory.to_json() + "\n")

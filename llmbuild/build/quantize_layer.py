@@ -70,3 +70,12 @@ def _add_projection(top: Weights, device: Weights, name: str, ql: QuantizedLinea
     device[f"{name}.zeros"] = packed.zp
     if scheme.act_order:
         top[f"{name}.perm"] = device[f"{name}.perm"] = perm.astype(np.int32)
+
+
+def quantize_head(weights: Weights, table: str, scheme: QuantScheme) -> tuple[Weights, Weights]:
+    """lm_head's weight `{table}.weight` (the embedding table when tied) rounded to nearest ->
+    (top, device) weights; the other head tensors pass through."""
+    top, device = dict(weights), dict(weights)
+    del device[f"{table}.weight"]
+    _add_projection(top, device, table, quantize_projection(top.pop(f"{table}.weight"), scheme), scheme)
+    return top, device

@@ -29,7 +29,7 @@ from llmbuild.dialects.plain import main_func, op_attrs, string_list, tensor_inf
 
 OPCODES = (
     "Gather", "RMSNorm", "MatMul", "Reshape", "Permute", "Rope", "FAttention",
-    "Concat", "Add", "Mul", "Active", "Softmax", "Cast", "A16MatMul",
+    "Concat", "Add", "Mul", "Active", "Softmax", "Cast", "A16MatMul", "A16Gather",
 )
 OPCODE_OF = {name: i + 1 for i, name in enumerate(OPCODES)}
 DTYPES = ("f32", "f16", "bf16", "i32", "u8")

@@ -163,6 +163,34 @@ class A16MatMulBase(IRDLOperation):
             _expect(shape_of(self.bias) == (w[0],), self, f"bias must be [{w[0]}]")
 
 
+class A16GatherBase(IRDLOperation):
+    """`output = take(dequant(weight), indices, axis=0)`: the embedding lookup of a quantized table.
+
+    A tied embedding is stored once, quantized, for both its uses: `A16MatMul` in lm_head reads the whole
+    table, this op only the rows of the tokens (dequantized as A16MatMul does: same levels, scales, zero
+    points, packing and `dequant_dtype`), so quantizing lm_head does not cost a second float copy.
+    """
+
+    weight = operand_def(TensorType)
+    scale = operand_def(TensorType)
+    zp = operand_def(TensorType)
+    indices = operand_def(TensorType)
+    output = result_def(TensorType)
+    weight_bits = attr_def(IntegerAttr)
+    q_group_size = attr_def(IntegerAttr)
+
+    def verify_(self) -> None:
+        w, s, z, idx = (shape_of(v) for v in (self.weight, self.scale, self.zp, self.indices))
+        bits, g = self.weight_bits.value.data, self.q_group_size.value.data
+        _expect(bits in (4, 8), self, f"weight_bits must be 4 or 8, got {bits}")
+        _expect(len(w) == 2, self, f"weight must be [V, H], got {w}")
+        packed = "packed" in self.attributes and bool(self.attributes["packed"].value.data)  # type: ignore[attr-defined]
+        h = w[1] * (2 if packed else 1)
+        _expect(g > 0 and h % g == 0, self, f"q_group_size {g} must divide H={h}")
+        _expect(s == (w[0], h // g) and z == s, self, f"scale and zp must be [{w[0]}, {h // g}], got {s} and {z}")
+        _expect(shape_of(self.output) == idx + (h,), self, f"output must be {idx + (h,)}")
+
+
 class ReshapeBase(IRDLOperation):
     input = operand_def(TensorType)
     output = result_def(TensorType)

@@ -48,6 +48,11 @@ class A16MatMulOp(common.A16MatMulBase):
 
 
 @irdl_op_definition
+class A16GatherOp(common.A16GatherBase):
+    name = "top.A16Gather"
+
+
+@irdl_op_definition
 class ReshapeOp(common.ReshapeBase):
     name = "top.Reshape"
 
@@ -101,6 +106,7 @@ Top = Dialect(
         RMSNormOp,
         MatMulOp,
         A16MatMulOp,
+        A16GatherOp,
         ReshapeOp,
         PermuteOp,
         RopeOp,

@@ -38,6 +38,11 @@ class A16MatMulOp(common.A16MatMulBase):
 
 
 @irdl_op_definition
+class A16GatherOp(common.A16GatherBase):
+    name = "tpu.A16Gather"
+
+
+@irdl_op_definition
 class ReshapeOp(common.ReshapeBase):
     name = "tpu.Reshape"
 
@@ -94,6 +99,7 @@ Tpu = Dialect(
         RMSNormOp,
         MatMulOp,
         A16MatMulOp,
+        A16GatherOp,
         ReshapeOp,
         PermuteOp,
         RopeOp,

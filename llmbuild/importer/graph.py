@@ -97,16 +97,30 @@ class TopGraph:
         )
         return self._add(op, loc)
 
-    def a16_linear(self, x: SSAValue, name: str, n: int, k: int, group: int, bits: int, bias: SSAValue | None,
-                   loc: str) -> SSAValue:
-        """x @ dequant(levels)^T (+ bias): `{name}.qweight` levels [N, K], `.scales`/`.zeros` [N, K/g]."""
+    def quantized_weight(self, name: str, n: int, k: int, group: int) -> tuple[SSAValue, SSAValue, SSAValue]:
+        """`{name}.qweight` levels [N, K] (one per element in top), `.scales` and `.zeros` [N, K/g]."""
         qweight = self._add(top.WeightOp.build(result_types=[tensor((n, k), ui8)],
                                                attributes={"name": StringAttr(f"{name}.qweight")}), f"{name}.qweight")
-        scales = self.weight(f"{name}.scales", (n, k // group))
-        zeros = self.weight(f"{name}.zeros", (n, k // group))
+        return qweight, self.weight(f"{name}.scales", (n, k // group)), self.weight(f"{name}.zeros", (n, k // group))
+
+    def a16_linear(self, x: SSAValue, name: str, n: int, k: int, group: int, bits: int, bias: SSAValue | None,
+                   loc: str) -> SSAValue:
+        """x @ dequant(levels)^T (+ bias) over the quantized weight `name`."""
+        qweight, scales, zeros = self.quantized_weight(name, n, k, group)
         op = top.A16MatMulOp.build(
             operands=[x, qweight, scales, zeros, [bias] if bias is not None else []],
             result_types=[tensor(common.shape_of(x)[:-1] + (n,))],
+            attributes={"weight_bits": common.i64_attr(bits), "q_group_size": common.i64_attr(group)},
+        )
+        return self._add(op, loc)
+
+    def a16_gather(self, name: str, rows: int, width: int, group: int, bits: int, ids: SSAValue,
+                   loc: str) -> SSAValue:
+        """Rows `ids` of the dequantized table `name` ([rows, width], quantized along width)."""
+        qweight, scales, zeros = self.quantized_weight(name, rows, width, group)
+        op = top.A16GatherOp.build(
+            operands=[qweight, scales, zeros, ids],
+            result_types=[tensor(common.shape_of(ids) + (width,))],
             attributes={"weight_bits": common.i64_attr(bits), "q_group_size": common.i64_attr(group)},
         )
         return self._add(op, loc)

@@ -115,32 +115,47 @@ def _rope_inputs(g: TopGraph, pos: SSAValue, n: int, S: int, d: int, p: str) -> 
     return tables[0], tables[1]
 
 
-def build_embedding(spec: ModelSpec, tokens: int, net: str) -> ModuleOp:
+def build_embedding(spec: ModelSpec, tokens: int, net: str, head: QuantScheme | None = None) -> ModuleOp:
+    """Embedding lookup; with a quantized lm_head over tied embeddings, from the same quantized table."""
     g = TopGraph(net, _module_attrs(net, "head", -1))
     ids = g.arg("input_ids", (1, tokens), i32)
-    table = g.weight("embed_tokens.weight", (spec.vocab_size, spec.hidden_size))
-    return g.finish([g.gather(table, ids, "embed_tokens")], ["hidden_states"])
+    V, H = spec.vocab_size, spec.hidden_size
+    if head is not None and spec.tie_word_embeddings:
+        rows = g.a16_gather("embed_tokens", V, H, head.group_for(H), head.bits, ids, "embed_tokens")
+    else:
+        rows = g.gather(g.weight("embed_tokens.weight", (V, H)), ids, "embed_tokens")
+    return g.finish([rows], ["hidden_states"])
 
 
-def build_lm_head(spec: ModelSpec) -> ModuleOp:
+def build_lm_head(spec: ModelSpec, head: QuantScheme | None = None) -> ModuleOp:
     g = TopGraph("lm_head", _module_attrs("lm_head", "head", -1))
     H, V = spec.hidden_size, spec.vocab_size
     x = g.arg("hidden_states", (1, H))
     x = g.rms_norm(x, g.weight("norm.weight", (H,)), spec.rms_norm_eps, "final_norm")
-    name = "embed_tokens.weight" if spec.tie_word_embeddings else "lm_head.weight"
-    logits = g.linear(x, g.weight(name, (V, H)), None, "lm_head")
+    name = lm_head_weight(spec)
+    if head is None:
+        logits = g.linear(x, g.weight(f"{name}.weight", (V, H)), None, "lm_head")
+    else:
+        logits = g.a16_linear(x, name, V, H, head.group_for(H), head.bits, None, "lm_head")
     return g.finish([logits], ["logits"])
 
 
-def head_nets(spec: ModelSpec, shapes: Shapes) -> dict[str, ModuleOp]:
+def lm_head_weight(spec: ModelSpec) -> str:
+    """The weight lm_head multiplies by (without `.weight`): the embedding table when tied."""
+    return "embed_tokens" if spec.tie_word_embeddings else "lm_head"
+
+
+def head_nets(spec: ModelSpec, shapes: Shapes, head: QuantScheme | None = None) -> dict[str, ModuleOp]:
+    """`head`: the lm_head's quantization (quantization.lm_head), None to keep it in the activation type."""
     return {
-        "embedding": build_embedding(spec, shapes.prefill_length, "embedding"),
-        "embedding_cache": build_embedding(spec, 1, "embedding_cache"),
-        "lm_head": build_lm_head(spec),
+        "embedding": build_embedding(spec, shapes.prefill_length, "embedding", head),
+        "embedding_cache": build_embedding(spec, 1, "embedding_cache", head),
+        "lm_head": build_lm_head(spec, head),
     }
 
 
 def head_weight_names(spec: ModelSpec) -> list[str]:
+    """The float tensors the head nets are made from (before any quantization of lm_head)."""
     names = ["embed_tokens.weight", "norm.weight"]
     if not spec.tie_word_embeddings:
         names.append("lm_head.weight")

@@ -98,6 +98,19 @@ def a16_matmul(
     return y if bias is None else y + bias
 
 
+@kernel("A16Gather")
+def a16_gather(
+    attrs: dict[str, Any], weight: np.ndarray, scale: np.ndarray, zp: np.ndarray, indices: np.ndarray
+) -> np.ndarray:
+    # Only the looked-up rows are dequantized: a 49k-row table is never expanded for a few tokens.
+    idx = np.asarray(indices).astype(np.int64)
+    if idx.size and (idx.min() < 0 or idx.max() >= weight.shape[0]):
+        raise IndexError(f"A16Gather index out of range [0, {weight.shape[0]}): {idx.min()}..{idx.max()}")
+    flat = idx.reshape(-1)
+    rows = _dequantize(attrs, weight[flat], scale[flat], zp[flat])
+    return rows.reshape(idx.shape + rows.shape[-1:])
+
+
 @kernel("Reshape")
 def reshape(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
     return x.reshape(attrs["shape"])

@@ -47,6 +47,7 @@ TOP_TO_TPU: dict[str, type[Operation]] = {
     "top.RMSNorm": tpu.RMSNormOp,
     "top.MatMul": tpu.MatMulOp,
     "top.A16MatMul": tpu.A16MatMulOp,
+    "top.A16Gather": tpu.A16GatherOp,
     "top.Reshape": tpu.ReshapeOp,
     "top.Permute": tpu.PermuteOp,
     "top.Rope": tpu.RopeOp,
@@ -119,7 +120,7 @@ class LowerTopToTpu(ModulePass):
             attrs = dict(old.attributes)
             if old.name == "top.SiLU":
                 attrs["mode"] = StringAttr("SILU")
-            if old.name == "top.A16MatMul":
+            if old.name in ("top.A16MatMul", "top.A16Gather"):
                 # the device reads packed levels and rounds the dequantized weight to the activation type
                 attrs["packed"] = bool_attr(old.attributes["weight_bits"].value.data == 4)
                 attrs["dequant_dtype"] = StringAttr(act)

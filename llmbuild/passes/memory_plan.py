@@ -94,7 +94,8 @@ class MemoryPlan:
         return self.io[f"hidden.{(layer + int(output)) % 2}"]
 
 
-def _weight_types(spec: ModelSpec, shapes: Shapes, mode: str, scheme: QuantScheme | None) -> tuple[dict, dict]:
+def _weight_types(spec: ModelSpec, shapes: Shapes, mode: str, scheme: QuantScheme | None,
+                  head: QuantScheme | None) -> tuple[dict, dict]:
     """(name -> (dtype, shape)) for layer 0's weights and the head/global weights, after lowering."""
     from llmbuild.passes import run_passes
     from llmbuild.passes.lower_top_to_tpu import LowerTopToTpu
@@ -110,7 +111,7 @@ def _weight_types(spec: ModelSpec, shapes: Shapes, mode: str, scheme: QuantSchem
 
     layer0 = weights_of(build_block(spec, 0, "prefill_kv", shapes, scheme))
     glob: dict = {}
-    for module in head_nets(spec, shapes).values():
+    for module in head_nets(spec, shapes, head).values():
         glob.update(weights_of(module))
     glob.update({k: v for k, v in layer0.items() if not k.startswith("layers.")})
     layer0 = {k: v for k, v in layer0.items() if k.startswith("layers.")}
@@ -118,9 +119,10 @@ def _weight_types(spec: ModelSpec, shapes: Shapes, mode: str, scheme: QuantSchem
 
 
 def make_plan(spec: ModelSpec, shapes: Shapes, mode: str, alignment: int, group_size: int = 64,
-              scheme: QuantScheme | None = None) -> MemoryPlan:
-    """`scheme` (a recipe's resolved quantization) takes precedence over `mode` + `group_size`."""
-    layer0, glob = _weight_types(spec, shapes, mode, scheme or scheme_for(mode, group_size))
+              scheme: QuantScheme | None = None, head: QuantScheme | None = None) -> MemoryPlan:
+    """`scheme` (a recipe's resolved quantization) takes precedence over `mode` + `group_size`; `head`
+    quantizes lm_head (and a tied embedding table)."""
+    layer0, glob = _weight_types(spec, shapes, mode, scheme or scheme_for(mode, group_size), head)
     act_dtype = activation_dtype(mode)
     cursor = 0
     weights: dict[str, Slot] = {}
@@ -131,7 +133,8 @@ def make_plan(spec: ModelSpec, shapes: Shapes, mode: str, alignment: int, group_
         table[name] = Slot(cursor, dtype, tuple(shape))
         cursor += table[name].nbytes
 
-    order = ["rope.cos", "rope.sin", "embed_tokens.weight"]
+    # The embedding table (float, or levels/scales/zeros when quantized) sits before the layers.
+    order = ["rope.cos", "rope.sin", *sorted(n for n in glob if n.startswith("embed_tokens."))]
     for name in order:
         place(weights, name, *glob[name], alignment)
     for i in range(spec.num_layers):

@@ -55,3 +55,11 @@ def recipe_scheme(q: QuantConfig) -> QuantScheme | None:
     act_order = q.checkpoint.desc_act if q.checkpoint is not None else (q.origin == "gptq" and q.desc_act)
     return QuantScheme(bits=base.bits, group_size=q.group_size, act_dtype=base.act_dtype, act_order=act_order,
                        per_channel_8bit=False)
+
+
+def head_scheme(q: QuantConfig) -> QuantScheme | None:
+    """lm_head's quantization (quantization.lm_head): round-to-nearest, w8 per channel, w4 in groups."""
+    if q.lm_head == "float" or not q.mode.startswith("w"):
+        return None
+    return QuantScheme(bits=int(q.lm_head[1]), group_size=q.group_size if q.lm_head == "w4" else -1,
+                       act_dtype=activation_dtype(q.mode))

@@ -39,6 +39,8 @@ def resolve(q: dict[str, Any], given: set[str], kind: str, config_path: Path | N
             fail: Fail) -> dict[str, Any]:
     """The quantization section with `mode: auto`, the group size and the checkpoint's facts resolved."""
     q = dict(q)
+    if q["lm_head"] != "float" and not (q["mode"].startswith("w") or q["mode"] == "auto"):
+        raise fail("quantization.lm_head", f"expected float for float mode {q['mode']}, got {q['lm_head']}")
     found = checkpoint_quantization(config_path) if kind == "hf" and config_path is not None else None
     mode, method = q["mode"], q["method"]
     if found is not None:

@@ -22,7 +22,8 @@ DEFAULT_GROUP_SIZE = 64
 # gptq / awq / autoround run the library of that name in the build's `quantize` step.
 LIBRARY_METHODS = ("gptq", "awq", "autoround")
 METHODS = ("auto", "rtn") + LIBRARY_METHODS
-DEFAULT_CALIBRATION = "calibration/wiki_sample.txt"  # inside llmbuild/data
+LM_HEAD_CHOICES = ("float", "w8", "w4")
+DEFAULT_CALIBRATION = "calibration/english.txt"  # inside llmbuild/data
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class QuantConfig:
     calibration: str | None = None  # library methods: a text file (absolute once loaded)
     calibration_samples: int = 32
     calibration_length: int = 256
+    lm_head: str = "float"  # float | w8 | w4: round-to-nearest lm_head (and the tied embedding table)
     # Filled by the loader from the source's config.json when the checkpoint is already quantized.
     checkpoint: CheckpointQuant | None = None
 

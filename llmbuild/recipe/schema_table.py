@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llmbuild.recipe.schema import DEFAULT_CALIBRATION, DEFAULT_GROUP_SIZE, METHODS, MODE_CHOICES
+from llmbuild.recipe.schema import DEFAULT_CALIBRATION, DEFAULT_GROUP_SIZE, LM_HEAD_CHOICES, METHODS, MODE_CHOICES
 
 SOURCE_KINDS = ("synthetic", "hf", "gguf")
 
@@ -255,6 +255,11 @@ FIELDS: tuple[FieldSpec, ...] = (
               constraint=Positive()),
     FieldSpec("quantization.calibration_length", "integer",
               "gptq/awq/autoround: tokens per calibration window.", default=256, constraint=Positive()),
+    FieldSpec("quantization.lm_head", "string",
+              "w4/w8 modes: `float` keeps lm_head in the activation type (the incumbent's choice); `w8` "
+              "(per channel) or `w4` (groups of `group_size`) rounds it to nearest. With tied embeddings "
+              "the embedding table is the same stored weight, looked up by `A16Gather`.",
+              default="float", constraint=OneOf(lambda: LM_HEAD_CHOICES), note="w8/w4 need a w4/w8 mode"),
     FieldSpec("target", "section", "The chip to compile for.", default={}),
     FieldSpec("target.chip", "string", "A chip described in llmbuild/target/chips/.",
               default="bm1684x", constraint=OneOf(chips)),

@@ -14,7 +14,7 @@ import numpy as np
 
 from llmbuild.build.layer_weights import quantized_checkpoint_dir
 from llmbuild.build.paths import BuildPaths, read_spec, shapes_of, tokenizer_dir
-from llmbuild.quant.scheme import QUANTIZED_PROJECTIONS, QuantScheme, recipe_scheme
+from llmbuild.quant.scheme import QUANTIZED_PROJECTIONS, QuantScheme, head_scheme, recipe_scheme
 from llmbuild.recipe.schema import Recipe
 from llmbuild.verify.stage_cases import split_lengths
 
@@ -53,6 +53,9 @@ def make_reference(recipe: Recipe, paths: BuildPaths, out: Path) -> None:
         scheme = recipe_scheme(recipe.quantization)
         if scheme is not None:
             _use_quantized_weights(model, scheme)
+    head = head_scheme(recipe.quantization)
+    if head is not None:
+        _use_quantized_head(model, head)
     layers = model.model.layers
     seen: dict[str, np.ndarray] = {}
 
@@ -116,6 +119,19 @@ def _use_quantized_weights(model, scheme: QuantScheme) -> None:
             module = layer.get_submodule(proj)
             w = module.weight.detach().float().numpy()
             module.weight.data = torch.from_numpy(quantize_projection(w, scheme).dequantize().astype(np.float32))
+
+
+def _use_quantized_head(model, scheme: QuantScheme) -> None:
+    """quantization.lm_head: lm_head's weight (the shared embedding table when tied) rounded to nearest."""
+    import torch
+
+    from llmbuild.build.quantize_layer import quantize_projection
+
+    module = model.get_output_embeddings()
+    w = module.weight.detach().float().numpy()
+    module.weight.data = torch.from_numpy(quantize_projection(w, scheme).dequantize().astype(np.float32))
+    if model.config.tie_word_embeddings:
+        model.get_input_embeddings().weight = module.weight
 
 
 def _layer_kv(cache, i: int) -> tuple[np.ndarray, np.ndarray]:
