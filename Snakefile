@@ -22,3 +22,15 @@ for _recipe in RECIPES:
             _recipe
         input:
             f"{BUILD}/{_recipe}/verify.json",
+
+
+for _recipe in MISSING:
+
+    rule:
+        name:
+            _recipe
+        params:
+            recipe=_recipe,
+        shell:
+            # Fails with the loader's one-line message: where the checkpoint should be.
+            "llmbuild prepare {params.recipe}"

@@ -8,3 +8,8 @@ class LlmbuildError(Exception):
 
     The CLI prints it as ``llmbuild: error: <message>`` and exits 2, never with a traceback.
     """
+
+
+
+class MissingCheckpointError(LlmbuildError):
+    """A recipe's checkpoint is not on this machine (the weights are the user's to download)."""

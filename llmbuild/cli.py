@@ -33,6 +33,19 @@ def cmd_plan(args: argparse.Namespace) -> None:
     plan(_recipe(args))
 
 
+def cmd_compile(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from llmbuild.build.oneshot import CompileRequest, compile_checkpoint
+
+    binary = compile_checkpoint(CompileRequest(
+        checkpoint=Path(args.checkpoint), out=Path(args.output), quantize=args.quantize, chip=args.chip,
+        seq_length=args.seq_length, prefill_length=args.prefill_length, method=args.method,
+        group_size=args.group_size, cores=args.cores,
+    ))
+    print(f"{binary} (recipe beside it); run it with: llmbuild run {args.output} --prompt 'Hello'")
+
+
 def cmd_quantize(args: argparse.Namespace) -> None:
     from llmbuild.build.quantize import quantize
 
@@ -138,6 +151,18 @@ def build_parser() -> argparse.ArgumentParser:
         sp.set_defaults(fn=fn)
         return sp
 
+    sp = verb("compile", cmd_compile, "write a recipe for a checkpoint and build it into OUT (one command)",
+              recipe=False)
+    sp.add_argument("checkpoint", help="a Hugging Face checkpoint directory or a .gguf file")
+    sp.add_argument("--quantize", default="auto",
+                    help="f32, bf16, f16, w4bf16, w4f16, w8bf16, w8f16, or auto (the checkpoint's own)")
+    sp.add_argument("--method", default="auto", help="auto, rtn, gptq, awq or autoround (w4/w8 from float)")
+    sp.add_argument("--group-size", type=int, default=None)
+    sp.add_argument("--chip", default="bm1684x")
+    sp.add_argument("--seq-length", type=int, required=True)
+    sp.add_argument("--prefill-length", type=int, default=None, help="default: min(seq-length, 128)")
+    sp.add_argument("--cores", type=int, default=2)
+    sp.add_argument("-o", "--output", required=True, help="output directory (its name names the recipe)")
     verb("prepare", cmd_prepare, "make the checkpoint the build reads and write spec.json")
     verb("quantize", cmd_quantize, "quantize the float checkpoint with the recipe's library method (GPTQ, AWQ, ...)")
     verb("reference", cmd_reference, "run transformers on the checkpoint: reference.safetensors")

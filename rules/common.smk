@@ -4,10 +4,17 @@ from llmbuild.build import dag
 from llmbuild.recipe import list_recipes
 
 import os
+import sys
 
 BUILD = os.environ.get("LLMBUILD_BUILD_DIR", "build")
 # Estimate-only recipes (`build: false`, e.g. real-size models whose weights are the user's) are not built.
-RECIPES = list_recipes(buildable_only=True)
+# Recipes whose checkpoint is not here (real-size models: the weights are the user's) keep a target that
+# fails with the loader's message saying where to put them; `all` leaves them out.
+MISSING = dag.missing_checkpoints(list_recipes(buildable_only=True))
+RECIPES = [r for r in list_recipes(buildable_only=True) if r not in MISSING]
+if MISSING:
+    print(f"llmbuild: not building {', '.join(MISSING)} (no checkpoint here; `snakemake NAME` says where "
+          "to put it)", file=sys.stderr)
 
 wildcard_constraints:
     recipe="[A-Za-z0-9_]+",

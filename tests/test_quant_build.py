@@ -195,3 +195,36 @@ def test_bad_quantization_config_fails_in_one_line(field, value, message, tmp_pa
     with pytest.raises(LlmbuildError, match=message) as info:
         _build(tmp_path, "bad", ckpt, monkeypatch)
     assert "\n" not in str(info.value)
+
+
+def test_compile_one_command_writes_recipe_beside_binary_and_runs(tmp_path):
+    """`llmbuild compile CKPT --quantize auto ... -o OUT` then `llmbuild run OUT`, as a user types them."""
+    import subprocess
+    import sys
+
+    from llmbuild.recipe import load_recipe
+
+    out = tmp_path / "awq_tiny"
+    cmd = [sys.executable, "-m", "llmbuild.cli", "compile", str(FIXTURES / "awq_gemm_g32"), "--quantize", "auto",
+           "--chip", "bm1688", "--seq-length", "64", "-o", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert (out / "awq_tiny.llmb").is_file() and (out / "awq_tiny.yaml").is_file()
+    recipe = load_recipe("awq_tiny", out)
+    assert (recipe.quantization.mode, recipe.target.chip, recipe.stages.seq_length) == ("w4bf16", "bm1688", 64)
+    assert json.loads((out / "verify.json").read_text())["passed"]
+    run = subprocess.run([sys.executable, "-m", "llmbuild.cli", "run", str(out), "--prompt-ids", "1,5,9",
+                          "--max-new-tokens", "4", "--json"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert len(json.loads(run.stdout)["ids"]) == 4
+    # A second compile finds everything up to date: nothing is rebuilt.
+    before = (out / "awq_tiny.llmb").stat().st_mtime_ns
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and (out / "awq_tiny.llmb").stat().st_mtime_ns == before
+
+
+def test_compile_rejects_an_output_name_that_cannot_name_a_recipe(tmp_path):
+    from llmbuild.build.oneshot import CompileRequest, recipe_for
+
+    with pytest.raises(LlmbuildError, match=r"-o .*my-model: .*letters, digits and underscores \(e.g. my_model\)"):
+        recipe_for(CompileRequest(FIXTURES / "awq_gemm_g32", tmp_path / "my-model", "auto", "bm1684x", 64))

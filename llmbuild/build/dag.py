@@ -32,6 +32,19 @@ QUANTIZE_CODE = ("quant/methods", "build/quantize.py", "frontend/export_hf.py")
 GENERATION_FIELDS = ("prompt", "prompt_ids", "max_new_tokens")
 
 
+def missing_checkpoints(names: list[str]) -> dict[str, str]:
+    """Recipe name -> the loader's message, for recipes whose checkpoint is not on this machine."""
+    from llmbuild import MissingCheckpointError
+
+    missing = {}
+    for name in names:
+        try:
+            recipe(name)
+        except MissingCheckpointError as exc:
+            missing[name] = str(exc)
+    return missing
+
+
 @cache
 def recipe(name: str) -> Recipe:
     return load_recipe(name)

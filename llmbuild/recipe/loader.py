@@ -23,7 +23,7 @@ import jinja2
 import yaml
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from llmbuild import LlmbuildError
+from llmbuild import LlmbuildError, MissingCheckpointError
 from llmbuild.recipe import schema_table as st
 from llmbuild.recipe.schema import (
     QuantConfig,
@@ -468,8 +468,8 @@ def _locate_checkpoint(out: _Checked, require_checkpoint: bool = True) -> Path |
             return path
         if not path.exists():
             also = "; `llmbuild estimate` needs only source.config_file" if config_file is not None else ""
-            raise _fail(node.loc, "source.path", f"checkpoint directory {path} not found (put the "
-                                                 f"Hugging Face checkpoint there, {hint}){also}")
+            raise _missing_checkpoint(node, f"checkpoint directory {path} not found (put the Hugging Face "
+                                            f"checkpoint there, {hint}){also}")
         if not (path / "config.json").is_file():
             raise _fail(node.loc, "source.path", f"expected a Hugging Face checkpoint directory holding "
                                                  f"config.json, got {path} without it")
@@ -479,13 +479,16 @@ def _locate_checkpoint(out: _Checked, require_checkpoint: bool = True) -> Path |
             node = given["source.path"]
             path = _resolve_path(node)
             if not path.exists():
-                raise _fail(node.loc, "source.path", f"GGUF file {path} not found (put the file there, "
-                                                     f"{hint})")
+                raise _missing_checkpoint(node, f"GGUF file {path} not found (put the file there, {hint})")
             if not path.is_file():
                 raise _fail(node.loc, "source.path", f"expected a .gguf file, got directory {path}")
             return path
         return _package_file(given["source.package"], given["source.file"])
     return None
+
+
+def _missing_checkpoint(node: Node, message: str) -> MissingCheckpointError:
+    return MissingCheckpointError(str(_fail(node.loc, "source.path", message)))
 
 
 def package_dirs(package: str) -> list[Path]:

