@@ -282,7 +282,8 @@ def plan_group(net: NetInfo, index: int, ops: list[Operation]) -> GroupPlan | No
 def plan_groups(fn: func.FuncOp, lmem_bytes: int, align: int, lanes: int, prefill: bool, rows: int,
                 net_name: str) -> list[GroupPlan]:
     """Greedy: extend the current group while it fits; close it when the next op does not fit or, in
-    prefill, when the next op changes between row-tiled and not."""
+    prefill, when the next op changes between row-tiled and not, or would make the group stream weights
+    it held until then."""
     block = fn.body.block
     users: dict[SSAValue, list[Operation]] = {}
     weights: set[SSAValue] = set()
@@ -318,6 +319,8 @@ def plan_groups(fn: func.FuncOp, lmem_bytes: int, align: int, lanes: int, prefil
         if current and prefill and row_local(op, rows) != row_local(current[-1], rows):
             close()
         candidate = plan_group(net, len(groups), [*current, op]) if current else None
+        if candidate is not None and prefill and candidate.tile_n and plan is not None and not plan.tile_n:
+            candidate = None  # prefill holds weights: a new group beats loading them again per row tile
         if candidate is None:
             close()
             candidate = plan_group(net, len(groups), [op])
