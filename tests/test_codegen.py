@@ -15,7 +15,7 @@ from llmbuild import LlmbuildError
 from llmbuild.build.compile_net import CompiledNet, compile_net
 from llmbuild.codegen import container
 from llmbuild.codegen.container import Container, write_container
-from llmbuild.codegen.program import OPCODES, Instr, Program, TensorDesc, decode, encode
+from llmbuild.codegen.program import OPCODES, Group, Instr, Program, TensorDesc, decode, encode
 from llmbuild.dialects.plain import main_func, string_list, tensor_info
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.importer.nets import Shapes, build_block, head_nets
@@ -99,18 +99,21 @@ def test_program_encoding_follows_the_documented_layout() -> None:
         "head",
         -1,
         128,
-        [TensorDesc("bf16", (1, 16), 4096), TensorDesc("f32", (1, 64), 8192)],
+        [TensorDesc("bf16", (1, 16), 4096), TensorDesc("f32", (1, 64), 8192), TensorDesc("bf16", (1, 16), 512, 0)],
         [("hidden_states", 0)],
         [("logits", 1)],
         [Instr("MatMul", (0, 0), 1, "lm", {"right_transpose": True, "eps": 0.5, "order": [2, 0]})],
+        lmem_bytes=1 << 24,
+        groups=[Group(0, 1, 0, 4096, [Instr("Load", (0,), 2, "x", {"axis": -1})])],
     )
 
     def s(text: str) -> bytes:
         return struct.pack("<H", len(text)) + text.encode()
 
-    want = b"PROG" + s("lm_head") + s("head") + struct.pack("<iQ", -1, 128)
-    want += struct.pack("<I", 2)
-    want += struct.pack("<BB2IQ", 2, 2, 1, 16, 4096) + struct.pack("<BB2IQ", 0, 2, 1, 64, 8192)
+    want = b"PRG2" + s("lm_head") + s("head") + struct.pack("<iQQ", -1, 128, 1 << 24)
+    want += struct.pack("<I", 3)
+    want += struct.pack("<BB2IQi", 2, 2, 1, 16, 4096, -1) + struct.pack("<BB2IQi", 0, 2, 1, 64, 8192, -1)
+    want += struct.pack("<BB2IQi", 2, 2, 1, 16, 512, 0)  # a local tensor: lmem address 512, allocation 0
     want += struct.pack("<I", 1) + s("hidden_states") + struct.pack("<I", 0)
     want += struct.pack("<I", 1) + s("logits") + struct.pack("<I", 1)
     want += struct.pack("<I", 1) + struct.pack("<HB2II", 3, 2, 0, 0, 1) + s("lm") + struct.pack("<B", 3)
@@ -118,10 +121,15 @@ def test_program_encoding_follows_the_documented_layout() -> None:
     want += s("eps") + struct.pack("<Bd", 1, 0.5)
     want += s("order") + struct.pack("<BI2q", 4, 2, 2, 0)
     want += s("right_transpose") + struct.pack("<B?", 2, True)
+    # one group: index, rows, tile_rows, lmem peak, then its commands as instructions
+    want += struct.pack("<I", 1) + struct.pack("<IIIQ", 0, 1, 0, 4096)
+    want += struct.pack("<I", 1) + struct.pack("<HBII", 15, 1, 0, 2) + s("x") + struct.pack("<B", 1)
+    want += s("axis") + struct.pack("<Bq", 0, -1)
     assert encode(prog) == want
+    assert decode(want) == prog
     assert OPCODES == (
         "Gather", "RMSNorm", "MatMul", "Reshape", "Permute", "Rope", "FAttention",
-        "Concat", "Add", "Mul", "Active", "Softmax", "Cast", "A16MatMul",
+        "Concat", "Add", "Mul", "Active", "Softmax", "Cast", "A16MatMul", "Load", "Store",
     )  # fmt: skip
 
 

@@ -1,5 +1,10 @@
-"""Compile one TopOp net: canonicalize, lower to tpu for the recipe's mode, assign addresses, and
-generate its program. Both .mlir forms are written beside the object so a person can open them."""
+"""Compile one TopOp net: canonicalize, lower to tpu for the recipe's mode, assign addresses, cut into
+layer groups for the chip's local memory, and generate its program. The TopOp and the grouped TpuOp
+forms are written beside the object so a person can open them.
+
+`tpu` is the address-assigned net before grouping (with the tile attributes the grouping chose): the op
+list the host path and the interpreter run; `grouped` is the same net as layer groups, which the device
+runs. The program carries both (codegen/program.py)."""
 
 from __future__ import annotations
 
@@ -9,13 +14,16 @@ from pathlib import Path
 from xdsl.dialects.builtin import ModuleOp
 
 from llmbuild.build.paths import write_text_atomic
+from llmbuild.codegen.groups import add_groups
 from llmbuild.codegen.program import Program, from_module
 from llmbuild.dialects import module_text
 from llmbuild.passes import pipeline_string, run_passes
 from llmbuild.passes.assign_address import assign_addresses
 from llmbuild.passes.canonicalize import Canonicalize
+from llmbuild.passes.layer_group import LayerGroup, annotate_tiles, group_module, plan_module
 from llmbuild.passes.lower_top_to_tpu import LowerTopToTpu
 from llmbuild.passes.memory_plan import MemoryPlan
+from llmbuild.target import load_chip
 
 
 @dataclass
@@ -24,9 +32,12 @@ class CompiledNet:
     top: ModuleOp
     tpu: ModuleOp
     program: Program
+    grouped: ModuleOp | None = None
 
 
-def compile_net(top: ModuleOp, plan: MemoryPlan, mode: str, chip: str, out_dir: Path) -> CompiledNet:
+def compile_net(top: ModuleOp, plan: MemoryPlan, mode: str, chip: str, out_dir: Path,
+                lmem_bytes: int | None = None) -> CompiledNet:
+    """`lmem_bytes` overrides the chip's local memory (tests use it to force tiling)."""
     net = top.attributes["top.net"].data
     run_passes(top, [Canonicalize()])
     write_text_atomic(out_dir / f"top_{net}.mlir", module_text(top))
@@ -34,7 +45,15 @@ def compile_net(top: ModuleOp, plan: MemoryPlan, mode: str, chip: str, out_dir: 
     lowering = [LowerTopToTpu(mode=mode, chip=chip)]
     run_passes(tpu, lowering)
     assign_addresses(tpu, plan)
+    target = load_chip(chip)
+    annotate_tiles(tpu, plan_module(tpu, target, lmem_bytes))
     tpu.verify()
-    header = f"// pipeline: canonicalize,{pipeline_string(lowering)},assign-address\n"
-    write_text_atomic(out_dir / f"tpu_{net}.mlir", header + module_text(tpu))
-    return CompiledNet(net, top, tpu, from_module(tpu))
+    grouped = tpu.clone()
+    group_module(grouped, plan_module(grouped, target, lmem_bytes))
+    grouped.verify()
+    grouping = LayerGroup(chip=chip, lmem_bytes=lmem_bytes or 0)
+    header = f"// pipeline: canonicalize,{pipeline_string(lowering)},assign-address,{pipeline_string([grouping])}\n"
+    write_text_atomic(out_dir / f"tpu_{net}.mlir", header + module_text(grouped))
+    program = from_module(tpu)
+    add_groups(program, grouped)
+    return CompiledNet(net, top, tpu, program, grouped)

@@ -1,15 +1,19 @@
-"""A net's program: a tensor table (dtype, shape, global address) and a list of instructions.
+"""A net's program: a tensor table, the op list, and the layer groups the device runs.
 
-This is what the device executes. `from_module` reads an address-assigned tpu module; `encode` and
-`decode` give its bytes in the binary. Inputs and weights are tensors, not instructions; a Reshape whose
+`from_module` reads an address-assigned tpu module (the op list: every op on global tensors, the net's
+semantics, which the host path runs); `codegen/groups.py` adds the groups from the layer-grouped module
+(loads, stores and compute commands on local-memory tensors: what the device runs). `encode` and
+`decode` give the bytes in the binary. Inputs and weights are tensors, not instructions; a Reshape whose
 result aliases its operand (the usual case after assign-address) is a view and emits nothing.
 
-Encoding (little-endian):
-    u32 magic 'PROG', str net, str stage, i32 layer, u64 activation_bytes
-    u32 n_tensors, then per tensor: u8 dtype, u8 rank, u32 dims[rank], u64 address
+Encoding (little-endian; docs/binary-format.md):
+    u32 magic 'PRG2', str net, str stage, i32 layer, u64 activation_bytes, u64 lmem_bytes
+    u32 n_tensors, then per tensor: u8 dtype, u8 rank, u32 dims[rank], u64 address, i32 buffer
     u32 n_inputs, per input: str name, u32 tensor; the same for outputs
-    u32 n_instrs, per instruction: u16 opcode, u8 n_operands, u32 operands[], u32 result,
+    u32 n_instrs, then per instruction: u16 opcode, u8 n_operands, u32 operands[], u32 result,
         str loc, u8 n_attrs, per attr: str key, u8 tag, value
+    u32 n_groups, per group: u32 index, u32 rows, u32 tile_rows, u64 lmem_peak_bytes, u32 n_cmds,
+        then the commands, encoded as instructions
 strings are u16 length + UTF-8; attribute tags: 0 i64, 1 f64, 2 bool, 3 str, 4 i64 list.
 """
 
@@ -29,18 +33,24 @@ from llmbuild.dialects.plain import main_func, op_attrs, string_list, tensor_inf
 
 OPCODES = (
     "Gather", "RMSNorm", "MatMul", "Reshape", "Permute", "Rope", "FAttention",
-    "Concat", "Add", "Mul", "Active", "Softmax", "Cast", "A16MatMul", "A16Gather",
+    "Concat", "Add", "Mul", "Active", "Softmax", "Cast", "A16MatMul", "Load", "Store", "A16Gather",
 )
 OPCODE_OF = {name: i + 1 for i, name in enumerate(OPCODES)}
 DTYPES = ("f32", "f16", "bf16", "i32", "u8")
-PROG_MAGIC = b"PROG"
+PROG_MAGIC = b"PRG2"
+OLD_MAGIC = b"PROG"  # format 1, before layer groups
 
 
 @dataclass(frozen=True)
 class TensorDesc:
     dtype: str
     shape: tuple[int, ...]
-    address: int
+    address: int  # global: the device address; local (buffer >= 0): the byte offset in local memory
+    buffer: int = -1  # -1: global memory; else one allocation in local memory (views share it)
+
+    @property
+    def local(self) -> bool:
+        return self.buffer >= 0
 
 
 @dataclass(frozen=True)
@@ -53,6 +63,17 @@ class Instr:
 
 
 @dataclass
+class Group:
+    """One layer group as the device runs it: commands in issue order (codegen/groups.py)."""
+
+    index: int
+    rows: int
+    tile_rows: int  # 0: not row-tiled
+    lmem_peak_bytes: int
+    cmds: list[Instr] = field(default_factory=list)
+
+
+@dataclass
 class Program:
     net: str
     stage: str
@@ -62,6 +83,8 @@ class Program:
     inputs: list[tuple[str, int]] = field(default_factory=list)
     outputs: list[tuple[str, int]] = field(default_factory=list)
     instrs: list[Instr] = field(default_factory=list)
+    lmem_bytes: int = 0  # the local memory the groups were planned for (the chip's)
+    groups: list[Group] = field(default_factory=list)
 
 
 def from_module(module: ModuleOp) -> Program:
@@ -72,6 +95,8 @@ def from_module(module: ModuleOp) -> Program:
         layer=module.attributes["top.layer"].value.data,
         activation_bytes=module.attributes["tpu.activation_bytes"].value.data,
     )
+    if "tpu.lmem_bytes" in module.attributes:
+        prog.lmem_bytes = module.attributes["tpu.lmem_bytes"].value.data
     ids: dict[SSAValue, int] = {}
 
     def tid(v: SSAValue) -> int:
@@ -139,23 +164,9 @@ def _w_attr(out: io.BytesIO, key: str, value: Any) -> None:
         raise TypeError(f"attribute {key}: cannot encode {value!r}")
 
 
-def encode(prog: Program) -> bytes:
-    out = io.BytesIO()
-    out.write(PROG_MAGIC)
-    _w_str(out, prog.net)
-    _w_str(out, prog.stage)
-    out.write(struct.pack("<iQI", prog.layer, prog.activation_bytes, len(prog.tensors)))
-    for t in prog.tensors:
-        out.write(struct.pack("<BB", DTYPES.index(t.dtype), len(t.shape)))
-        out.write(struct.pack(f"<{len(t.shape)}I", *t.shape))
-        out.write(struct.pack("<Q", t.address))
-    for table in (prog.inputs, prog.outputs):
-        out.write(struct.pack("<I", len(table)))
-        for name, t in table:
-            _w_str(out, name)
-            out.write(struct.pack("<I", t))
-    out.write(struct.pack("<I", len(prog.instrs)))
-    for ins in prog.instrs:
+def _w_instrs(out: io.BytesIO, instrs: list[Instr]) -> None:
+    out.write(struct.pack("<I", len(instrs)))
+    for ins in instrs:
         out.write(struct.pack("<HB", OPCODE_OF[ins.op], len(ins.operands)))
         out.write(struct.pack(f"<{len(ins.operands)}I", *ins.operands))
         out.write(struct.pack("<I", ins.result))
@@ -163,6 +174,28 @@ def encode(prog: Program) -> bytes:
         out.write(struct.pack("<B", len(ins.attrs)))
         for key in sorted(ins.attrs):
             _w_attr(out, key, ins.attrs[key])
+
+
+def encode(prog: Program) -> bytes:
+    out = io.BytesIO()
+    out.write(PROG_MAGIC)
+    _w_str(out, prog.net)
+    _w_str(out, prog.stage)
+    out.write(struct.pack("<iQQI", prog.layer, prog.activation_bytes, prog.lmem_bytes, len(prog.tensors)))
+    for t in prog.tensors:
+        out.write(struct.pack("<BB", DTYPES.index(t.dtype), len(t.shape)))
+        out.write(struct.pack(f"<{len(t.shape)}I", *t.shape))
+        out.write(struct.pack("<Qi", t.address, t.buffer))
+    for table in (prog.inputs, prog.outputs):
+        out.write(struct.pack("<I", len(table)))
+        for name, t in table:
+            _w_str(out, name)
+            out.write(struct.pack("<I", t))
+    _w_instrs(out, prog.instrs)
+    out.write(struct.pack("<I", len(prog.groups)))
+    for g in prog.groups:
+        out.write(struct.pack("<IIIQ", g.index, g.rows, g.tile_rows, g.lmem_peak_bytes))
+        _w_instrs(out, g.cmds)
     return out.getvalue()
 
 
@@ -203,26 +236,8 @@ class _Reader:
         raise LlmbuildError(f"program: unknown attribute tag {tag}")
 
 
-def decode(data: bytes | memoryview) -> Program:
-    r = _Reader(data)
-    if r.data[:4] != PROG_MAGIC:
-        raise LlmbuildError("not a program section (bad magic)")
-    r.pos = 4
-    net, stage = r.string(), r.string()
-    layer, act, n = r.take("iQI")
-    prog = Program(net, stage, layer, act)
-    for _ in range(n):
-        dt, rank = r.take("BB")
-        if dt >= len(DTYPES):
-            raise LlmbuildError(f"program {net}: unknown dtype code {dt}")
-        shape = r.take(f"{rank}I")
-        (addr,) = r.take("Q")
-        prog.tensors.append(TensorDesc(DTYPES[dt], tuple(shape), addr))
-    for table in (prog.inputs, prog.outputs):
-        (k,) = r.take("I")
-        for _ in range(k):
-            name = r.string()
-            table.append((name, r.take("I")[0]))
+def _r_instrs(r: _Reader, net: str) -> list[Instr]:
+    out = []
     (k,) = r.take("I")
     for _ in range(k):
         code, nops = r.take("HB")
@@ -233,7 +248,37 @@ def decode(data: bytes | memoryview) -> Program:
         loc = r.string()
         (na,) = r.take("B")
         attrs = dict(r.attr() for _ in range(na))
-        prog.instrs.append(Instr(OPCODES[code - 1], tuple(operands), result, loc, attrs))
+        out.append(Instr(OPCODES[code - 1], tuple(operands), result, loc, attrs))
+    return out
+
+
+def decode(data: bytes | memoryview) -> Program:
+    r = _Reader(data)
+    if r.data[:4] == OLD_MAGIC:
+        raise LlmbuildError("program format 1 (before layer groups) is no longer read: rebuild the binary")
+    if r.data[:4] != PROG_MAGIC:
+        raise LlmbuildError("not a program section (bad magic)")
+    r.pos = 4
+    net, stage = r.string(), r.string()
+    layer, act, lmem, n = r.take("iQQI")
+    prog = Program(net, stage, layer, act, lmem_bytes=lmem)
+    for _ in range(n):
+        dt, rank = r.take("BB")
+        if dt >= len(DTYPES):
+            raise LlmbuildError(f"program {net}: unknown dtype code {dt}")
+        shape = r.take(f"{rank}I")
+        addr, buffer = r.take("Qi")
+        prog.tensors.append(TensorDesc(DTYPES[dt], tuple(shape), addr, buffer))
+    for table in (prog.inputs, prog.outputs):
+        (k,) = r.take("I")
+        for _ in range(k):
+            name = r.string()
+            table.append((name, r.take("I")[0]))
+    prog.instrs = _r_instrs(r, net)
+    (k,) = r.take("I")
+    for _ in range(k):
+        index, rows, tile_rows, peak = r.take("IIIQ")
+        prog.groups.append(Group(index, rows, tile_rows, peak, _r_instrs(r, net)))
     if r.pos != len(r.data):
         raise LlmbuildError(f"program {net}: {len(r.data) - r.pos} trailing bytes")
     return prog

@@ -7,12 +7,30 @@ carries its global-memory address as the tensor encoding, TPU-MLIR's convention:
     %3 = "tpu.MatMul"(%1, %2) {...} : (...) -> tensor<1x16x64xbf16, 1052672 : i64>
 
 SiLU becomes `tpu.Active {mode = "SILU"}`; `tpu.Cast` converts element types where the device does.
+
+After `layer-group` the compute ops sit inside `tpu.Group` ops (TPU-MLIR's `tpu.Group`): each group's
+region loads what it reads from global memory into local memory (`tpu.Load`), computes there, stores what
+later groups or the net's outputs need (`tpu.Store`) and yields the stored values (`tpu.Yield`). Types keep
+their global shapes and addresses (the value's home in global memory); where each value lives in local
+memory and how it is sliced is the `ginfo` attribute of each op (docs/design.md, "Layer groups").
 """
 
 from __future__ import annotations
 
+from xdsl.dialects.builtin import DictionaryAttr, TensorType
 from xdsl.ir import Dialect
-from xdsl.irdl import irdl_op_definition
+from xdsl.irdl import (
+    IRDLOperation,
+    attr_def,
+    irdl_op_definition,
+    operand_def,
+    region_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+    var_result_def,
+)
+from xdsl.traits import IsTerminator
 
 from llmbuild.dialects import common
 
@@ -92,6 +110,42 @@ class CastOp(common.CastBase):
     name = "tpu.Cast"
 
 
+@irdl_op_definition
+class GroupOp(IRDLOperation):
+    """A layer group: consecutive ops computed in local memory; results are the values it stores."""
+
+    name = "tpu.Group"
+    outputs = var_result_def(TensorType)
+    body = region_def("single_block")
+
+
+@irdl_op_definition
+class LoadOp(IRDLOperation):
+    """Global -> local memory (the whole tensor, a row tile, or a slice of weight rows: `ginfo`)."""
+
+    name = "tpu.Load"
+    input = operand_def(TensorType)
+    output = result_def(TensorType)
+    ginfo = attr_def(DictionaryAttr)
+
+
+@irdl_op_definition
+class StoreOp(IRDLOperation):
+    """Local -> global memory, at the address in the result type."""
+
+    name = "tpu.Store"
+    input = operand_def(TensorType)
+    output = result_def(TensorType)
+    ginfo = attr_def(DictionaryAttr)
+
+
+@irdl_op_definition
+class YieldOp(IRDLOperation):
+    name = "tpu.Yield"
+    values = var_operand_def(TensorType)
+    traits = traits_def(IsTerminator())
+
+
 Tpu = Dialect(
     "tpu",
     [
@@ -110,6 +164,10 @@ Tpu = Dialect(
         ActiveOp,
         SoftmaxOp,
         CastOp,
+        GroupOp,
+        LoadOp,
+        StoreOp,
+        YieldOp,
     ],
     [],
 )

@@ -39,10 +39,32 @@ def rms_norm(attrs: dict[str, Any], x: np.ndarray, gamma: np.ndarray) -> np.ndar
     return x / np.sqrt(var + x.dtype.type(attrs["eps"])) * gamma
 
 
+def tiled_product(attrs: dict[str, Any], x: np.ndarray, w_nk: np.ndarray) -> np.ndarray:
+    """`x @ w_nk^T`, computed tile by tile when the layer-group pass tiled the op.
+
+    `tile_m` (rows of x) and `tile_n` (rows of the [N, K] weight) are the op's tiles in local memory. The
+    chip accumulates each output over the whole K in one order whatever the tiling; BLAS does not (its
+    blocking depends on M and N), so both executors compute exactly these tiles, each one product: the
+    device's tile-by-tile run and the host's whole-op run then agree bit for bit.
+    """
+    tm, tn = attrs.get("tile_m", 0), attrs.get("tile_n", 0)
+    if not tm and not tn:
+        return x @ w_nk.T
+    lead, k = x.shape[:-1], x.shape[-1]
+    x2 = np.ascontiguousarray(x.reshape(-1, k))
+    m, n = x2.shape[0], w_nk.shape[0]
+    tm, tn = tm or m, tn or n
+    out = np.empty((m, n), dtype=np.result_type(x2, w_nk))
+    for r in range(0, m, tm):
+        xr = x2[r : r + tm]
+        for c in range(0, n, tn):
+            out[r : r + tm, c : c + tn] = xr @ np.ascontiguousarray(w_nk[c : c + tn]).T
+    return out.reshape(*lead, n)
+
+
 @kernel("MatMul")
 def matmul(attrs: dict[str, Any], x: np.ndarray, right: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
-    w = right.T if attrs["right_transpose"] else right
-    y = x @ w
+    y = tiled_product(attrs, x, right) if attrs["right_transpose"] else x @ right
     if bias is not None:
         y = y + bias
     if attrs.get("do_relu"):
@@ -94,7 +116,7 @@ def a16_matmul(
     attrs: dict[str, Any], x: np.ndarray, weight: np.ndarray, scale: np.ndarray, zp: np.ndarray,
     bias: np.ndarray | None = None,
 ) -> np.ndarray:
-    y = x @ dequantize(attrs, weight, scale, zp).astype(x.dtype).T
+    y = tiled_product(attrs, x, dequantize(attrs, weight, scale, zp).astype(x.dtype))
     return y if bias is None else y + bias
 
 
@@ -140,6 +162,23 @@ def softmax(x: np.ndarray, axis: int) -> np.ndarray:
 def fattention(
     attrs: dict[str, Any], q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray
 ) -> np.ndarray:
+    """`tile_kvh` (set by the layer-group pass): computed in blocks of that many KV heads (with their query
+    heads), as local memory holds them; each block is contiguous, as the device reads it."""
+    tile = attrs.get("tile_kvh", 0)
+    kvh = attrs["kv_head"]
+    if not tile or tile >= kvh:
+        return _attention(attrs, q, k, v, mask)
+    group = q.shape[2] // kvh
+    parts = []
+    for h in range(0, kvh, tile):
+        sub = {**attrs, "kv_head": min(tile, kvh - h)}
+        qs = np.ascontiguousarray(q[:, :, h * group : (h + tile) * group])
+        ks, vs = np.ascontiguousarray(k[:, :, h : h + tile]), np.ascontiguousarray(v[:, :, h : h + tile])
+        parts.append(_attention(sub, qs, ks, vs, mask))
+    return np.concatenate(parts, axis=-1)
+
+
+def _attention(attrs: dict[str, Any], q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray) -> np.ndarray:
     b, mq, qh, d = q.shape
     group = qh // attrs["kv_head"]
     # [B, kvh, group, mq, d] x [B, kvh, mk, d]: no repeated copy of K/V per query head.

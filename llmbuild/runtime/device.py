@@ -1,9 +1,13 @@
-"""A simulated device: one global-memory byte array, and programs that read and write it by address.
+"""A simulated device: a global-memory byte array, a local memory of the chip's size, and programs that
+read and write them by address.
 
-Every instruction reads its operands from memory at their addresses (decoding the stored element type),
-runs the op's kernel in f32, rounds to the result's element type and stores it at the result address.
-A wrong address or an overlap of live buffers therefore gives wrong numbers, as on the chip; writes into
-the weight region or past the end of memory are faults.
+A program with layer groups runs as the chip runs it (`local_memory.py`): Load and Store commands move
+bytes between global and local memory at the program's addresses, and every compute command reads and
+writes local memory only. Without groups (or with `grouped=False`), every instruction of the op list
+reads its operands from global memory at their addresses (decoding the stored element type), runs the
+op's kernel in f32, rounds to the result's element type and stores it at the result address. Either way a
+wrong address or an overlap of live buffers gives wrong numbers, as on the chip; writes into the weight
+region, accesses past the end of either memory and overlaps of live local buffers are faults.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from llmbuild.codegen.program import Program, TensorDesc
 from llmbuild.numerics.formats import STORAGE, decode, encode, round_to
 from llmbuild.numerics.kernels import KERNELS
 from llmbuild.runtime.blas import one_thread, vector_only
+from llmbuild.runtime.local_memory import run_groups
 
 Trace = Callable[[str, np.ndarray], None]
 
@@ -27,10 +32,13 @@ class DeviceFault(LlmbuildError):
 
 
 class Device:
-    def __init__(self, size: int, weight_region: tuple[int, int] = (0, 0)):
+    def __init__(self, size: int, weight_region: tuple[int, int] = (0, 0), lmem_bytes: int | None = None):
+        """`lmem_bytes`: the chip's local memory; None takes what each program was planned for."""
         # np.zeros maps pages lazily: untouched regions cost no host memory.
         self.mem = np.zeros(size, dtype=np.uint8)
         self.weight_region = weight_region
+        self.lmem_bytes = lmem_bytes
+        self._lmem: np.ndarray | None = None
         self._weight_cache: dict[tuple[int, str, tuple[int, ...]], np.ndarray] = {}
         self._vector_only: dict[int, tuple[Program, bool]] = {}
 
@@ -57,11 +65,14 @@ class Device:
             return cached
         return decode(self._raw(t), t.dtype)
 
-    def write(self, t: TensorDesc, value: np.ndarray) -> None:
+    def check_writable(self, t: TensorDesc) -> None:
         lo, size = self.weight_region
         nbytes = STORAGE[t.dtype][0] * (int(np.prod(t.shape)) if t.shape else 1)
         if t.address < lo + size and t.address + nbytes > lo:
             raise DeviceFault(f"write to {t.address:#x} hits the read-only weight region")
+
+    def write(self, t: TensorDesc, value: np.ndarray) -> None:
+        self.check_writable(t)
         value = np.asarray(value)
         if value.shape != t.shape:
             value = value.reshape(t.shape)
@@ -71,13 +82,23 @@ class Device:
         self.mem[address : address + len(data)] = np.frombuffer(data, dtype=np.uint8)
         self._weight_cache.clear()
 
-    def run(self, prog: Program, trace: Trace | None = None) -> None:
+    def local_memory(self, prog: Program) -> np.ndarray:
+        size = self.lmem_bytes if self.lmem_bytes is not None else prog.lmem_bytes
+        if self._lmem is None or self._lmem.size != size:
+            self._lmem = np.zeros(size, dtype=np.uint8)
+        return self._lmem
+
+    def run(self, prog: Program, trace: Trace | None = None, grouped: bool = True) -> None:
         single = self._vector_only.get(id(prog))
         if single is None or single[0] is not prog:
             single = self._vector_only[id(prog)] = (prog, vector_only(prog))
         # Matrix-vector programs run BLAS on one thread: the same bits, and no waiting for workers (blas.py).
         with one_thread() if single[1] else contextlib.nullcontext():
-            self._run(prog, trace)
+            if grouped and prog.groups:
+                with np.errstate(over="ignore", under="ignore"):
+                    run_groups(self, prog, self.local_memory(prog), trace)
+            else:
+                self._run(prog, trace)
 
     def _run(self, prog: Program, trace: Trace | None) -> None:
         tensors = prog.tensors

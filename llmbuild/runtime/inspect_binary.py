@@ -1,4 +1,5 @@
-"""`llmbuild inspect RECIPE_OR_BINARY [--json]`: what a binary holds and how it uses device memory."""
+"""`llmbuild inspect RECIPE_OR_BINARY [--json]`: what a binary holds, how it uses device memory, its layer
+groups and local memory per group, and the cost model's estimated times."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from pathlib import Path
 
 from llmbuild.codegen import program as programs
 from llmbuild.codegen.container import Container
-from llmbuild.numerics.formats import itemsize
+from llmbuild.numerics.formats import STORAGE, itemsize
 from llmbuild.passes.memory_plan import MemoryPlan
+from llmbuild.target import load_chip
 
 
 def inspect_binary(path: Path) -> dict:
@@ -27,8 +29,12 @@ def inspect_binary(path: Path) -> dict:
                 "weight_bytes": sum(
                     plan.weights[w].nbytes for w in _weights_read(prog, plan)
                 ),
+                "lmem_bytes": prog.lmem_bytes,
+                "lmem_peak_bytes": max((g.lmem_peak_bytes for g in prog.groups), default=0),
+                "groups": [_group(prog, g) for g in prog.groups],
             })
         sections = {name: e.size for name, e in c.entries.items()}
+    chip = load_chip(meta["chip"])
     weight_bytes = sum(s.nbytes for s in plan.weights.values())
     by_dtype = Counter()
     for s in plan.weights.values():
@@ -42,11 +48,53 @@ def inspect_binary(path: Path) -> dict:
         "seq_length": meta["seq_length"],
         "prefill_length": meta["prefill_length"],
         "memory": meta["memory"],
+        "lmem_bytes": chip.lmem_bytes,
+        "lmem_peak_bytes": max((n["lmem_peak_bytes"] for n in nets), default=0),
+        "groups": sum(len(n["groups"]) for n in nets),
+        "estimate": _estimates(meta),
         "weight_bytes": weight_bytes,
         "weight_elements_by_dtype": dict(by_dtype),
         "nets": nets,
         "sections": sections,
     }
+
+
+def _tensor_bytes(prog: programs.Program, t: int) -> int:
+    desc = prog.tensors[t]
+    n = STORAGE[desc.dtype][0]
+    for d in desc.shape:
+        n *= d
+    return n
+
+
+def _group(prog: programs.Program, g: programs.Group) -> dict:
+    loads = [c for c in g.cmds if c.op == "Load"]
+    stores = [c for c in g.cmds if c.op == "Store"]
+    compute = [c for c in g.cmds if c.op not in ("Load", "Store")]
+    return {
+        "index": g.index,
+        "ops": len({c.loc for c in compute}),
+        "compute_commands": len(compute),
+        "loads": len(loads),
+        "stores": len(stores),
+        "load_bytes": sum(_tensor_bytes(prog, c.result) for c in loads),
+        "store_bytes": sum(_tensor_bytes(prog, c.operands[0]) for c in stores),
+        "tile_rows": g.tile_rows,
+        "row_tiles": -(-g.rows // g.tile_rows) if g.tile_rows else 1,
+        "lmem_peak_bytes": g.lmem_peak_bytes,
+        "first_op": compute[0].loc if compute else "",
+        "last_op": compute[-1].loc if compute else "",
+    }
+
+
+def _estimates(meta: dict) -> dict:
+    """The cost model's figures for this binary, under both schedules (docs/performance.md)."""
+    from llmbuild.cost.model import estimate_from_meta
+
+    try:
+        return {s: estimate_from_meta(meta, schedule=s).headline() for s in ("incumbent", "llmbuild")}
+    except Exception as exc:  # an estimate is a report, never a reason for inspect to fail
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 def _weights_read(prog: programs.Program, plan: MemoryPlan) -> set[str]:
@@ -65,8 +113,16 @@ def format_report(r: dict) -> str:
     for name, region in r["memory"]["regions"].items():
         lines.append(f"  {name:<11} base {region['base']:#012x}  {region['bytes'] / mib:10.2f} MiB")
     lines.append(f"weights: {r['weight_bytes'] / mib:.1f} MiB, stored once ({r['weight_elements_by_dtype']})")
-    lines.append(f"{'net':<18} {'stage':<11} {'instrs':>6} {'weights MiB':>11} {'activations KiB':>15}")
+    lines.append(f"local memory: peak {r['lmem_peak_bytes'] / 1024:.0f} KiB of {r['lmem_bytes'] / 1024:.0f} KiB "
+                 f"in {r['groups']} layer groups")
+    for schedule, e in r["estimate"].items():
+        if schedule != "error":
+            lines.append(f"estimate ({schedule}): first token {e['first_token_latency_s'] * 1e3:.1f} ms, "
+                         f"decode {e['decode_tokens_per_s']:.1f} tokens/s")
+    lines.append(f"{'net':<18} {'stage':<11} {'instrs':>6} {'weights MiB':>11} {'activations KiB':>15} "
+                 f"{'groups':>6} {'lmem peak KiB':>13}")
     for n in r["nets"]:
         lines.append(f"{n['name']:<18} {n['stage']:<11} {n['instructions']:>6} {n['weight_bytes'] / mib:>11.2f} "
-                     f"{n['activation_bytes'] / 1024:>15.1f}")
+                     f"{n['activation_bytes'] / 1024:>15.1f} {len(n['groups']):>6} "
+                     f"{n['lmem_peak_bytes'] / 1024:>13.0f}")
     return "\n".join(lines)

@@ -85,7 +85,11 @@ class CompiledModel:
         weight_region = tuple(self.plan.regions["weight"])
         self.device: Executor
         if faithful:
-            device = Device(int(self.meta["memory"]["total_bytes"]), weight_region)
+            from llmbuild.target import load_chip
+
+            # the chip the binary was built for: its local memory, whatever the programs claim
+            lmem = load_chip(self.meta["chip"]).lmem_bytes
+            device = Device(int(self.meta["memory"]["total_bytes"]), weight_region, lmem)
             device.load_bytes(0, self.container.section("weights"))
             self.device = device
         else:

@@ -1,0 +1,167 @@
+"""layer-group: cut an address-assigned tpu net into layer groups that run in local memory.
+
+The decisions are `group_plan.py`'s; this pass writes them into the IR, TPU-MLIR's way:
+
+    %g:2 = "tpu.Group"() ({
+      %x = "tpu.Load"(%in) {ginfo = {mode = "tile", axis = 1, lmem = array<i64: 0, 4096>}} : ...
+      %w = "tpu.Load"(%wq) {ginfo = {mode = "stream", axis = 0, lmem = array<i64: 8192, 73728>}} : ...
+      %y = "tpu.MatMul"(%x, %w) {..., tile_n = 896 : i64, ginfo = {lmem = array<i64: 139264>}} : ...
+      %s = "tpu.Store"(%y) {ginfo = {mode = "whole"}} : ...
+      "tpu.Yield"(%s) : ...
+    }) {group = 0, rows = 1, tile_rows = 0, lmem_peak_bytes = 143360, stream_slot_bytes = 65536} : ...
+
+Types keep the global shape and address of each value; `ginfo.lmem` is where the value (or each of its
+ping-pong copies) sits in local memory. The compute op's `tile_m` / `tile_n` / `tile_kvh` attributes say
+how the op is cut; they are also set on the ungrouped module, because they fix the order of the
+floating-point sums (numerics/kernels.py), which both executors must share.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, ModuleOp, StringAttr, i64
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+
+from llmbuild.dialects import tpu
+from llmbuild.dialects.common import i64_array, i64_attr
+from llmbuild.dialects.plain import main_func, tensor_info
+from llmbuild.passes.group_plan import MATMULS, GroupPlan, plan_groups, streamed_operands
+from llmbuild.target import Chip, load_chip
+
+
+@dataclass(frozen=True)
+class LayerGroup(ModulePass):
+    name = "layer-group"
+    chip: str = "bm1684x"
+    lmem_bytes: int = 0  # 0: the chip's local memory; tests shrink it to force tiling
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        plans = plan_module(op, load_chip(self.chip), self.lmem_bytes or None)
+        annotate_tiles(op, plans)
+        group_module(op, plans)
+
+
+def plan_module(module: ModuleOp, chip: Chip, lmem_bytes: int | None = None) -> list[GroupPlan]:
+    fn = main_func(module)
+    stage = module.attributes["top.stage"].data  # type: ignore[attr-defined]
+    net = module.attributes["top.net"].data  # type: ignore[attr-defined]
+    first = tensor_info(fn.body.block.args[0].type).shape
+    prefill = stage in ("prefill", "prefill_kv") or net == "embedding"
+    rows = first[1] if prefill and len(first) >= 2 else 1
+    lmem = lmem_bytes or chip.lmem_bytes
+    module.attributes["tpu.lmem_bytes"] = IntegerAttr(lmem, i64)
+    return plan_groups(fn, lmem, chip.npu_lanes * chip.eu_bytes, chip.npu_lanes, prefill, rows, net)
+
+
+def tile_attrs(plan: GroupPlan, op: Operation) -> dict[str, int]:
+    out: dict[str, int] = {}
+    if op.name in MATMULS:
+        rows = 1
+        for d in tensor_info(op.operands[0].type).shape[:-1]:
+            rows *= d
+        if plan.tile_rows and plan.tile_rows < rows:
+            out["tile_m"] = plan.tile_rows
+        tn = plan.tile_n.get(op)
+        if tn and tn < tensor_info(op.operands[1].type).shape[0]:
+            out["tile_n"] = tn
+    if op in plan.tile_kvh:
+        out["tile_kvh"] = plan.tile_kvh[op]
+    return out
+
+
+def annotate_tiles(module: ModuleOp, plans: list[GroupPlan]) -> None:
+    """Set tile_m / tile_n / tile_kvh on the ops `plans` (made on this module) cut."""
+    for plan in plans:
+        for op in plan.ops:
+            for key, value in tile_attrs(plan, op).items():
+                op.attributes[key] = i64_attr(value)
+    module.attributes["tpu.groups"] = IntegerAttr(len(plans), i64)
+
+
+def _ginfo(**items: Attribute) -> DictionaryAttr:
+    return DictionaryAttr(dict(items))
+
+
+def group_module(module: ModuleOp, plans: list[GroupPlan]) -> None:
+    """Rewrite the module's body into tpu.Group ops (plans made on this very module)."""
+    block = main_func(module).body.block
+    # Inputs and weights first: a group reads them wherever they were declared.
+    leaves = [op for op in block.ops if op.name in ("top.Input", "top.Weight")]
+    anchor = block.first_op
+    for op in leaves:
+        if op is not anchor:
+            op.detach()
+            block.insert_op_before(op, anchor)  # type: ignore[arg-type]
+        else:
+            anchor = op.next_op
+    moved: set[Operation] = set()
+    renamed: dict[SSAValue, SSAValue] = {}  # values of groups already rewritten -> the group's result
+    for plan in plans:
+        group = _build_group(plan, renamed)
+        block.insert_op_before(group, plan.ops[0])
+        members = set(plan.ops)
+        # A reshape of a value in global memory stays outside groups; it must precede its first reader.
+        for op in plan.ops:
+            for v in op.operands:
+                owner = v.owner
+                if (isinstance(owner, Operation) and owner.name == "tpu.Reshape" and owner not in members
+                        and owner not in moved and owner.parent is block):
+                    owner.detach()
+                    block.insert_op_before(owner, group)
+                    moved.add(owner)
+        for old, new in zip(plan.stores, group.results, strict=True):
+            old.replace_uses_with_if(new, lambda use, m=members: use.operation not in m)
+            renamed[old] = new
+        for op in reversed(plan.ops):
+            op.detach()
+            op.erase(safe_erase=False)
+
+
+def _build_group(plan: GroupPlan, renamed: dict[SSAValue, SSAValue]) -> tpu.GroupOp:
+    body = Block()
+    mapping: dict[SSAValue, SSAValue] = {}
+    for v, mode in plan.loads.items():
+        info = {"mode": StringAttr(mode), "lmem": i64_array(plan.lmem[("load", v)])}
+        if mode == "tile":
+            info["axis"] = i64_attr(1)
+        load = tpu.LoadOp(operands=[renamed.get(v, v)], result_types=[v.type], attributes={"ginfo": _ginfo(**info)})
+        body.add_op(load)
+        mapping[renamed.get(v, v)] = load.results[0]  # the ops now read the earlier group's result
+    stored: list[SSAValue] = []
+    store_mode = "tile" if plan.tile_rows else "whole"
+    for op in plan.ops:
+        local = dict(mapping)
+        if op in plan.tile_n:
+            for i in streamed_operands(op):
+                if i < len(op.operands):
+                    load = tpu.LoadOp(
+                        operands=[renamed.get(op.operands[i], op.operands[i])], result_types=[op.operands[i].type],
+                        attributes={"ginfo": _ginfo(mode=StringAttr("stream"), axis=i64_attr(0),
+                                                    lmem=i64_array(plan.lmem[("stream", op, i)]))},
+                    )
+                    body.add_op(load)
+                    local[op.operands[i]] = load.results[0]
+        new = op.clone(value_mapper=local)
+        info: dict[str, Attribute] = {"lmem": i64_array(plan.lmem[("value", op.results[0])])}
+        if ("scratch", op) in plan.lmem:
+            from llmbuild.passes.group_plan import attention_scratch
+
+            info["scratch"] = i64_array([plan.lmem[("scratch", op)][0],
+                                         attention_scratch(op, plan.tile_kvh.get(op))])
+        new.attributes["ginfo"] = _ginfo(**info)
+        body.add_op(new)
+        mapping[op.results[0]] = new.results[0]
+        if op.results[0] in plan.stores:
+            store = tpu.StoreOp(operands=[new.results[0]], result_types=[op.results[0].type],
+                                attributes={"ginfo": _ginfo(mode=StringAttr(store_mode))})
+            body.add_op(store)
+            stored.append(store.results[0])
+    body.add_op(tpu.YieldOp(operands=[stored]))
+    attrs = {
+        "group": i64_attr(plan.index), "rows": i64_attr(plan.rows), "tile_rows": i64_attr(plan.tile_rows),
+        "lmem_peak_bytes": i64_attr(plan.lmem_peak_bytes), "stream_slot_bytes": i64_attr(plan.stream_slot),
+    }
+    return tpu.GroupOp(result_types=[[v.type for v in plan.stores]], regions=[Region(body)], attributes=attrs)
