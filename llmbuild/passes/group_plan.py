@@ -38,9 +38,17 @@ ROW_LOCAL = frozenset(
     {"tpu.RMSNorm", "tpu.MatMul", "tpu.A16MatMul", "tpu.Add", "tpu.Mul", "tpu.Active", "tpu.Cast", "tpu.Rope",
      "tpu.Gather", "tpu.A16Gather", "tpu.Reshape"}
 )
-# Operands a gather reads from global memory by DMA, row by row (the table; quantized: levels, scales,
-# zero points): never loaded whole into local memory.
-DMA_TABLES = {"tpu.Gather": (0,), "tpu.A16Gather": (0, 1, 2)}
+
+
+def dma_tables(op: Operation) -> tuple[int, ...]:
+    """Operands a lookup reads from global memory by DMA, row by row (an embedding or RoPE table;
+    quantized: levels, scales, zero points): never loaded whole into local memory. A gather along the
+    last axis (act order's activation permutation) is an ordinary row-local op."""
+    if op.name == "tpu.A16Gather":
+        return (0, 1, 2)
+    if op.name == "tpu.Gather" and op.attributes["axis"].value.data == 0:  # type: ignore[attr-defined]
+        return (0,)
+    return ()
 
 
 def nbytes(shape: Sequence[int], dtype: str) -> int:
@@ -102,8 +110,8 @@ def row_local(op: Operation, rows: int) -> bool:
     if op.name not in ROW_LOCAL:
         return False
     values = [v for v in (*op.operands, *op.results) if len(tensor_info(v.type).shape) >= 2]
-    if op.name in DMA_TABLES:
-        values = [v for v in values if v not in [op.operands[i] for i in DMA_TABLES[op.name]]]
+    tables = [op.operands[i] for i in dma_tables(op)]
+    values = [v for v in values if v not in tables]
     return all(tensor_info(v.type).shape[1] == rows for v in values if not _is_weight_like(v))
 
 
@@ -151,7 +159,7 @@ def layout(net: NetInfo, index: int, ops: list[Operation], tile_rows: int, strea
                 offset += _align(value_bytes(op.operands[i]) // n * tn, a)
             slot = max(slot, offset)
         for i, v in enumerate(op.operands):
-            if v in inside or i in sliced or i in DMA_TABLES.get(op.name, ()):
+            if v in inside or i in sliced or i in dma_tables(op):
                 continue
             tiled = tile_rows and not _is_weight_like(v) and tensor_info(v.type).shape[1:2] == (net.rows,)
             loads.setdefault(v, "tile" if tiled else "held")

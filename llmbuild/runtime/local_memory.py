@@ -156,7 +156,9 @@ class GroupRun:
         for n, t in enumerate(cmd.operands):
             desc = self.tensors[t]
             if not desc.local:
-                if not (cmd.op == "Gather" and n == 0) and not (cmd.op == "A16Gather" and n < 3):
+                lookup = cmd.op == "Gather" and n == 0 and attrs.get("axis") == 0
+                dma_table = lookup or (cmd.op == "A16Gather" and n < 3)
+                if not dma_table:
                     self.fault(f"operand {n} is in global memory: compute reads local memory only")
                 args.append(self.dev.read(desc))
                 continue
