@@ -12,7 +12,7 @@ plus the shipped smollm2_135m_w4 recipe (GPTQ with an 8-bit lm_head). Each binar
 benchmarks/data/eval_text.txt (written for this benchmark, not the calibration text) token by token on the
 host path, teacher-forced; the table gives perplexity, the change against bf16, and top-1 agreement with
 transformers' float32 model of the same GGUF. Calibration for the library methods is the shipped
-llmbuild/data/calibration/english.txt (32 windows of 256 tokens, the recipe defaults).
+llmbuild/data/calibration/english.txt (32 windows of 128 tokens, the recipe defaults).
 """
 
 from __future__ import annotations

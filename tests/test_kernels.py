@@ -99,3 +99,22 @@ def test_f16_round_trip_and_mask_value_is_exact():
         assert formats.round_to(np.array([formats.mask_value(dtype)], np.float32), dtype)[0] == -9984.0
     x = rng.standard_normal(100).astype(np.float32)
     np.testing.assert_array_equal(formats.decode(formats.encode(x, "f16"), "f16"), x.astype(np.float16))
+
+
+def test_a16_gather_is_gather_of_the_dequantized_table() -> None:
+    """The quantized embedding lookup: rows of ((q - zp) * scale), packed 4-bit or 8-bit, per group."""
+    from llmbuild.numerics.kernels import KERNELS
+
+    rng = np.random.default_rng(3)
+    V, H, g = 40, 16, 8
+    q = rng.integers(0, 16, size=(V, H)).astype(np.uint8)
+    scale = rng.uniform(0.01, 0.1, size=(V, H // g)).astype(np.float32)
+    zp = rng.integers(0, 16, size=(V, H // g)).astype(np.uint8)
+    ids = np.array([[3, 39, 0, 3]], dtype=np.int32)
+    table = (q.astype(np.float64) - np.repeat(zp, g, axis=1)) * np.repeat(scale, g, axis=1)
+    packed = q[:, 0::2] | (q[:, 1::2] << 4)
+    got = KERNELS["A16Gather"]({"q_group_size": g, "packed": True}, packed, scale, zp, ids)
+    np.testing.assert_allclose(got, table[ids], rtol=1e-6)
+    assert got.shape == (1, 4, H)
+    with pytest.raises(IndexError):
+        KERNELS["A16Gather"]({"q_group_size": g}, q, scale, zp, np.array([[V]]))

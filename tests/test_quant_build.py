@@ -228,3 +228,24 @@ def test_compile_rejects_an_output_name_that_cannot_name_a_recipe(tmp_path):
 
     with pytest.raises(LlmbuildError, match=r"-o .*my-model: .*letters, digits and underscores \(e.g. my_model\)"):
         recipe_for(CompileRequest(FIXTURES / "awq_gemm_g32", tmp_path / "my-model", "auto", "bm1684x", 64))
+
+
+def test_recipe_quantization_fields_are_checked_when_loading(tmp_path):
+    from llmbuild.recipe import load_recipe
+
+    base = "base: qwen2_tiny_f32\nquantization:\n"
+    shutil.copy(Path(__file__).resolve().parents[1] / "recipes" / "qwen2_tiny_f32.yaml", tmp_path)
+    shutil.copy(Path(__file__).resolve().parents[1] / "recipes" / "_tiny_common.yaml", tmp_path)
+    cases = {
+        "typo": ("  mode: w4bf16\n  method: autoround\n  options: {itters: 5}\n",
+                 r"typo.yaml:5: quantization.options: expected options of autoround: .*itters is not an option"),
+        "rtn_options": ("  mode: w4bf16\n  options: {iters: 5}\n", r"quantization.options: expected no options"),
+        "float_head": ("  mode: bf16\n  lm_head: w8\n", r"quantization.lm_head: expected float for float mode bf16"),
+        "float_method": ("  mode: bf16\n  method: gptq\n", r"quantization.method: expected auto for float mode"),
+        "no_text": ("  mode: w4bf16\n  method: gptq\n  calibration: missing.txt\n",
+                    r"quantization.calibration: expected a text file, got .*missing.txt \(not found\)"),
+    }
+    for name, (body, message) in cases.items():
+        (tmp_path / f"{name}.yaml").write_text(base + body)
+        with pytest.raises(LlmbuildError, match=message):
+            load_recipe(name, tmp_path)

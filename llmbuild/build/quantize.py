@@ -41,7 +41,7 @@ def quantize(recipe: Recipe) -> dict:
             exported = float_dir
         report = quantize_checkpoint(q.origin, float_dir, paths.quantized, bits=scheme.bits,
                                      group_size=q.group_size, sym=q.sym, desc_act=q.desc_act,
-                                     calibration_ids=ids, seed=SEED)
+                                     calibration_ids=ids, seed=SEED, options=dict(q.options))
     finally:
         if exported is not None:
             shutil.rmtree(exported, ignore_errors=True)

@@ -69,5 +69,14 @@ def resolve(q: dict[str, Any], given: set[str], kind: str, config_path: Path | N
         if not calibration.is_file():
             raise fail("quantization.calibration", f"expected a text file, got {calibration} (not found)")
         q["calibration"] = str(calibration)
+        from llmbuild.quant.methods import check_options
+
+        try:
+            check_options(method, q["options"])
+        except LlmbuildError as exc:
+            raise fail("quantization.options", f"expected options of {method}: {exc}") from None
+    elif q["options"]:
+        raise fail("quantization.options", f"expected no options for method {method} (they are for "
+                                           f"{', '.join(LIBRARY_METHODS)}), got {', '.join(q['options'])}")
     q["checkpoint"] = None
     return q

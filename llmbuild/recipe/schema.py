@@ -50,7 +50,8 @@ class QuantConfig:
     desc_act: bool = False  # gptq: quantize columns in activation order (act order, a g_idx)
     calibration: str | None = None  # library methods: a text file (absolute once loaded)
     calibration_samples: int = 32
-    calibration_length: int = 256
+    calibration_length: int = 128
+    options: dict[str, Any] = field(default_factory=dict)  # library knobs (validated by the method)
     lm_head: str = "float"  # float | w8 | w4: round-to-nearest lm_head (and the tied embedding table)
     # Filled by the loader from the source's config.json when the checkpoint is already quantized.
     checkpoint: CheckpointQuant | None = None

@@ -196,3 +196,13 @@ def _check_calibration(method: str, ids: Any, vocab_size: int) -> list[list[int]
         if bad is not None:
             raise LlmbuildError(f"{method}: calibration sample {i} has token id {bad!r} outside [0, {vocab_size})")
     return [list(s) for s in ids]
+
+
+def check_options(method: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The method's options with `options` applied (what a recipe's `quantization.options` means), checked
+    without importing the library: a recipe with a misspelt option fails when it loads."""
+    entry = METHODS.get(method)
+    if entry is None:
+        raise LlmbuildError(f"quantization method {method!r} is not known; expected one of {', '.join(METHODS)}")
+    driver = importlib.import_module(entry.module)
+    return _resolve_options(method, {**COMMON_OPTIONS, **driver.OPTIONS}, options)
