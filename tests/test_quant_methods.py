@@ -264,6 +264,28 @@ def test_missing_library_is_one_line(method: str, float_dirs: dict[str, Path], t
     assert not (tmp_path / "q").exists()
 
 
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch not installed")
+def test_library_failure_is_one_line(float_dirs: dict[str, Path], tmp_path: Path, monkeypatch) -> None:
+    import types
+
+    from llmbuild.quant.methods import gptq
+
+    def fail(*args: object) -> None:
+        raise AssertionError("org_w_shape[0] % oc_batch_size == 0\n(second line)")
+
+    monkeypatch.setitem(sys.modules, "gptqmodel", types.ModuleType("gptqmodel"))  # import succeeds
+    monkeypatch.setattr(gptq, "run", fail)
+    ids = calibration_ids(DEFAULT_TEXT, float_dirs["llama"], 4, 16)
+    with pytest.raises(LlmbuildError) as info:
+        quantize_checkpoint("gptq", float_dirs["llama"], tmp_path / "q", bits=4, group_size=GROUP, sym=True,
+                            desc_act=False, calibration_ids=ids)  # fmt: skip
+    assert str(info.value) == (
+        f"gptq: gptqmodel failed on {float_dirs['llama']}: AssertionError: org_w_shape[0] % oc_batch_size == 0 "
+        "(second line)"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no output, no work directory
+
+
 @pytest.mark.parametrize(
     ("method", "changes", "match"),
     [

@@ -106,8 +106,12 @@ def quantize_checkpoint(
         # The library saves beside the destination (same file system, no /tmp size limit), then the
         # finished directory replaces out_dir in one rename.
         with tempfile.TemporaryDirectory(prefix=f".{out_dir.name}.", suffix=".work", dir=out_dir.parent) as work:
-            with reproducible_torch(params.seed, params.threads):
-                driver.run(float_dir, Path(work), params, samples, opts)
+            try:
+                with reproducible_torch(params.seed, params.threads):
+                    driver.run(float_dir, Path(work), params, samples, opts)
+            except Exception as exc:  # the library's own failure: one line here, the traceback in __cause__
+                reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+                raise LlmbuildError(f"{method}: {entry.distribution} failed on {float_dir}: {reason}") from exc
             with atomic_directory(out_dir) as tmp:
                 qc = finish_checkpoint(library_output(Path(work)), float_dir, tmp)
     return {
