@@ -205,3 +205,21 @@ def test_a_build_writes_perf_json(build_root: Path) -> None:
     spec = perf["spec_estimate"]["llmbuild"]
     assert perf["difference_vs_spec"]["llmbuild"]["decode_tokens_per_s"] == pytest.approx(
         perf["decode_tokens_per_s"] / spec["decode_tokens_per_s"] - 1)
+
+
+def test_inspect_reports_group_times_and_steps(build_root: Path) -> None:
+    from helpers import llmbuild, snakemake
+
+    snakemake(build_root, "qwen2_tiny_f32")
+    r = llmbuild(build_root, "inspect", "qwen2_tiny_f32", "--json")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    perf = json.loads((build_root / "qwen2_tiny_f32" / "perf.json").read_text())
+    assert report["timed"]["decode_tokens_per_s"] == pytest.approx(perf["decode_tokens_per_s"])
+    for net, timed in zip(report["nets"], perf["nets"], strict=True):
+        assert net["latency_s"] == pytest.approx(timed["latency_s"]) and net["latency_s"] > 0
+        assert sum(g["estimated_seconds"] for g in net["groups"]) == pytest.approx(net["latency_s"])
+        for g in net["groups"]:
+            assert g["dma_bytes"] >= g["load_bytes"] + g["store_bytes"] and g["compute_seconds"] >= 0
+    text = llmbuild(build_root, "inspect", "qwen2_tiny_f32").stdout
+    assert "compiled groups timed" in text and "decode" in text
