@@ -22,6 +22,7 @@ for _recipe in RECIPES:
             _recipe
         input:
             f"{BUILD}/{_recipe}/verify.json",
+            f"{BUILD}/{_recipe}/perf.json",
 
 
 for _recipe in MISSING:

@@ -49,6 +49,7 @@ rule link:
         layers=lambda w: [f"{BUILD}/{w.recipe}/layers/{i}/layer.llmo" for i in layer_ids(w)],
     output:
         binary=f"{BUILD}/{{recipe}}/{{recipe}}.llmb",
+        perf=f"{BUILD}/{{recipe}}/perf.json",
     params:
         **params_for("compile"),
     benchmark:

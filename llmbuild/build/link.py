@@ -2,7 +2,8 @@
 
 The weight image is streamed chunk by chunk in address order (never the whole model in memory); each
 layer's weights appear once and are shared by its three stage programs. The build fails here, with the
-numbers, when the chip's device memory cannot hold weights + KV cache + IO + activations.
+numbers, when the chip's device memory cannot hold weights + KV cache + IO + activations. Next to the
+binary it writes memory.json and perf.json (the compiled groups timed, `llmbuild.cost.compiled`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from llmbuild.build.paths import BuildPaths, read_spec, shapes_of, tokenizer_dir
 from llmbuild.build.weights_blob import parse_chunk_section
 from llmbuild.codegen.container import Container, write_container
 from llmbuild.codegen.program import decode
+from llmbuild.cost.compiled import perf_report
 from llmbuild.frontend.tokenizer_files import read_tokenizer_bundle
 from llmbuild.passes.memory_plan import MemoryPlan, align
 from llmbuild.recipe.schema import Recipe
@@ -112,7 +114,11 @@ def link(recipe: Recipe) -> None:
     sections += [(name, [bytes(obj.section(name))]) for _, name, _, obj in nets]
     write_container(paths.binary(recipe.name), sections)
     write_json(paths.root / "memory.json", report)
+    # The compiled groups timed on the chip's rates, next to the spec model's figures (docs/performance.md).
+    perf = perf_report(meta, [prog for _, _, prog, _ in nets])
+    write_json(paths.root / "perf.json", perf)
     print(
         f"{recipe.name}: {paths.binary(recipe.name)} — device memory {report['total_bytes'] / 2**20:.1f} MiB "
-        f"of {device_bytes / 2**30:.1f} GiB on {chip.name}"
+        f"of {device_bytes / 2**30:.1f} GiB on {chip.name}; first token {perf['first_token_latency_s'] * 1e3:.2f} ms, "
+        f"decode {perf['decode_tokens_per_s']:.1f} tokens/s (group-timed)"
     )

@@ -4,10 +4,12 @@
     estimate_from_meta(meta) -> Estimate          a built binary's meta JSON
     estimate_recipe(recipe) -> Estimate           `llmbuild estimate RECIPE`
     check_fits(recipe)                            a one-line error when the model cannot fit the chip
+    time_compiled(meta, programs), perf_report    a built binary's layer groups timed (perf.json)
 
 One file per job: hardware (chip rates), formats (bytes per weight), ops (per-stage work), schedule
 (overlap of DMA and compute), efficiency (fitted constants), calibration (the fit), memory (device memory
-as the build lays it out), model (estimate), for_recipe, report, cli_estimate. See docs/performance.md.
+as the build lays it out), model (estimate), for_recipe, report, cli_estimate; groups (the compiled
+groups' commands timed) and compiled (per step, and perf.json). See docs/performance.md.
 
 Names are imported on first use, so `llmbuild.cost.cli_estimate` can join the CLI's parser without
 making every `llmbuild` command import numpy.
@@ -21,6 +23,10 @@ from typing import Any
 _EXPORTS = {
     "Efficiency": "llmbuild.cost.efficiency",
     "check_fits": "llmbuild.cost.for_recipe",
+    "perf_report": "llmbuild.cost.compiled",
+    "read_binary": "llmbuild.cost.compiled",
+    "time_compiled": "llmbuild.cost.compiled",
+    "time_programs": "llmbuild.cost.groups",
     "estimate_recipe": "llmbuild.cost.for_recipe",
     "recipe_memory": "llmbuild.cost.for_recipe",
     "MemoryEstimate": "llmbuild.cost.memory",

@@ -1,9 +1,12 @@
 """`llmbuild inspect RECIPE_OR_BINARY [--json]`: what a binary holds, how it uses device memory, its layer
-groups and local memory per group, and the cost model's estimated times."""
+groups and local memory per group, the compiled groups timed on the chip (`cost/compiled.py`: per group
+DMA bytes, compute and estimated seconds, per net latency, per step times) and the spec model's
+estimates."""
 
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -19,8 +22,10 @@ def inspect_binary(path: Path) -> dict:
         meta = json.loads(bytes(c.section("meta")))
         plan = MemoryPlan.from_json(bytes(c.section("plan")).decode())
         nets = []
-        for n in meta["nets"]:
-            prog = programs.decode(c.section(n["section"]))
+        progs = [programs.decode(c.section(n["section"])) for n in meta["nets"]]
+        timed = _timed(meta, progs)
+        for i, prog in enumerate(progs):
+            net_time = timed["nets"][i] if timed else None
             ops = Counter(i.op for i in prog.instrs)
             nets.append({
                 "name": prog.net, "stage": prog.stage, "layer": prog.layer,
@@ -31,7 +36,9 @@ def inspect_binary(path: Path) -> dict:
                 ),
                 "lmem_bytes": prog.lmem_bytes,
                 "lmem_peak_bytes": max((g.lmem_peak_bytes for g in prog.groups), default=0),
-                "groups": [_group(prog, g) for g in prog.groups],
+                "latency_s": net_time["latency_s"] if net_time else None,
+                "groups": [_group(prog, g, net_time["groups"][j] if net_time else None)
+                           for j, g in enumerate(prog.groups)],
             })
         sections = {name: e.size for name, e in c.entries.items()}
     chip = load_chip(meta["chip"])
@@ -52,6 +59,7 @@ def inspect_binary(path: Path) -> dict:
         "lmem_peak_bytes": max((n["lmem_peak_bytes"] for n in nets), default=0),
         "groups": sum(len(n["groups"]) for n in nets),
         "estimate": _estimates(meta),
+        "timed": {k: v for k, v in timed.items() if k != "nets"} if timed else {"error": "see stderr"},
         "weight_bytes": weight_bytes,
         "weight_elements_by_dtype": dict(by_dtype),
         "nets": nets,
@@ -67,7 +75,7 @@ def _tensor_bytes(prog: programs.Program, t: int) -> int:
     return n
 
 
-def _group(prog: programs.Program, g: programs.Group) -> dict:
+def _group(prog: programs.Program, g: programs.Group, timed: dict | None) -> dict:
     loads = [c for c in g.cmds if c.op == "Load"]
     stores = [c for c in g.cmds if c.op == "Store"]
     compute = [c for c in g.cmds if c.op not in ("Load", "Store")]
@@ -84,7 +92,22 @@ def _group(prog: programs.Program, g: programs.Group) -> dict:
         "lmem_peak_bytes": g.lmem_peak_bytes,
         "first_op": compute[0].loc if compute else "",
         "last_op": compute[-1].loc if compute else "",
+        "estimated_seconds": timed["estimated_seconds"] if timed else None,
+        "dma_bytes": timed["dma_bytes"] if timed else None,
+        "dma_seconds": timed["dma_s"] if timed else None,
+        "compute_seconds": timed["compute_s"] if timed else None,
     }
+
+
+def _timed(meta: dict, progs: list[programs.Program]) -> dict | None:
+    """The compiled groups timed (cost/compiled.py); None, with a note, if the binary cannot be timed."""
+    from llmbuild.cost.compiled import time_compiled
+
+    try:
+        return time_compiled(meta, progs)
+    except Exception as exc:  # a timing is a report, never a reason for inspect to fail
+        print(f"inspect: the compiled groups could not be timed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return None
 
 
 def _estimates(meta: dict) -> dict:
@@ -119,10 +142,19 @@ def format_report(r: dict) -> str:
         if schedule != "error":
             lines.append(f"estimate ({schedule}): first token {e['first_token_latency_s'] * 1e3:.1f} ms, "
                          f"decode {e['decode_tokens_per_s']:.1f} tokens/s")
+    t = r["timed"]
+    if "steps" in t:
+        lines.append(f"compiled groups timed: first token {t['first_token_latency_s'] * 1e3:.2f} ms, decode "
+                     f"{t['decode_tokens_per_s']:.1f} tokens/s "
+                     f"({t['decode_roofline_fraction']:.1%} of the DDR roofline)")
+        for step, st in t["steps"].items():
+            parts = ", ".join(f"{k} {v * 1e3:.3f}" for k, v in st["nets_s"].items())
+            lines.append(f"  {step:<10} {st['latency_s'] * 1e3:8.3f} ms  (launch {st['launch_s'] * 1e3:.3f}, {parts})")
     lines.append(f"{'net':<18} {'stage':<11} {'instrs':>6} {'weights MiB':>11} {'activations KiB':>15} "
-                 f"{'groups':>6} {'lmem peak KiB':>13}")
+                 f"{'groups':>6} {'lmem peak KiB':>13} {'time ms':>8}")
     for n in r["nets"]:
         lines.append(f"{n['name']:<18} {n['stage']:<11} {n['instructions']:>6} {n['weight_bytes'] / mib:>11.2f} "
                      f"{n['activation_bytes'] / 1024:>15.1f} {len(n['groups']):>6} "
-                     f"{n['lmem_peak_bytes'] / 1024:>13.0f}")
+                     f"{n['lmem_peak_bytes'] / 1024:>13.0f} "
+                     f"{(n['latency_s'] or 0) * 1e3:>8.3f}")
     return "\n".join(lines)
