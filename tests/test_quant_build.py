@@ -108,6 +108,8 @@ def test_library_checkpoint_builds_and_matches_library_dequantization(name, tmp_
     ref_ids, ref_logits = _greedy(_library_reference(path), PROMPT, STEPS)
 
     cosine = _cosine(logits[0], ref_logits[0])
+    agree = next((i for i, (a, b) in enumerate(zip(ids, ref_ids, strict=True)) if a != b), STEPS)
+    print(f"{name}: first-step logits cosine {cosine:.6f}, greedy ids agree for {agree}/{STEPS} steps")
     assert cosine >= 0.999, f"{name}: first-step logits cosine {cosine:.6f}"
     parted = next((i for i, (a, b) in enumerate(zip(ids, ref_ids, strict=True)) if a != b), None)
     if parted is not None:
