@@ -49,3 +49,32 @@ def hf_generate(
         first = model(torch.tensor([prompt])).logits[0, -1].numpy()
         ids = model.generate(torch.tensor([prompt]), max_new_tokens=steps, do_sample=False, pad_token_id=0)
     return ids[0, len(prompt) :].tolist(), first
+
+
+def random_net_inputs(module, vocab: int, prefill_length: int, seq_length: int, history: int,
+                      rng: np.random.Generator, prefill_rows: int | None = None) -> dict[str, np.ndarray]:
+    """Inputs for one TopOp net: random ids and hidden states, the stage's positions and mask (prefill
+    with `prefill_rows` real rows, default all; prefill_kv and decode after `history` cached tokens)."""
+    from llmbuild.dialects.plain import main_func, string_list, tensor_info
+    from llmbuild.numerics import masks
+
+    fn = main_func(module)
+    L, S = prefill_length, seq_length
+    pos, mask = {
+        "prefill": lambda: masks.prefill(prefill_rows or L, L, S),
+        "prefill_kv": lambda: masks.prefill_kv(L, history, L, S),
+        "decode": lambda: masks.decode(history, S),
+        "head": lambda: (None, None),
+    }[module.attributes["top.stage"].data]()
+    out: dict[str, np.ndarray] = {}
+    for name, arg in zip(string_list(fn.attributes["arg_names"]), fn.body.block.args, strict=True):
+        shape = tensor_info(arg.type).shape
+        if name == "input_ids":
+            out[name] = rng.integers(0, vocab, shape).astype(np.int32)
+        elif name == "position_ids":
+            out[name] = pos
+        elif name == "attention_mask":
+            out[name] = mask
+        else:
+            out[name] = rng.standard_normal(shape).astype(np.float32)
+    return out

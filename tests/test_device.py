@@ -7,17 +7,17 @@ import dataclasses
 
 import numpy as np
 import pytest
+from helpers import random_net_inputs
 
 from llmbuild import LlmbuildError
 from llmbuild.build.compile_net import CompiledNet, compile_net
 from llmbuild.build.weights_blob import weight_chunk
 from llmbuild.codegen.program import Program, TensorDesc
 from llmbuild.dialects.interpret import interpret
-from llmbuild.dialects.plain import main_func, string_list, tensor_info
+from llmbuild.dialects.plain import tensor_info
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.importer.nets import ROPE_COS, ROPE_SIN, Shapes, build_block, head_nets
 from llmbuild.importer.rope import rope_tables
-from llmbuild.numerics import masks
 from llmbuild.passes.memory_plan import MemoryPlan, make_plan
 from llmbuild.runtime.device import Device, DeviceFault
 
@@ -48,27 +48,7 @@ def _weights(c: CompiledNet, rng: np.random.Generator) -> dict[str, np.ndarray]:
 
 
 def _inputs(c: CompiledNet, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    fn = main_func(c.top)
-    L, S = SHAPES.prefill_length, SHAPES.seq_length
-    stage = c.program.stage
-    pos, mask = {
-        "prefill": lambda: masks.prefill(L, L, S),
-        "prefill_kv": lambda: masks.prefill_kv(L, HISTORY, L, S),
-        "decode": lambda: masks.decode(HISTORY, S),
-        "head": lambda: (None, None),
-    }[stage]()
-    out: dict[str, np.ndarray] = {}
-    for name, arg in zip(string_list(fn.attributes["arg_names"]), fn.body.block.args, strict=True):
-        shape = tensor_info(arg.type).shape
-        if name == "input_ids":
-            out[name] = rng.integers(0, SPEC.vocab_size, shape).astype(np.int32)
-        elif name == "position_ids":
-            out[name] = pos
-        elif name == "attention_mask":
-            out[name] = mask
-        else:
-            out[name] = rng.standard_normal(shape).astype(np.float32)
-    return out
+    return random_net_inputs(c.top, SPEC.vocab_size, SHAPES.prefill_length, SHAPES.seq_length, HISTORY, rng)
 
 
 NET_NAMES = ["block_1", "block_kv_0", "block_cache_1", "embedding", "embedding_cache", "lm_head"]

@@ -10,13 +10,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import random_net_inputs
 
 from llmbuild.build.compile_net import CompiledNet, compile_net
 from llmbuild.build.weights_blob import weight_chunk
 from llmbuild.codegen.program import Program, TensorDesc
 from llmbuild.dialects import module_text, parse_module_text
 from llmbuild.dialects.interpret import interpret
-from llmbuild.dialects.plain import main_func, string_list, tensor_info
+from llmbuild.dialects.plain import tensor_info
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.importer.nets import ROPE_COS, ROPE_SIN, Shapes, build_block, head_nets
 from llmbuild.importer.rope import rope_tables
@@ -60,25 +61,7 @@ def _case(c: CompiledNet, plan: MemoryPlan, rng: np.random.Generator) -> Case:
             shape = tensor_info(op.results[0].type).shape
             w = rng.standard_normal(shape) / np.sqrt(shape[-1])
             weights[name] = (1 + 0.1 * w if "norm" in name else w).astype(np.float32)
-    L, S = SHAPES.prefill_length, SHAPES.seq_length
-    pos, mask = {
-        "prefill": lambda: masks.prefill(L, L, S),
-        "prefill_kv": lambda: masks.prefill_kv(L, HISTORY, L, S),
-        "decode": lambda: masks.decode(HISTORY, S),
-        "head": lambda: (None, None),
-    }[c.program.stage]()
-    fn = main_func(c.top)
-    inputs: dict[str, np.ndarray] = {}
-    for name, arg in zip(string_list(fn.attributes["arg_names"]), fn.body.block.args, strict=True):
-        shape = tensor_info(arg.type).shape
-        if name == "input_ids":
-            inputs[name] = rng.integers(0, TINY.vocab_size, shape).astype(np.int32)
-        elif name == "position_ids":
-            inputs[name] = pos
-        elif name == "attention_mask":
-            inputs[name] = mask
-        else:
-            inputs[name] = rng.standard_normal(shape).astype(np.float32)
+    inputs = random_net_inputs(c.top, TINY.vocab_size, SHAPES.prefill_length, SHAPES.seq_length, HISTORY, rng)
     return Case(c, plan, weights, inputs)
 
 

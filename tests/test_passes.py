@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import random_net_inputs
 from xdsl.dialects import func
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, TensorType, i64
 from xdsl.ir import Operation, SSAValue
@@ -30,7 +31,6 @@ from llmbuild.dialects.plain import main_func, string_list, tensor_info
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.importer.nets import ROPE_COS, ROPE_SIN, STAGES, Shapes, build_block, head_nets
 from llmbuild.importer.rope import rope_tables
-from llmbuild.numerics import masks
 from llmbuild.numerics.formats import itemsize
 from llmbuild.passes import pipeline_string, run_passes
 from llmbuild.passes.assign_address import AssignAddress, assign_addresses
@@ -441,28 +441,9 @@ def random_weights(module: ModuleOp, spec: ModelSpec, rng: np.random.Generator) 
 
 
 def random_inputs(module: ModuleOp, spec: ModelSpec, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    fn = main_func(module)
-    stage = module.attributes["top.stage"].data
-    L, S = SHAPES.prefill_length, SHAPES.seq_length
-    history = 5
-    pos, mask = {
-        "prefill": lambda: masks.prefill(L - 1, L, S),
-        "prefill_kv": lambda: masks.prefill_kv(L, history, L, S),
-        "decode": lambda: masks.decode(history, S),
-        "head": lambda: (None, None),
-    }[stage]()
-    inputs: dict[str, np.ndarray] = {}
-    for name, arg in zip(string_list(fn.attributes["arg_names"]), fn.body.block.args, strict=True):
-        shape = tensor_info(arg.type).shape
-        if name == "input_ids":
-            inputs[name] = rng.integers(0, spec.vocab_size, shape).astype(np.int32)
-        elif name == "position_ids":
-            inputs[name] = pos
-        elif name == "attention_mask":
-            inputs[name] = mask
-        else:
-            inputs[name] = rng.standard_normal(shape).astype(np.float32)
-    return inputs
+    # prefill with one padding row, to check padding stays out of the real rows
+    return random_net_inputs(module, spec.vocab_size, SHAPES.prefill_length, SHAPES.seq_length, 5, rng,
+                             prefill_rows=SHAPES.prefill_length - 1)
 
 
 def nets_with_data(seed: int) -> Iterator[tuple[str, str, ModuleOp, ModuleOp, dict, dict]]:
