@@ -34,17 +34,14 @@ def quantize(recipe: Recipe) -> dict:
     start = time.perf_counter()
     ids = calibration_ids(Path(q.calibration), tokenizer_dir(recipe, paths), q.calibration_samples,
                           q.calibration_length)
-    exported = None
+    float_dir = _float_checkpoint(recipe, paths)
     try:
-        float_dir = _float_checkpoint(recipe, paths)
-        if float_dir != paths.checkpoint and recipe.source.kind == "gguf":
-            exported = float_dir
         report = quantize_checkpoint(q.origin, float_dir, paths.quantized, bits=scheme.bits,
                                      group_size=q.group_size, sym=q.sym, desc_act=q.desc_act,
                                      calibration_ids=ids, seed=SEED, options=dict(q.options))
     finally:
-        if exported is not None:
-            shutil.rmtree(exported, ignore_errors=True)
+        if recipe.source.kind == "gguf":  # the exported float copy: 4 bytes a parameter, not kept
+            shutil.rmtree(float_dir, ignore_errors=True)
     report = {**report, "recipe": recipe.name, "calibration": {"file": q.calibration, "samples": len(ids),
               "tokens_per_sample": q.calibration_length}, "step_seconds": round(time.perf_counter() - start, 1)}
     write_json(paths.root / "quantize.json", report)
