@@ -22,7 +22,7 @@ def _env(build: Path, recipes: Path | None = None) -> dict[str, str]:
 
 def snakemake(build: Path, *args: str, recipes: Path | None = None, check: bool = True) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "snakemake", "--cores", "2", *args]
-    result = subprocess.run(cmd, cwd=ROOT, env=_env(build, recipes), capture_output=True, text=True, timeout=1800)
+    result = subprocess.run(cmd, cwd=ROOT, env=_env(build, recipes), capture_output=True, text=True, timeout=2700)
     if check and result.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     return result
