@@ -28,10 +28,12 @@ def snakemake(build: Path, *args: str, recipes: Path | None = None, check: bool 
     return result
 
 
-def llmbuild(build: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+def llmbuild(
+    build: Path, *args: str, stdin: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "llmbuild.cli", *args], cwd=ROOT, env=_env(build), capture_output=True, text=True,
-        timeout=600, input=stdin,
+        [sys.executable, "-m", "llmbuild.cli", *args], cwd=ROOT, env={**_env(build), **(env or {})},
+        capture_output=True, text=True, timeout=600, input=stdin,
     )
 
 

@@ -70,10 +70,18 @@ def test_low_precision_first_logits_match_transformers_f32(build: Path, recipe: 
     assert c < 0.9999999
 
 
-def test_smollm2_answers_with_paris(build: Path) -> None:
-    r = llmbuild(build, "run", "smollm2_135m_bf16", "--prompt", "What is the capital of France?")
-    assert r.returncode == 0, r.stderr
-    assert "Paris" in r.stdout
+def test_smollm2_answers_with_paris_on_any_thread_count(build: Path) -> None:
+    """The first reply token is a near-tie ("The" 25.33 against "L" 25.24 in transformers f32): BLAS's
+    thread-dependent sums once answered "L'Étoile, la Marseillaise..." on 2 threads and "Paris" on one.
+    The runtime's products must not depend on the machine's thread count (numerics/parallel.py)."""
+    replies = []
+    for threads in ("1", "2", "3"):
+        r = llmbuild(build, "run", "smollm2_135m_bf16", "--prompt", "What is the capital of France?", "--json",
+                     env={"OPENBLAS_NUM_THREADS": threads, "OMP_NUM_THREADS": threads})
+        assert r.returncode == 0, r.stderr
+        replies.append(json.loads(r.stdout))
+    assert "Paris" in replies[0]["text"], replies[0]["text"]
+    assert replies[1] == replies[0] and replies[2] == replies[0]  # ids, text and every logit, bit for bit
 
 
 def test_smollm2_w8_answers_with_paris_from_a_smaller_binary(build: Path) -> None:

@@ -37,6 +37,26 @@ def test_matmul_right_transpose_is_linear(bias):
     np.testing.assert_allclose(got_plain, x @ w.T, rtol=1e-12)
 
 
+@pytest.mark.parametrize("tiles", [{}, {"tile_m": 16}, {"tile_n": 96}, {"tile_m": 48, "tile_n": 160}])
+def test_products_have_the_same_bits_on_any_thread_count(tiles, monkeypatch):
+    """A prefill-sized product (M > ROW_TILE): BLAS alone gives other bits on other thread counts; the
+    kernel's fixed tiles, each on one BLAS thread, give one answer on 1, 2 or 3 tile threads, and that
+    answer is the float64 product to within float32 rounding."""
+    from llmbuild.runtime.blas import one_thread
+
+    x = randn(1, 100, 576).astype(np.float32)
+    w = randn(320, 576).astype(np.float32)
+    attrs = {"right_transpose": True, "do_relu": False, **tiles}
+    got = []
+    for threads in ("1", "2", "3"):
+        monkeypatch.setenv("OPENBLAS_NUM_THREADS", threads)
+        with one_thread():
+            got.append(KERNELS["MatMul"](attrs, x, w))
+    assert np.array_equal(got[0], got[1]) and np.array_equal(got[0], got[2])
+    want = x.astype(np.float64) @ w.T.astype(np.float64)
+    np.testing.assert_allclose(got[0], want, rtol=1e-4, atol=1e-3)
+
+
 def test_rope_matches_transformers():
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from llmbuild.numerics.parallel import tile_map
+
 Kernel = Callable[..., np.ndarray]
 KERNELS: dict[str, Kernel] = {}
 
@@ -39,26 +41,35 @@ def rms_norm(attrs: dict[str, Any], x: np.ndarray, gamma: np.ndarray) -> np.ndar
     return x / np.sqrt(var + x.dtype.type(attrs["eps"])) * gamma
 
 
-def tiled_product(attrs: dict[str, Any], x: np.ndarray, w_nk: np.ndarray) -> np.ndarray:
-    """`x @ w_nk^T`, computed tile by tile when the layer-group pass tiled the op.
+# Rows per tile of a product the layer-group pass did not tile by rows: a fixed size, so that the tiles,
+# and with them the bits, do not depend on how many threads run them (numerics/parallel.py).
+ROW_TILE = 32
 
-    `tile_m` (rows of x) and `tile_n` (rows of the [N, K] weight) are the op's tiles in local memory. The
-    chip accumulates each output over the whole K in one order whatever the tiling; BLAS does not (its
-    blocking depends on M and N), so both executors compute exactly these tiles, each one product: the
-    device's tile-by-tile run and the host's whole-op run then agree bit for bit.
+
+def tiled_product(attrs: dict[str, Any], x: np.ndarray, w_nk: np.ndarray) -> np.ndarray:
+    """`x @ w_nk^T`, computed tile by tile.
+
+    `tile_m` (rows of x) and `tile_n` (rows of the [N, K] weight) are the op's tiles in local memory when
+    the layer-group pass tiled it; otherwise tiles of ROW_TILE rows and the whole N. The chip accumulates
+    each output over the whole K in one order whatever the tiling; BLAS does not (its blocking depends on
+    M, N and its thread count), so both executors compute exactly these tiles, each one single-threaded
+    product: the device's tile-by-tile run and the host's whole-op run then agree bit for bit, on any
+    number of threads.
     """
-    tm, tn = attrs.get("tile_m", 0), attrs.get("tile_n", 0)
-    if not tm and not tn:
-        return x @ w_nk.T
     lead, k = x.shape[:-1], x.shape[-1]
-    x2 = np.ascontiguousarray(x.reshape(-1, k))
+    x2 = x.reshape(-1, k)
     m, n = x2.shape[0], w_nk.shape[0]
-    tm, tn = tm or m, tn or n
+    tm, tn = attrs.get("tile_m", 0) or ROW_TILE, attrs.get("tile_n", 0) or n
+    if m <= tm and n <= tn:
+        return x @ w_nk.T
     out = np.empty((m, n), dtype=np.result_type(x2, w_nk))
-    for r in range(0, m, tm):
-        xr = x2[r : r + tm]
-        for c in range(0, n, tn):
-            out[r : r + tm, c : c + tn] = xr @ np.ascontiguousarray(w_nk[c : c + tn]).T
+    cols = [np.ascontiguousarray(w_nk[c : c + tn]).T for c in range(0, n, tn)] if tn < n else [w_nk.T]
+
+    def tile(rc: tuple[int, int]) -> None:
+        r, j = rc
+        out[r : r + tm, j * tn : j * tn + tn] = np.ascontiguousarray(x2[r : r + tm]) @ cols[j]
+
+    tile_map(tile, [(r, j) for r in range(0, m, tm) for j in range(len(cols))])
     return out.reshape(*lead, n)
 
 

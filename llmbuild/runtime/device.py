@@ -12,7 +12,6 @@ region, accesses past the end of either memory and overlaps of live local buffer
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 
 import numpy as np
@@ -21,7 +20,7 @@ from llmbuild import LlmbuildError
 from llmbuild.codegen.program import Program, TensorDesc
 from llmbuild.numerics.formats import STORAGE, decode, encode, round_to
 from llmbuild.numerics.kernels import KERNELS
-from llmbuild.runtime.blas import one_thread, vector_only
+from llmbuild.runtime.blas import one_thread
 from llmbuild.runtime.local_memory import run_groups
 
 Trace = Callable[[str, np.ndarray], None]
@@ -40,7 +39,6 @@ class Device:
         self.lmem_bytes = lmem_bytes
         self._lmem: np.ndarray | None = None
         self._weight_cache: dict[tuple[int, str, tuple[int, ...]], np.ndarray] = {}
-        self._vector_only: dict[int, tuple[Program, bool]] = {}
 
     def _raw(self, t: TensorDesc) -> np.ndarray:
         nbytes, dt = STORAGE[t.dtype]
@@ -89,11 +87,10 @@ class Device:
         return self._lmem
 
     def run(self, prog: Program, trace: Trace | None = None, grouped: bool = True) -> None:
-        single = self._vector_only.get(id(prog))
-        if single is None or single[0] is not prog:
-            single = self._vector_only[id(prog)] = (prog, vector_only(prog))
-        # Matrix-vector programs run BLAS on one thread: the same bits, and no waiting for workers (blas.py).
-        with one_thread() if single[1] else contextlib.nullcontext():
+        # BLAS on one thread: matrix products then give the same bits on any machine's thread count (their
+        # tiles run side by side instead: numerics/parallel.py), and matrix-vector programs do not wait
+        # for workers (blas.py).
+        with one_thread():
             if grouped and prog.groups:
                 with np.errstate(over="ignore", under="ignore"):
                     run_groups(self, prog, self.local_memory(prog), trace)

@@ -26,7 +26,7 @@ from llmbuild import LlmbuildError
 from llmbuild.codegen.program import Instr, Program, TensorDesc
 from llmbuild.numerics.formats import STORAGE, decode, round_to
 from llmbuild.numerics.kernels import KERNELS
-from llmbuild.runtime.blas import ThreadChoice, vector_only
+from llmbuild.runtime.blas import ThreadChoice, one_thread, vector_only
 
 Getter = Callable[[], np.ndarray]
 Run = Callable[[], None]
@@ -244,7 +244,8 @@ class HostExecutor:
             with self._threads.run(prog.stage if prog.layer >= 0 else prog.net):
                 hp.run()
         else:
-            hp.run()
+            with one_thread():  # matrix products: tiles on threads, one BLAS thread each (numerics/parallel.py)
+                hp.run()
         if trace is not None:
             for ins, value in zip(prog.instrs, hp.vals, strict=True):
                 trace(ins.loc, value)

@@ -1,0 +1,47 @@
+"""Run the independent tiles of a matrix product on a few threads, with the same bits on any number.
+
+BLAS's own threads split a product in ways that depend on how many there are, and with them the order of
+the sums inside each block kernel: the same prefill gave other logits on 1 and on 2 threads, enough to
+flip a near-tie between two tokens (SmolLM2-135M's first reply token to "What is the capital of
+France?"). A device has one arithmetic, so the runtime must too. Its executors therefore run BLAS on one
+thread (llmbuild.runtime.blas.one_thread) and get their parallelism here instead: a product is cut into
+tiles whose sizes do not depend on the thread count, each tile is one single-threaded BLAS call, and the
+tiles run side by side (numpy releases the GIL inside BLAS). The result is the same whatever `workers` is.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+_pool: ThreadPoolExecutor | None = None
+_pool_size = 0
+
+
+def workers() -> int:
+    """Threads to use: the process's BLAS setting when one is given (Snakemake sets it per job), else the
+    CPUs this process may run on."""
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+        value = os.environ.get(name, "").strip()
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+def tile_map(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
+    """`[fn(i) for i in items]`, on up to `workers()` threads when there is more than one item."""
+    global _pool, _pool_size
+    todo = list(items)
+    n = min(workers(), len(todo))
+    if n <= 1:
+        return [fn(i) for i in todo]
+    if _pool is None or _pool_size < n:
+        if _pool is not None:
+            _pool.shutdown(wait=False)
+        _pool, _pool_size = ThreadPoolExecutor(n, thread_name_prefix="llmbuild-tile"), n
+    return list(_pool.map(fn, todo))
