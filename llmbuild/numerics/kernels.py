@@ -127,7 +127,9 @@ def a16_matmul(
     attrs: dict[str, Any], x: np.ndarray, weight: np.ndarray, scale: np.ndarray, zp: np.ndarray,
     bias: np.ndarray | None = None,
 ) -> np.ndarray:
-    y = tiled_product(attrs, x, dequantize(attrs, weight, scale, zp).astype(x.dtype))
+    # copy=False: the cached dequantized weight is already in x's dtype on both executors; a plain astype
+    # copied the whole matrix on every call (what made the host's w4 decode slower than bf16).
+    y = tiled_product(attrs, x, dequantize(attrs, weight, scale, zp).astype(x.dtype, copy=False))
     return y if bias is None else y + bias
 
 
