@@ -20,6 +20,7 @@ from llmbuild.cost.cli_estimate import add_estimate_arguments, estimate_command
 from llmbuild.cost.efficiency import CALIBRATED
 from llmbuild.cost.formats import weight_format
 from llmbuild.cost.memory import estimate_memory
+from llmbuild.cost.ops import lm_head_format
 from llmbuild.frontend.config_spec import spec_from_hf_config_file, spec_without_weights
 from llmbuild.recipe import list_recipes, load_recipe
 from llmbuild.target import known_chips, load_chip
@@ -198,13 +199,47 @@ def test_memory_equals_the_build_plan(case: str) -> None:
         shapes = Shapes(recipe.stages.seq_length, recipe.stages.prefill_length)
     chip = load_chip("bm1684x")
     plan = make_plan(spec, shapes, mode, chip.global_alignment)
-    memory = estimate_memory(spec, weight_format(mode), shapes.seq_length, shapes.prefill_length,
-                             chip.global_alignment, chip.device_memory_bytes, quantize_lm_head=True)
+    fmt = weight_format(mode)
+    memory = estimate_memory(spec, fmt, shapes.seq_length, shapes.prefill_length, chip.global_alignment,
+                             chip.device_memory_bytes, lm_head_format(spec, fmt, "float", True))
     for region in ("weight", "kv", "io"):
         assert memory.regions[region] == plan.regions[region][1], region
     activation = _compiled_activation_peak(spec, shapes, mode, plan)
     assert memory.regions["activation"] == align(activation, chip.global_alignment)
     assert memory.total_bytes == plan.activation_base + align(activation, chip.global_alignment)  # link's total
+
+
+@pytest.mark.parametrize("base,mode,lm_head", [
+    ("llama_tiny_f32", "w8f16", "float"), ("llama_tiny_f32", "w4bf16", "w4"), ("llama_tiny_f32", "w4bf16", "w8"),
+    ("qwen2_tiny_f32", "w4bf16", "w4"), ("qwen2_tiny_f32", "w8bf16", "w8"), ("qwen2_tiny_f32", "w4bf16", "float"),
+])
+def test_quantized_lm_head_memory_equals_the_build_plan(tmp_path: Path, base: str, mode: str, lm_head: str) -> None:
+    """quantization.lm_head on an untied (Llama) and a tied (Qwen2: one quantized table for the embedding
+    and the head) model: the recipe's weight region is the plan `llmbuild prepare` makes, byte for byte."""
+    from llmbuild.cost import recipe_memory
+    from llmbuild.importer.nets import Shapes
+    from llmbuild.passes.memory_plan import make_plan
+    from llmbuild.quant.scheme import head_scheme, recipe_scheme
+
+    for f in [*RECIPES.glob("*_tiny_f32.yaml"), RECIPES / "_tiny_common.yaml"]:
+        shutil.copy(f, tmp_path / f.name)
+    (tmp_path / "q.yaml").write_text(
+        f"base: {base}\nquantization:\n  mode: {mode}\n  group_size: 32\n  lm_head: {lm_head}\n")
+    recipe = load_recipe("q", tmp_path)
+    spec = spec_without_weights(recipe.source)
+    chip = load_chip(recipe.target.chip)
+    plan = make_plan(spec, Shapes(recipe.stages.seq_length, recipe.stages.prefill_length), mode,
+                     chip.global_alignment, scheme=recipe_scheme(recipe.quantization),
+                     head=head_scheme(recipe.quantization))
+    memory = recipe_memory(recipe, spec)
+    assert memory.regions["weight"] == plan.regions["weight"][1]
+    # and the estimate reads the head in that format: a quantized head moves fewer bytes per token
+    est = estimate_recipe(recipe, spec)
+    float_head = estimate_recipe(replace(recipe, quantization=replace(recipe.quantization, lm_head="float")), spec)
+    if lm_head == "float":
+        assert est.decode_tokens_per_s == float_head.decode_tokens_per_s
+    else:
+        assert est.decode_tokens_per_s > float_head.decode_tokens_per_s
 
 
 def test_memory_of_the_published_models() -> None:

@@ -7,7 +7,8 @@ from llmbuild import LlmbuildError
 from llmbuild.cost.formats import weight_format
 from llmbuild.cost.memory import MemoryEstimate, estimate_memory
 from llmbuild.cost.model import Estimate, estimate
-from llmbuild.cost.schedule import DEFAULT_SCHEDULE, LLMBUILD, Schedule
+from llmbuild.cost.ops import lm_head_format
+from llmbuild.cost.schedule import DEFAULT_SCHEDULE, Schedule
 from llmbuild.frontend.config_spec import spec_without_weights
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.recipe.schema import Recipe
@@ -19,7 +20,8 @@ def estimate_recipe(recipe: Recipe, spec: ModelSpec | None = None, position: int
     spec = spec or spec_without_weights(recipe.source)
     q, stages = recipe.quantization, recipe.stages
     return estimate(spec, q.mode, q.group_size, recipe.target.chip, stages.seq_length, stages.prefill_length,
-                    position, schedule=schedule, device_memory_bytes=recipe.target.device_memory_bytes)
+                    position, schedule=schedule, device_memory_bytes=recipe.target.device_memory_bytes,
+                    lm_head=q.lm_head)
 
 
 def recipe_memory(recipe: Recipe, spec: ModelSpec | None = None) -> MemoryEstimate:
@@ -27,9 +29,10 @@ def recipe_memory(recipe: Recipe, spec: ModelSpec | None = None) -> MemoryEstima
     spec = spec or spec_without_weights(recipe.source)
     chip = load_chip(recipe.target.chip)
     limit = recipe.target.device_memory_bytes or chip.device_memory_bytes
-    return estimate_memory(spec, weight_format(recipe.quantization.mode, recipe.quantization.group_size),
-                           recipe.stages.seq_length, recipe.stages.prefill_length, chip.global_alignment, limit,
-                           LLMBUILD.quantize_lm_head)
+    q = recipe.quantization
+    fmt = weight_format(q.mode, q.group_size)
+    return estimate_memory(spec, fmt, recipe.stages.seq_length, recipe.stages.prefill_length,
+                           chip.global_alignment, limit, lm_head_format(spec, fmt, q.lm_head, False))
 
 
 def check_fits(recipe: Recipe, spec: ModelSpec | None = None) -> MemoryEstimate:

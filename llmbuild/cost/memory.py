@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from llmbuild.cost.formats import WeightFormat
-from llmbuild.cost.ops import lm_head_format
+from llmbuild.cost.ops import embedding_format
 from llmbuild.frontend.arch.base import expected_shapes
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.numerics.formats import itemsize
@@ -51,7 +51,8 @@ class MemoryEstimate:
 
 
 def _tensor_sizes(name: str, shape: tuple[int, ...], fmt: WeightFormat) -> list[int]:
-    if len(shape) == 2 and name != "embed_tokens.weight":  # a linear weight; the table is gathered
+    # A linear weight, or the embedding table when it is a quantized tied lm_head (else it is float).
+    if len(shape) == 2 and (name != "embed_tokens.weight" or fmt.quantized):
         return [size for _, size in fmt.matrix_tensors(*shape)]
     n = fmt.act_bytes
     for s in shape:
@@ -59,16 +60,18 @@ def _tensor_sizes(name: str, shape: tuple[int, ...], fmt: WeightFormat) -> list[
     return [n]
 
 
-def weight_region(spec: ModelSpec, fmt: WeightFormat, seq_length: int, quantize_lm_head: bool,
+def weight_region(spec: ModelSpec, fmt: WeightFormat, seq_length: int, head_fmt: WeightFormat,
                   alignment: int) -> tuple[int, dict[str, int]]:
-    """(the weight region's size, bytes by part): RoPE tables, embedding, layers, final norm, lm_head."""
+    """(the weight region's size, bytes by part): RoPE tables, embedding, layers, final norm, lm_head;
+    `head_fmt` is lm_head_format's."""
     shapes = expected_shapes(replace(spec, num_layers=1))  # one layer: all layers are alike
-    head_fmt = lm_head_format(spec, fmt, quantize_lm_head)
+    table_fmt = embedding_format(spec, head_fmt)
     parts = {"rope": 2 * align(seq_length * spec.head_dim * ROPE_BYTES, alignment), "embedding": 0, "layers": 0,
              "head": 0}
     for name, shape in shapes.items():
         part = "embedding" if name.startswith("embed") else "layers" if name.startswith("layers.") else "head"
-        sizes = _tensor_sizes(name, shape, head_fmt if name == "lm_head.weight" else fmt)
+        own = head_fmt if name == "lm_head.weight" else table_fmt if name == "embed_tokens.weight" else fmt
+        sizes = _tensor_sizes(name, shape, own)
         parts[part] += sum(align(s, alignment) for s in sizes)
     parts["layers"] *= spec.num_layers
     return sum(parts.values()), parts
@@ -91,8 +94,8 @@ def io_region(spec: ModelSpec, fmt: WeightFormat, seq_length: int, prefill_lengt
 
 
 def estimate_memory(spec: ModelSpec, fmt: WeightFormat, seq_length: int, prefill_length: int, alignment: int,
-                    limit_bytes: int, quantize_lm_head: bool) -> MemoryEstimate:
-    weights, details = weight_region(spec, fmt, seq_length, quantize_lm_head, alignment)
+                    limit_bytes: int, head_fmt: WeightFormat) -> MemoryEstimate:
+    weights, details = weight_region(spec, fmt, seq_length, head_fmt, alignment)
     activation = max(block_activation_peak(spec, fmt.act_dtype, stage, seq_length, prefill_length)
                      for stage in ("prefill", "prefill_kv", "decode"))
     activation = max(activation, align(spec.hidden_size * fmt.act_bytes, ACTIVATION_ALIGN))  # lm_head's norm

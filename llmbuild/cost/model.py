@@ -19,7 +19,7 @@ from llmbuild.cost.efficiency import Efficiency, efficiency_for
 from llmbuild.cost.formats import weight_format
 from llmbuild.cost.hardware import Rates
 from llmbuild.cost.memory import MemoryEstimate, estimate_memory
-from llmbuild.cost.ops import STEPS, model_stages
+from llmbuild.cost.ops import STEPS, lm_head_format, model_stages
 from llmbuild.cost.schedule import DEFAULT_SCHEDULE, LLMBUILD, SCHEDULES, OpTime, Schedule, run_step, time_op
 from llmbuild.frontend.arch.base import expected_shapes
 from llmbuild.frontend.spec import ModelSpec
@@ -151,11 +151,12 @@ class StepModel:
     """The nets of one model on one chip under one schedule, ready to be timed for any efficiencies."""
 
     def __init__(self, spec: ModelSpec, mode: str, group_size: int, chip: Chip, seq_length: int,
-                 prefill_length: int, schedule: Schedule) -> None:
+                 prefill_length: int, schedule: Schedule, lm_head: str = "schedule") -> None:
         self.fmt = weight_format(mode, group_size)
+        self.head_fmt = lm_head_format(spec, self.fmt, lm_head, schedule.quantize_lm_head)
         self.rates = Rates(chip)
         self.schedule = schedule
-        self.stages = model_stages(spec, self.fmt, seq_length, prefill_length, schedule.quantize_lm_head)
+        self.stages = model_stages(spec, self.fmt, seq_length, prefill_length, self.head_fmt)
 
     def timed(self, eff: Efficiency) -> dict[str, list[OpTime]]:
         return {name: [time_op(op, self.rates, eff, self.schedule, self.fmt.act_dtype) for op in st.ops]
@@ -174,21 +175,23 @@ class StepModel:
 
 def estimate(spec: ModelSpec, mode: str, group_size: int, chip: str | Chip, seq_length: int, prefill_length: int,
              position: int | None = None, *, schedule: Schedule | str = DEFAULT_SCHEDULE,
-             efficiency: Efficiency | None = None, device_memory_bytes: int | None = None) -> Estimate:
+             efficiency: Efficiency | None = None, device_memory_bytes: int | None = None,
+             lm_head: str = "schedule") -> Estimate:
     """The cost of `spec` in `mode` on `chip` with static stages of S = `seq_length`, L = `prefill_length`.
 
     `schedule` (schedule.py) decides what overlaps: the default `incumbent` is the calibrated one (it
     reproduces the published figures); `llmbuild` projects our compiler's schedule with the same chip
     efficiencies. `position` (default S) is where the decode step runs; the static decode net reads all S
     cache rows whatever the position (unused rows are masked), so it does not change the estimate.
-    Device memory is always that of llmbuild's binary (the layout of `make_plan`).
+    Device memory is always that of llmbuild's binary (the layout of `make_plan`). `lm_head` is a
+    recipe's quantization.lm_head (float, w8, w4), or "schedule" (ops.lm_head_format) for a bare config.
     """
     chip = load_chip(chip) if isinstance(chip, str) else chip
     schedule = SCHEDULES[schedule] if isinstance(schedule, str) else schedule
     position = _check_shapes(seq_length, prefill_length, position)
     fitted, calibrated = efficiency_for(chip.name)
     eff = efficiency or fitted
-    model = StepModel(spec, mode, group_size, chip, seq_length, prefill_length, schedule)
+    model = StepModel(spec, mode, group_size, chip, seq_length, prefill_length, schedule, lm_head)
     timed = model.timed(eff)
     step_times: dict[str, float] = {}
     stage_latency: dict[str, float] = {}
@@ -202,7 +205,8 @@ def estimate(spec: ModelSpec, mode: str, group_size: int, chip: str | Chip, seq_
     roofline = model.rates.ddr_bytes_per_s / must_read
     tokens_per_s = 1.0 / step_times["decode"]
     memory = estimate_memory(spec, model.fmt, seq_length, prefill_length, chip.global_alignment,
-                             device_memory_bytes or chip.device_memory_bytes, LLMBUILD.quantize_lm_head)
+                             device_memory_bytes or chip.device_memory_bytes,
+                             lm_head_format(spec, model.fmt, lm_head, LLMBUILD.quantize_lm_head))
     return Estimate(
         architecture=spec.architecture,
         params=param_count(spec),

@@ -127,7 +127,8 @@ def block_ops(spec: ModelSpec, fmt: WeightFormat, stage: str, seq_length: int, p
 
 
 def embedding_ops(spec: ModelSpec, fmt: WeightFormat, tokens: int) -> tuple[Op, ...]:
-    row = spec.hidden_size * fmt.act_bytes
+    """`fmt` is the table's own format (embedding_format): float, or a quantized tied lm_head's rows."""
+    row = fmt.matrix_bytes(1, spec.hidden_size)
     return (Op("embed_tokens", "gather", weight_bytes=tokens * row, act_bytes=tokens * (row + I32_BYTES)),)
 
 
@@ -138,27 +139,44 @@ def lm_head_ops(spec: ModelSpec, fmt: WeightFormat) -> tuple[Op, ...]:
     return (_norm("final_norm", 1, H, b, H), head)
 
 
-def lm_head_format(spec: ModelSpec, fmt: WeightFormat, quantize: bool) -> WeightFormat:
-    """The head's weights: quantized with the layers only if the schedule says so and the head has its
-    own matrix (a tied head reads the float embedding table, stored once)."""
-    return fmt if quantize and fmt.quantized and not spec.tie_word_embeddings else fmt.unquantized()
+# What a recipe's quantization.lm_head says (float, w8, w4), or "schedule": the schedule's own rule
+# (Schedule.quantize_lm_head) for estimates made from a bare config.
+LM_HEAD_CHOICES = ("float", "w8", "w4", "schedule")
+
+
+def lm_head_format(spec: ModelSpec, fmt: WeightFormat, lm_head: str, schedule_quantizes: bool) -> WeightFormat:
+    """The head's weights. A recipe's `lm_head` (w8: one group per output channel, w4: the layers' groups)
+    applies to a tied head too: the table is then stored once, quantized, and the embedding reads its rows.
+    "schedule": the layers' format for an untied head when the schedule quantizes heads, float otherwise."""
+    if lm_head not in LM_HEAD_CHOICES:
+        raise ValueError(f"lm_head must be one of {LM_HEAD_CHOICES}, got {lm_head!r}")
+    if not fmt.quantized or lm_head == "float":
+        return fmt.unquantized()
+    if lm_head == "schedule":
+        return fmt if schedule_quantizes and not spec.tie_word_embeddings else fmt.unquantized()
+    return replace(fmt, weight_bits=int(lm_head[1]), group_size=fmt.group_size if lm_head == "w4" else -1)
+
+
+def embedding_format(spec: ModelSpec, head_fmt: WeightFormat) -> WeightFormat:
+    """The embedding table's format: the head's when the two are one tied (quantized) table, else float."""
+    return head_fmt if spec.tie_word_embeddings and head_fmt.quantized else head_fmt.unquantized()
 
 
 def model_stages(spec: ModelSpec, fmt: WeightFormat, seq_length: int, prefill_length: int,
-                 quantize_lm_head: bool) -> dict[str, Stage]:
-    """Every net kind of a deployable model, by name."""
+                 head_fmt: WeightFormat) -> dict[str, Stage]:
+    """Every net kind of a deployable model, by name; `head_fmt` is lm_head_format's."""
     N, L = spec.num_layers, prefill_length
-    head_fmt = lm_head_format(spec, fmt, quantize_lm_head)
+    table_fmt = embedding_format(spec, head_fmt)
 
     def block(name: str, stage: str) -> Stage:
         tokens = 1 if stage == "decode" else L
         return Stage(name, stage, N, tokens, block_ops(spec, fmt, stage, seq_length, L))
 
     return {
-        "embedding": Stage("embedding", "head", 1, L, embedding_ops(spec, fmt, L)),
+        "embedding": Stage("embedding", "head", 1, L, embedding_ops(spec, table_fmt, L)),
         "block": block("block", "prefill"),
         "block_kv": block("block_kv", "prefill_kv"),
-        "embedding_cache": Stage("embedding_cache", "head", 1, 1, embedding_ops(spec, fmt, 1)),
+        "embedding_cache": Stage("embedding_cache", "head", 1, 1, embedding_ops(spec, table_fmt, 1)),
         "block_cache": block("block_cache", "decode"),
         "lm_head": Stage("lm_head", "head", 1, 1, lm_head_ops(spec, head_fmt)),
     }
