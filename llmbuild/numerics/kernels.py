@@ -69,7 +69,12 @@ def tiled_product(attrs: dict[str, Any], x: np.ndarray, w_nk: np.ndarray) -> np.
         r, j = rc
         out[r : r + tm, j * tn : j * tn + tn] = np.ascontiguousarray(x2[r : r + tm]) @ cols[j]
 
-    tile_map(tile, [(r, j) for r in range(0, m, tm) for j in range(len(cols))])
+    tiles = [(r, j) for r in range(0, m, tm) for j in range(len(cols))]
+    if m == 1:  # a matrix-vector product: BLAS's own threads give the same bits (blas.py); no pool overhead
+        for t in tiles:
+            tile(t)
+    else:
+        tile_map(tile, tiles)
     return out.reshape(*lead, n)
 
 
