@@ -27,8 +27,10 @@ STEP_SECTIONS = {
     "verify": ("verify",),
     "quantize": ("source", "architecture", "quantization"),
 }
-# The code a quantize step runs: its cache survives compiler changes (calibration takes minutes).
-QUANTIZE_CODE = ("quant/methods", "build/quantize.py", "frontend/export_hf.py")
+# The code a quantize step runs, and the code that makes the float weights it reads (a synthetic
+# checkpoint, a GGUF file's tensors): its cache survives compiler changes (calibration takes minutes).
+QUANTIZE_CODE = ("quant/methods", "build/quantize.py", "frontend/export_hf.py", "frontend/synthetic.py",
+                 "frontend/gguf_source.py", "frontend/gguf_index.py", "frontend/hf.py")
 GENERATION_FIELDS = ("prompt", "prompt_ids", "max_new_tokens")
 
 
