@@ -22,10 +22,10 @@ wildcard_constraints:
 
 
 def params_for(step):
-    """Rerun a step exactly when the recipe fields it reads, or llmbuild's code, change."""
+    """Rerun a step exactly when the recipe fields it reads, or the llmbuild code it runs, change."""
     return {
         "recipe_digest": lambda w: dag.digest(w.recipe, step),
-        "code": dag.code_digest(),
+        "code": dag.code_digest(step),
     }
 
 

@@ -5,16 +5,14 @@
 
 rule quantize:
     input:
-        # ancient: order after prepare, but a prepare rerun (any compiler change) does not redo the
-        # calibration; what quantize reads is pinned by the params below (source, method, calibration, code).
-        spec=ancient(rules.prepare.output.spec),
+        spec=rules.prepare.output.spec,
         calibration=lambda w: dag.calibration_file(w.recipe),
     output:
         quantized=directory(f"{BUILD}/{{recipe}}/quantized"),
         report=f"{BUILD}/{{recipe}}/quantize.json",
     params:
         recipe_digest=lambda w: dag.digest(w.recipe, "quantize"),
-        code=dag.quantize_code_digest(),
+        code=dag.code_digest("quantize"),
     threads: 2
     resources:
         # A cluster profile sends it to a larger node: calibration holds the float model and activations.

@@ -27,10 +27,15 @@ STEP_SECTIONS = {
     "verify": ("verify",),
     "quantize": ("source", "architecture", "quantization"),
 }
-# The code a quantize step runs, and the code that makes the float weights it reads (a synthetic
-# checkpoint, a GGUF file's tensors): its cache survives compiler changes (calibration takes minutes).
-QUANTIZE_CODE = ("quant/methods", "build/quantize.py", "frontend/export_hf.py", "frontend/synthetic.py",
-                 "frontend/gguf_source.py", "frontend/gguf_index.py", "frontend/hf.py")
+# The code a step's outputs depend on, where that is narrower than the whole package (dag.code_digest).
+# `prepare` (the float checkpoint, spec.json) comes first in every recipe's DAG: were it rerun by any
+# compiler change, everything after it would be, the quantize step's minutes of calibration included.
+# (Snakemake's ancient() would stop that cascade, but in 9.27 it also masks the steps after it.)
+_FLOAT_INPUT_CODE = ("frontend", "build/paths.py", "numerics/formats.py")
+STEP_CODE = {
+    "prepare": (*_FLOAT_INPUT_CODE, "build/prepare.py"),
+    "quantize": (*_FLOAT_INPUT_CODE, "quant/methods", "quant/scheme.py", "build/quantize.py"),
+}
 GENERATION_FIELDS = ("prompt", "prompt_ids", "max_new_tokens")
 
 
@@ -53,13 +58,17 @@ def recipe(name: str) -> Recipe:
 
 
 @cache
-def code_digest() -> str:
-    """sha256 over llmbuild's Python sources and data: a new compiler means new outputs."""
+def code_digest(step: str | None = None) -> str:
+    """sha256 over the llmbuild sources and data a step runs (STEP_CODE), else over the whole package: a
+    new compiler means new outputs."""
+    parts = STEP_CODE.get(step or "")
+    roots = [PACKAGE_DIR / part for part in parts] if parts else [PACKAGE_DIR]
     h = hashlib.sha256()
-    for path in sorted(PACKAGE_DIR.rglob("*")):
-        if path.is_file() and path.suffix in (".py", ".yaml", ".txt", ".json") and "__pycache__" not in path.parts:
-            h.update(str(path.relative_to(PACKAGE_DIR)).encode())
-            h.update(path.read_bytes())
+    for root in roots:
+        for path in sorted(root.rglob("*")) if root.is_dir() else [root]:
+            if path.is_file() and path.suffix in (".py", ".yaml", ".txt", ".json") and "__pycache__" not in path.parts:
+                h.update(str(path.relative_to(PACKAGE_DIR)).encode())
+                h.update(path.read_bytes())
     return h.hexdigest()[:16]
 
 
@@ -94,17 +103,6 @@ def calibration_file(name: str) -> list[str]:
 
 
 @cache
-def quantize_code_digest() -> str:
-    h = hashlib.sha256()
-    for part in QUANTIZE_CODE:
-        root = PACKAGE_DIR / part
-        for path in sorted(root.rglob("*.py")) if root.is_dir() else [root]:
-            if path.is_file():
-                h.update(str(path.relative_to(PACKAGE_DIR)).encode())
-                h.update(path.read_bytes())
-    return h.hexdigest()[:16]
-
-
 def _params_billions(name: str) -> float:
     from llmbuild.cost.model import param_count
     from llmbuild.frontend.config_spec import spec_without_weights
