@@ -8,11 +8,16 @@ lm_head kept in bf16 so the rows differ only in how the projections are quantize
 
     bf16 | w8 RTN (per channel) | w4 RTN | w4 GPTQ (gptqmodel) | w4 AWQ (autoawq) | w4 AutoRound (auto-round)
 
+GPTQ and AutoRound appear twice: with the libraries' default symmetric levels and with asymmetric ones
+(llmbuild's RTN and the AWQ row are asymmetric), so that each method is also compared like with like.
+
 Each binary reads the fixed text
 benchmarks/data/eval_text.txt (written for this benchmark, not the calibration text) token by token on the
-host path, teacher-forced; the table gives perplexity, the change against bf16, and top-1 agreement with
-transformers' float32 model of the same GGUF. Calibration for the library methods is the shipped
-llmbuild/data/calibration/english.txt (32 windows of 128 tokens, the recipe defaults).
+host path, teacher-forced; the table gives perplexity, the change against bf16, the mean KL divergence from
+transformers' float32 model of the same GGUF, top-1 agreement with it, and for each w4 row its mean per-token
+NLL difference against w4 RTN with the paired standard error (negative: better than RTN). Calibration for
+the library methods is the shipped llmbuild/data/calibration/english.txt (32 windows of 128 tokens, the
+recipe defaults).
 """
 
 from __future__ import annotations
@@ -38,16 +43,24 @@ VARIANTS: list[tuple[str, str, dict | None]] = [
     ("bf16", BASE, None),
     ("w8 RTN (per channel)", "qq_w8_rtn", {"mode": "w8bf16"}),
     ("w4 RTN", "qq_w4_rtn", {"mode": "w4bf16", "group_size": 64}),
-    ("w4 GPTQ", "qq_w4_gptq", {"mode": "w4bf16", "group_size": 64, "method": "gptq"}),
+    # The libraries' default is symmetric levels (zero point fixed at 8); llmbuild's RTN is asymmetric. Both
+    # are shown: the symmetric rows are what a recipe gets by default, the asymmetric ones compare like
+    # with like.
+    ("w4 GPTQ (sym, the default)", "qq_w4_gptq", {"mode": "w4bf16", "group_size": 64, "method": "gptq"}),
+    ("w4 GPTQ (asym)", "qq_w4_gptq_asym", {"mode": "w4bf16", "group_size": 64, "method": "gptq", "sym": False}),
     # On 2 CPU cores AutoAWQ's clip search takes ~3 min a layer and AutoRound ~1 min a layer per 10 tuning
     # steps (docs/performance.md): both are cut down here so the table can be made in an hour, and say so.
     ("w4 AWQ (no clip search, 16 windows)", "qq_w4_awq",
      {"mode": "w4bf16", "group_size": 64, "method": "awq", "sym": False, "calibration_samples": 16,
       "options": {"apply_clip": False}}),
-    ("w4 AutoRound (10 iters, 16 windows)", "qq_w4_autoround",
+    ("w4 AutoRound (sym, 10 iters, 16 windows)", "qq_w4_autoround",
      {"mode": "w4bf16", "group_size": 64, "method": "autoround", "calibration_samples": 16,
       "options": {"iters": 10}}),
+    ("w4 AutoRound (asym, 10 iters, 16 windows)", "qq_w4_autoround_asym",
+     {"mode": "w4bf16", "group_size": 64, "method": "autoround", "sym": False, "calibration_samples": 16,
+      "options": {"iters": 10}}),
 ]
+RTN_ROW = "qq_w4_rtn"  # the row the other w4 rows are compared with, token by token
 
 
 def write_recipes(recipes: Path) -> None:
@@ -95,10 +108,32 @@ def float_logits(recipe_name: str, recipes: Path, ids: list[int]) -> np.ndarray:
         return model(torch.tensor([ids])).logits[0, :-1].double().numpy()
 
 
-def perplexity(logits: np.ndarray, targets: np.ndarray) -> float:
+def log_probs(logits: np.ndarray) -> np.ndarray:
     shifted = logits - logits.max(axis=1, keepdims=True)
-    logp = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-    return float(np.exp(-logp[np.arange(len(targets)), targets].mean()))
+    return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+
+
+def token_nll(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """Each target token's negative log-likelihood (nats)."""
+    return -log_probs(logits)[np.arange(len(targets)), targets]
+
+
+def perplexity(logits: np.ndarray, targets: np.ndarray) -> float:
+    return float(np.exp(token_nll(logits, targets).mean()))
+
+
+def kl_to_reference(reference: np.ndarray, logits: np.ndarray) -> float:
+    """Mean over positions of KL(float model || variant), nats: how far the whole next-token distribution
+    moved, not only the probability of the text's own token (perplexity) or the argmax (top-1)."""
+    p_log = log_probs(reference)
+    return float((np.exp(p_log) * (p_log - log_probs(logits))).sum(axis=1).mean())
+
+
+def paired_difference(nll: np.ndarray, base: np.ndarray) -> tuple[float, float]:
+    """Mean per-token NLL difference against `base` and its standard error: with a few hundred tokens a
+    perplexity gap of a few percent can be noise of the text; the paired error says whether it is."""
+    d = nll - base
+    return float(d.mean()), float(d.std(ddof=1) / np.sqrt(len(d)))
 
 
 def main() -> None:
@@ -123,28 +158,34 @@ def main() -> None:
     reference = float_logits(BASE, recipes, ids)
     ref_top1 = reference.argmax(axis=1)
     rows = [{"variant": "transformers f32 (reference)", "recipe": "-", "binary_mb": None,
-             "perplexity": perplexity(reference, targets), "top1_agreement": 1.0}]
+             "perplexity": perplexity(reference, targets), "kl_to_f32": 0.0, "top1_agreement": 1.0}]
+    nll: dict[str, np.ndarray] = {}
     for label, name, _ in VARIANTS:
         binary = build_dir / name / f"{name}.llmb"
         logits = teacher_forced_logits(binary, ids)
+        nll[name] = token_nll(logits, targets)
         quantize = build_dir / name / "quantize.json"
         rows.append({
             "variant": label, "recipe": name, "binary_mb": binary.stat().st_size / 2**20,
-            "perplexity": perplexity(logits, targets),
+            "perplexity": perplexity(logits, targets), "kl_to_f32": kl_to_reference(reference, logits),
             "top1_agreement": float((logits.argmax(axis=1) == ref_top1).mean()),
             "quantize_s": json.loads(quantize.read_text()).get("step_seconds") if quantize.is_file() else None,
         })
+    for r in rows:
+        if r["recipe"] in nll and r["recipe"] != RTN_ROW and r["variant"].startswith("w4"):
+            r["nll_vs_rtn"], r["nll_vs_rtn_se"] = paired_difference(nll[r["recipe"]], nll[RTN_ROW])
     bf16 = rows[1]["perplexity"]
     print(f"SmolLM2-135M-Instruct, {len(targets)} tokens of {TEXT.relative_to(ROOT)}, group 64")
-    print(f"| {'variant':40} | {'binary MiB':>10} | {'perplexity':>10} | {'vs bf16':>8} | {'top-1 vs f32':>12} "
-          f"| {'quantize s':>10} |")
-    print(f"|{'-' * 42}|{'-' * 12}|{'-' * 12}|{'-' * 10}|{'-' * 14}|{'-' * 12}|")
+    print(f"| {'variant':42} | {'binary MiB':>10} | {'perplexity':>10} | {'vs bf16':>8} | {'KL to f32':>9} "
+          f"| {'top-1 vs f32':>12} | {'NLL vs w4 RTN':>17} | {'quantize s':>10} |")
+    print(f"|{'-' * 44}|{'-' * 12}|{'-' * 12}|{'-' * 10}|{'-' * 11}|{'-' * 14}|{'-' * 19}|{'-' * 12}|")
     for r in rows:
         mb = f"{r['binary_mb']:.1f}" if r["binary_mb"] else "-"
         q = f"{r['quantize_s']:.0f}" if r.get("quantize_s") else "-"
         delta = f"{100 * (r['perplexity'] / bf16 - 1):+.2f}%"
-        print(f"| {r['variant']:40} | {mb:>10} | {r['perplexity']:10.3f} | {delta:>8} | "
-              f"{100 * r['top1_agreement']:11.1f}% | {q:>10} |")
+        vs_rtn = f"{r['nll_vs_rtn']:+.4f} ± {r['nll_vs_rtn_se']:.4f}" if "nll_vs_rtn" in r else "-"
+        print(f"| {r['variant']:42} | {mb:>10} | {r['perplexity']:10.3f} | {delta:>8} | {r['kl_to_f32']:9.4f} "
+              f"| {100 * r['top1_agreement']:11.1f}% | {vs_rtn:>17} | {q:>10} |")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
     shutil.rmtree(build_dir / ".snakemake", ignore_errors=True)
