@@ -17,13 +17,13 @@ def package_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     copy = tmp_path / "llmbuild"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setattr(dag, "PACKAGE_DIR", copy)
-    dag.code_digest.cache_clear()
+    dag._digest_of.cache_clear()
     yield copy
-    dag.code_digest.cache_clear()
+    dag._digest_of.cache_clear()
 
 
 def _digests() -> dict[str, str]:
-    dag.code_digest.cache_clear()
+    dag._digest_of.cache_clear()
     return {step: dag.code_digest(step) for step in ("prepare", "quantize", "compile", "reference")}
 
 

@@ -57,11 +57,16 @@ def recipe(name: str) -> Recipe:
     return load_recipe(name)
 
 
-@cache
 def code_digest(step: str | None = None) -> str:
     """sha256 over the llmbuild sources and data a step runs (STEP_CODE), else over the whole package: a
     new compiler means new outputs."""
-    parts = STEP_CODE.get(step or "")
+    return _digest_of(STEP_CODE.get(step or "", ()))
+
+
+@cache
+def _digest_of(parts: tuple[str, ...]) -> str:
+    """Keyed by the parts, not the step: the whole-package hash is read once per Snakefile parse, not
+    once for each of the steps that share it."""
     roots = [PACKAGE_DIR / part for part in parts] if parts else [PACKAGE_DIR]
     h = hashlib.sha256()
     for root in roots:
