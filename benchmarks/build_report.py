@@ -22,7 +22,7 @@ def main() -> None:
     folder = Path(args.build_dir) / args.recipe / "benchmarks"
     rows: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for tsv in sorted(folder.glob("*.tsv")):
-        step = tsv.stem.split("_")[0] if tsv.stem.startswith("layer_") else tsv.stem
+        step = tsv.stem.split("_")[0] if tsv.stem.startswith(("layer_", "layers_")) else tsv.stem
         with tsv.open() as f:
             for rec in csv.DictReader(f, delimiter="\t"):
                 rss = float(rec["max_rss"]) if rec["max_rss"] not in ("-", "NA", "") else 0.0

@@ -28,7 +28,7 @@ def cmd_prepare(args: argparse.Namespace) -> None:
 
 
 def cmd_plan(args: argparse.Namespace) -> None:
-    from llmbuild.build.prepare import plan
+    from llmbuild.build.plan import plan
 
     plan(_recipe(args))
 

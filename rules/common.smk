@@ -29,10 +29,21 @@ def params_for(step):
     }
 
 
+def resources_for(step):
+    """mem_mb and runtime (minutes) computed from the model's shapes (llmbuild/build/resources.py), so
+    `--resources mem_mb=N` packs jobs safely on one machine and a cluster profile asks for the right node."""
+    return {
+        "mem_mb": lambda w: dag.resources(w.recipe, step).mem_mb,
+        "runtime": lambda w: dag.resources(w.recipe, step).runtime_min,
+    }
+
+
 def layer_ids(w):
     return range(dag.layer_count(w.recipe))
 
 
 def quantized_input(w):
-    """The quantize step's checkpoint, for recipes quantized by a library in the build; else nothing."""
-    return [f"{BUILD}/{w.recipe}/quantized"] if dag.uses_quantize_step(w.recipe) else []
+    """The quantize step's checkpoint, for recipes quantized by a library in the build; else nothing.
+    `w`: the job's wildcards, or a dict with the recipe for the rules defined per recipe."""
+    recipe = w["recipe"] if isinstance(w, dict) else w.recipe
+    return [f"{BUILD}/{recipe}/quantized"] if dag.uses_quantize_step(recipe) else []

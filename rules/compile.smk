@@ -1,25 +1,45 @@
-# One job per transformer layer (its prefill, prefill_kv and decode nets), one for the head nets.
-# Layers build in parallel and are cached independently.
+# The layers in shards (a few consecutive layers per job: process start-up is paid per job, and a small
+# model's layer compiles faster than Python starts), one job for the head nets. Shards are sized by the
+# layer's weights (llmbuild/build/shards.py): one layer per job from about a billion parameters up, so
+# big models build in parallel, resume layer by layer, and a job holds one layer at a time.
+# Each shard is its own rule (a job's outputs must be known before it runs; a shard's are its layers').
 
-rule layer:
-    input:
-        spec=rules.prepare.output.spec,
-        quantized=quantized_input,
-        plan=rules.plan.output.plan,
-        reference=rules.reference.output.reference,
-    output:
-        obj=f"{BUILD}/{{recipe}}/layers/{{layer}}/layer.llmo",
-        metrics=f"{BUILD}/{{recipe}}/layers/{{layer}}/metrics.json",
-    params:
-        **params_for("compile"),
-    resources:
-        mem_mb=2000,
-    benchmark:
-        f"{BUILD}/{{recipe}}/benchmarks/layer_{{layer}}.tsv"
-    log:
-        f"{BUILD}/{{recipe}}/logs/layer_{{layer}}.log",
-    shell:
-        "llmbuild layer {wildcards.recipe} --layer {wildcards.layer} > {log} 2>&1"
+
+def _layer_files(recipe, layers, name):
+    return [f"{BUILD}/{recipe}/layers/{i}/{name}" for i in layers]
+
+
+for _recipe in RECIPES:
+    for _layers in dag.layer_shards(_recipe):
+        _span = f"{_layers[0]}-{_layers[-1]}"
+
+        rule:
+            name:
+                f"layers_{_recipe}_{_layers[0]}_{_layers[-1]}"
+            input:
+                spec=f"{BUILD}/{_recipe}/spec.json",
+                quantized=quantized_input({"recipe": _recipe}),
+                plan=f"{BUILD}/{_recipe}/plan.json",
+                reference=f"{BUILD}/{_recipe}/reference.safetensors",
+            output:
+                obj=_layer_files(_recipe, _layers, "layer.llmo"),
+                # Each layer's weights until link copies them into the binary: then deleted (bounded disk).
+                weights=[temp(f) for f in _layer_files(_recipe, _layers, "weights.safetensors")],
+                metrics=_layer_files(_recipe, _layers, "metrics.json"),
+            params:
+                recipe_digest=dag.digest(_recipe, "layer"),
+                code=dag.code_digest("layer"),
+                layers=" ".join(str(i) for i in _layers),
+                recipe=_recipe,
+            resources:
+                mem_mb=dag.resources(_recipe, "layer").mem_mb,
+                runtime=dag.resources(_recipe, "layer").runtime_min * len(_layers),
+            benchmark:
+                f"{BUILD}/{_recipe}/benchmarks/layers_{_span}.tsv"
+            log:
+                f"{BUILD}/{_recipe}/logs/layers_{_span}.log",
+            shell:
+                "llmbuild layer {params.recipe} --layer {params.layers} > {log} 2>&1"
 
 
 rule head:
@@ -30,11 +50,12 @@ rule head:
         reference=rules.reference.output.reference,
     output:
         obj=f"{BUILD}/{{recipe}}/head/head.llmo",
+        weights=temp(f"{BUILD}/{{recipe}}/head/weights.safetensors"),
         metrics=f"{BUILD}/{{recipe}}/head/metrics.json",
     params:
-        **params_for("compile"),
+        **params_for("head"),
     resources:
-        mem_mb=2000,
+        **resources_for("head"),
     benchmark:
         f"{BUILD}/{{recipe}}/benchmarks/head.tsv"
     log:
@@ -46,12 +67,16 @@ rule head:
 rule link:
     input:
         head=rules.head.output.obj,
-        layers=lambda w: [f"{BUILD}/{w.recipe}/layers/{i}/layer.llmo" for i in layer_ids(w)],
+        head_weights=rules.head.output.weights,
+        layers=lambda w: _layer_files(w.recipe, layer_ids(w), "layer.llmo"),
+        weights=lambda w: _layer_files(w.recipe, layer_ids(w), "weights.safetensors"),
     output:
         binary=f"{BUILD}/{{recipe}}/{{recipe}}.llmb",
         perf=f"{BUILD}/{{recipe}}/perf.json",
     params:
-        **params_for("compile"),
+        **params_for("link"),
+    resources:
+        **resources_for("link"),
     benchmark:
         f"{BUILD}/{{recipe}}/benchmarks/link.tsv"
     log:

@@ -6,6 +6,8 @@ rule prepare:
         spec=f"{BUILD}/{{recipe}}/spec.json",
     params:
         **params_for("prepare"),
+    resources:
+        **resources_for("prepare"),
     benchmark:
         f"{BUILD}/{{recipe}}/benchmarks/prepare.tsv"
     log:
@@ -22,6 +24,8 @@ rule plan:
         plan=f"{BUILD}/{{recipe}}/plan.json",
     params:
         **params_for("plan"),
+    resources:
+        **resources_for("plan"),
     benchmark:
         f"{BUILD}/{{recipe}}/benchmarks/plan.tsv"
     log:

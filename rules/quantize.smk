@@ -16,8 +16,7 @@ rule quantize:
     threads: 2
     resources:
         # A cluster profile sends it to a larger node: calibration holds the float model and activations.
-        mem_mb=lambda w: dag.quantize_mem_mb(w.recipe),
-        runtime=lambda w: dag.quantize_runtime_min(w.recipe),
+        **resources_for("quantize"),
     benchmark:
         f"{BUILD}/{{recipe}}/benchmarks/quantize.tsv"
     log:

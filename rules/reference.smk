@@ -8,8 +8,9 @@ rule reference:
         reference=f"{BUILD}/{{recipe}}/reference.safetensors",
     params:
         **params_for("reference"),
+    threads: 2  # it runs alone (everything after it waits for it): torch may use both cores
     resources:
-        mem_mb=4000,
+        **resources_for("reference"),
     benchmark:
         f"{BUILD}/{{recipe}}/benchmarks/reference.tsv"
     log:

@@ -8,6 +8,9 @@ rule e2e:
         e2e=f"{BUILD}/{{recipe}}/e2e.json",
     params:
         **params_for("e2e"),
+    threads: 2  # the last step but one, alone: the host path runs its tiles on both cores (same bits)
+    resources:
+        **resources_for("e2e"),
     benchmark:
         f"{BUILD}/{{recipe}}/benchmarks/e2e.tsv"
     log:
@@ -25,6 +28,8 @@ rule verify:
         report=f"{BUILD}/{{recipe}}/verify.json",
     params:
         **params_for("verify"),
+    resources:
+        **resources_for("verify"),
     benchmark:
         f"{BUILD}/{{recipe}}/benchmarks/verify.tsv"
     log:

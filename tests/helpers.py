@@ -13,19 +13,38 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _env(build: Path, recipes: Path | None = None) -> dict[str, str]:
+def _env(build: Path, recipes: Path | None = None, models: Path | None = None) -> dict[str, str]:
     env = dict(os.environ, LLMBUILD_BUILD_DIR=str(build), HF_HUB_OFFLINE="1")
     if recipes is not None:
         env["LLMBUILD_RECIPES"] = str(recipes)
+    if models is not None:
+        env["LLMBUILD_MODELS"] = str(models)
     return env
 
 
-def snakemake(build: Path, *args: str, recipes: Path | None = None, check: bool = True) -> subprocess.CompletedProcess:
+def snakemake(build: Path, *args: str, recipes: Path | None = None, check: bool = True,
+              models: Path | None = None) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "snakemake", "--cores", "2", *args]
-    result = subprocess.run(cmd, cwd=ROOT, env=_env(build, recipes), capture_output=True, text=True, timeout=2700)
+    result = subprocess.run(cmd, cwd=ROOT, env=_env(build, recipes, models), capture_output=True, text=True,
+                            timeout=2700)
     if check and result.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     return result
+
+
+def planned_jobs(build: Path, target: str, recipes: Path | None = None, models: Path | None = None) -> dict[str, int]:
+    """The jobs a dry run would execute, by rule (from Snakemake's job-stats table)."""
+    out = snakemake(build, "-n", target, recipes=recipes, models=models).stdout
+    jobs: dict[str, int] = {}
+    lines = out.splitlines()
+    if "Job stats:" not in lines:
+        return jobs
+    for line in lines[lines.index("Job stats:") + 3 :]:
+        parts = line.split()
+        if len(parts) != 2 or parts[0] == "total":
+            break
+        jobs[parts[0]] = int(parts[1])
+    return jobs
 
 
 def llmbuild(

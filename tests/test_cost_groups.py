@@ -4,6 +4,7 @@ writes perf.json, and a SmolLM2-shaped step agrees with the spec model's `llmbui
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -17,6 +18,8 @@ from llmbuild.cost.efficiency import efficiency_for
 from llmbuild.cost.groups import CommandCost, nbytes, time_programs
 from llmbuild.cost.hardware import Rates
 from llmbuild.cost.model import estimate
+from llmbuild.cost.ops import FLASH_RESCALE_OPS, SOFTMAX_OPS, Attention
+from llmbuild.cost.schedule import flash_blocks
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.importer.nets import Shapes, build_block, head_nets
 from llmbuild.passes.memory_plan import MemoryPlan, make_plan
@@ -159,6 +162,96 @@ def test_command_cost_counts_matmul_attention_and_vector_work() -> None:
     assert cost.work(mm) == (2.0 * 4 * 64 * 64, 0.0)
     seconds, _, _ = cost.compute_s(mm)
     assert seconds == pytest.approx(2 * 4 * 64 * 64 / (RATES.mac_flops_per_s("bf16") * EFF.mac))
+
+
+# ---- flash attention ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def flash(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, MemoryPlan]:
+    """The tiny model with a 100-row history in 16 KiB of a BM1688's local memory: every attention is
+    flash attention (key blocks, and query tiles in prefill; blocks straddle history and new rows)."""
+    shapes = Shapes(seq_length=100, prefill_length=24)
+    plan = make_plan(TINY, shapes, "bf16", 4096)
+    scheme = scheme_for("bf16", 32)
+    out = tmp_path_factory.mktemp("flash")
+    nets = {"block_0": build_block(TINY, 0, "prefill", shapes, scheme),
+            "block_kv_0": build_block(TINY, 0, "prefill_kv", shapes, scheme),
+            "block_cache_0": build_block(TINY, 0, "decode", shapes, scheme)}
+    progs = {n: compile_net(m, plan, "bf16", "bm1688", out, lmem_bytes=16384).program for n, m in nets.items()}
+    return progs, plan
+
+
+def _flash_group(prog: Program) -> Group:
+    return next(g for g in prog.groups if any(c.attrs.get("g_flash") for c in g.cmds))
+
+
+def test_flash_dma_bytes_are_the_bytes_its_commands_move(flash: tuple[dict, MemoryPlan]) -> None:
+    progs, plan = flash
+    rates = Rates(load_chip("bm1688"))
+    for name, prog in progs.items():
+        (timed,) = time_programs([prog], rates, EFF, _regions(plan))
+        assert [g.dma_bytes for g in timed.groups] == _moved(prog), name
+        # every history row is read once per query tile, whatever the key blocks
+        group = _flash_group(prog)
+        history = [c for c in group.cmds if c.op == "Load" and c.loc == "history_k"]
+        tiles = -(-group.rows // group.tile_rows) if group.tile_rows else 1
+        want = 0 if name == "block_0" else 100 * tiles
+        assert sum(prog.tensors[c.result].shape[1] for c in history) == want, name
+
+
+def test_flash_commands_add_up_to_the_whole_attentions_work(flash: tuple[dict, MemoryPlan]) -> None:
+    progs, _ = flash
+    for name, prog in progs.items():
+        cost = CommandCost(prog, Rates(load_chip("bm1688")), EFF)
+        att = next(i for i in prog.instrs if i.op == "FAttention")
+        a = att.attrs
+        blocks = [c for g in prog.groups for c in g.cmds if c.op == "FAttention"]
+        assert {c.attrs["g_flash"] for c in blocks} == {"block", "end"}
+        flops = sum(cost.work(c)[0] for c in blocks)
+        assert flops == 4.0 * a["mq"] * a["mk"] * a["q_head"] * a["dim"], name
+        assert sum(cost.work(c)[1] for c in blocks) > a["q_head"] * a["mq"] * a["mk"] * SOFTMAX_OPS, name
+        # A concat's history rows are loaded in place: only rows computed in the group are copied.
+        copied = sum(cost.work(c)[1] for g in prog.groups for c in g.cmds if c.op == "Concat")
+        local_rows = {"block_0": 0, "block_kv_0": 0, "block_cache_0": 1}[name]
+        assert copied == 2 * local_rows * a["kv_head"] * a["dim"], name
+
+
+def test_flash_key_blocks_load_while_the_previous_block_computes(flash: tuple[dict, MemoryPlan]) -> None:
+    """Two slots per key-block operand: block j+1's loads are issued, into the other slot, before block j
+    computes, so the DMA engine fetches the next block while the compute engine works on this one."""
+    progs, plan = flash
+    prog = progs["block_kv_0"]
+    group = _flash_group(prog)
+    cmds = group.cmds
+    blocks = [i for i, c in enumerate(cmds) if c.attrs.get("g_flash") == "block"]
+    k_slot = [prog.tensors[cmds[i].operands[1]].address for i in blocks]
+    assert len(set(k_slot)) == 2 and all(a != b for a, b in zip(k_slot, k_slot[1:], strict=False))
+    masks = [i for i, c in enumerate(cmds) if c.op == "Load" and c.loc == "attention_mask"]  # one per block
+    assert len(masks) == len(blocks)  # one command per key block here (every KV head at once)
+    # the loads of block j + 1 (across row tiles too) come before block j's attention command
+    assert all(load < block for load, block in zip(masks[1:], blocks, strict=False))
+    # The tiny blocks are DMA-bound on the BM1688; a slower MAC array makes their compute matter.
+    eff = dataclasses.replace(EFF, mac=EFF.mac / 8)
+    timed = time_programs([prog], Rates(load_chip("bm1688")), eff, _regions(plan))[0]
+    g = timed.groups[prog.groups.index(group)]
+    assert 0.3 < g.compute_s / g.dma_s < 3
+    assert max(g.dma_s, g.compute_s) < g.estimated_seconds < 0.9 * (g.dma_s + g.compute_s)
+
+
+def test_the_spec_model_times_flash_attention_at_long_sequences() -> None:
+    """The `llmbuild` schedule re-reads K/V once per further query tile of the pass's flash attention and
+    adds its rescaling; the incumbent's materialised scores do neither."""
+    spec = ModelSpec("qwen2", 1536, 28, 12, 2, 128, 8960, 151936, 1e-6, 10000.0, False, True, False, 131072)
+    for L in (2048, 8192):
+        ours = estimate(spec, "w4bf16", 64, "bm1684x", L, L, schedule="llmbuild")
+        att = next(o for o in ours.stage("block").ops if o.name == "attention")
+        model = Attention(L, L, 12, 2, 128, 2)
+        tiles, blocks = flash_blocks(model, load_chip("bm1684x").lmem_bytes)
+        assert tiles > 1 and blocks > 1
+        inputs = (2 * L * 12 * 128 + 2 * L * 2 * 128 + L * L) * 2
+        assert att.dma_bytes == inputs + (tiles - 1) * model.kv_rows_bytes
+        assert att.eu_ops == 12 * L * L * SOFTMAX_OPS + 12 * L * (blocks * (128 + FLASH_RESCALE_OPS) + 128)
 
 
 # ---- a SmolLM2-shaped step against the spec model -----------------------------------------------------

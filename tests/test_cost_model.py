@@ -276,12 +276,12 @@ def test_14b_bf16_does_not_fit(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 def test_recipe_without_checkpoint(tmp_path: Path) -> None:
     recipe = load_recipe("deepseek_r1_qwen_1_5b_w4", RECIPES, require_checkpoint=False)
-    assert not recipe.build and recipe.quantization.mode == "w4bf16" and recipe.quantization.group_size == 64
+    assert recipe.build and recipe.quantization.mode == "w4bf16" and recipe.quantization.group_size == 64
     assert Path(recipe.source.config_file) == RECIPES / "configs" / "deepseek_r1_distill_qwen_1_5b.json"
     assert recipe.source.path.endswith("DeepSeek-R1-Distill-Qwen-1.5B")
     with pytest.raises(LlmbuildError, match="checkpoint directory .* not found.*source.config_file"):
         load_recipe("deepseek_r1_qwen_1_5b_w4", RECIPES)
-    assert "deepseek_r1_qwen_1_5b_w4" not in list_recipes(RECIPES, buildable_only=True)
+    assert "deepseek_r1_qwen_1_5b_w4" in list_recipes(RECIPES, buildable_only=True)  # skipped while absent
 
     head = "architecture: qwen2\nstages: {seq_length: 64, prefill_length: 16}\nsource:\n  kind: hf\n  path: nowhere\n"
     (tmp_path / "no_config.yaml").write_text(head)
@@ -304,7 +304,8 @@ def test_checkpoint_config_wins_over_shipped_config(tmp_path: Path) -> None:
     shutil.copy(RECIPES / "configs" / "deepseek_r1_distill_qwen_1_5b.json", tmp_path / "configs")
     text = (RECIPES / "deepseek_r1_qwen_1_5b_w4.yaml").read_text()
     path = tmp_path / "r.yaml"
-    path.write_text(text.replace("{{ env.LLMBUILD_MODELS | default('models') }}/DeepSeek-R1-Distill-Qwen-1.5B", "ckpt"))
+    source = "{{ env.LLMBUILD_MODELS | default('../models') }}/DeepSeek-R1-Distill-Qwen-1.5B"
+    path.write_text(text.replace(source, "ckpt"))
     assert spec_without_weights(load_recipe(path).source).num_layers == 2
     assert spec_from_hf_config_file(tmp_path / "configs" / "deepseek_r1_distill_qwen_1_5b.json").num_layers == 28
 
@@ -326,7 +327,8 @@ def test_quantization_fields(tmp_path: Path) -> None:
 
 
 def test_quantized_build_with_bad_group_size_fails_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from llmbuild.build.prepare import plan, prepare
+    from llmbuild.build.plan import plan
+    from llmbuild.build.prepare import prepare
 
     shutil.copy(RECIPES / "_tiny_common.yaml", tmp_path)
     path = tmp_path / "tiny_w4.yaml"

@@ -24,7 +24,11 @@ def package_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def _digests() -> dict[str, str]:
     dag._digest_of.cache_clear()
-    return {step: dag.code_digest(step) for step in ("prepare", "quantize", "compile", "reference")}
+    dag.import_closure.cache_clear()
+    return {step: dag.code_digest(step) for step in dag.STEP_ENTRY}
+
+
+WEIGHT_STEPS = ("prepare", "quantize", "reference", "plan", "layer", "head", "link", "e2e")
 
 
 def _append(path: Path, text: str) -> None:
@@ -37,17 +41,31 @@ def test_a_compiler_change_reruns_neither_prepare_nor_calibration(package_copy: 
     before = _digests()
     _append(package_copy / "passes" / "layer_group.py", "\n# a compiler change\n")
     after = _digests()
-    assert after["prepare"] == before["prepare"] and after["quantize"] == before["quantize"]
-    assert after["compile"] != before["compile"] and after["reference"] != before["reference"]
+    # the steps that run the passes; link and e2e rerun only if the objects they read change
+    assert {s for s in before if after[s] != before[s]} == {"layer", "head"}
+
+
+def test_an_edit_of_the_cli_reruns_nothing_that_reads_weights(package_copy: Path) -> None:
+    before = _digests()
+    _append(package_copy / "cli.py", "\n# a new verb\n")
+    after = _digests()
+    assert {s for s in WEIGHT_STEPS if after[s] != before[s]} == set()
+
+
+def test_the_closure_follows_function_level_imports() -> None:
+    closure = dag.import_closure(("llmbuild.build.layer",))
+    assert "verify/reference.py" in closure  # imported inside build_layer only
+    assert "cli.py" not in closure
 
 
 @pytest.mark.parametrize("changed, reruns", [
-    ("frontend/synthetic.py", {"prepare", "quantize", "compile"}),  # the float weights themselves
-    ("quant/methods/gptq.py", {"quantize", "compile"}),
-    ("build/prepare.py", {"prepare", "compile"}),
+    ("frontend/synthetic.py", {"prepare", "quantize", "reference", "layer", "head", "e2e"}),  # the weights
+    ("quant/methods/gptq.py", {"quantize"}),
+    ("build/prepare.py", {"prepare"}),
+    ("verify/similarity.py", {"layer", "head", "e2e"}),
 ])
 def test_what_a_step_reads_reruns_it(package_copy: Path, changed: str, reruns: set[str]) -> None:
     before = _digests()
     _append(package_copy / changed, "\n# changed\n")
     after = _digests()
-    assert {s for s in ("prepare", "quantize", "compile") if after[s] != before[s]} == reruns
+    assert {s for s in ("prepare", "quantize", "reference", "layer", "head", "e2e") if after[s] != before[s]} == reruns

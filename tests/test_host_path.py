@@ -101,3 +101,37 @@ def test_blas_thread_choice_follows_the_load(monkeypatch: pytest.MonkeyPatch) ->
     assert idle[-100:].count(0) >= 95 and choice._arms["decode"].best == 0
     busy_again = runs(20, 1.0, 10.0)
     assert busy_again[:3].count(0) <= 1 and busy_again[3:].count(0) <= 2
+
+
+@pytest.mark.parametrize("recipe", ["qwen2_tiny_f32", "smollm2_135m_bf16"])
+def test_weights_left_in_the_binary_give_the_same_bits(runtime_build: Path, recipe: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no room to decode weights (a 7B binary on a host), products read them from the memory-mapped
+    binary tile by tile, and every logit keeps its bits."""
+    from llmbuild.numerics.stored import StoredTensor
+    from llmbuild.runtime import host
+
+    cached = CompiledModel(_binary(runtime_build, recipe), faithful=False)
+    prompt = _prompt(cached, recipe)
+    want_ids, want_logits = cached.generate(prompt, 6)
+    monkeypatch.setenv("LLMBUILD_HOST_CACHE_MB", "0")
+    monkeypatch.setattr(host, "ALWAYS_DECODED_BYTES", 4096)
+    lazy = CompiledModel(_binary(runtime_build, recipe), faithful=False)
+    got_ids, got_logits = lazy.generate(prompt, 6)
+    assert got_ids == want_ids
+    assert all(np.array_equal(g, w) for g, w in zip(got_logits, want_logits, strict=True))
+    stored = [w for w in lazy.device._weights.values() if isinstance(w, StoredTensor)]
+    assert stored and lazy.device.cached_bytes < 4096 * 64
+
+
+def test_a_short_prompt_computes_only_its_row_tiles(runtime_build: Path) -> None:
+    """A 3-token prefill on the host computes the first row tile only, with the bits the static net gives
+    those rows on the simulated device."""
+    faithful = CompiledModel(_binary(runtime_build, "qwen2_tiny_f32"), faithful=True)
+    host = CompiledModel(_binary(runtime_build, "qwen2_tiny_f32"), faithful=False)
+    prompt = [1, 5, 9]
+    assert _relative(host.prefill(prompt), faithful.prefill(prompt)) <= 1e-6
+    programs = host.device._programs.values()
+    skipping = [a for hp in programs if hp.prog.stage == "prefill" for a in hp._row_attrs]
+    assert skipping and all(a.get("active_rows") == 3 for a in skipping)
+    assert host.decode_token(7).argmax() == faithful.decode_token(7).argmax()

@@ -42,7 +42,8 @@ def _build(tmp: Path, name: str, checkpoint: Path, monkeypatch, mode: str = "aut
     from llmbuild.build.head import build_head
     from llmbuild.build.layer import build_layer
     from llmbuild.build.link import link
-    from llmbuild.build.prepare import plan, prepare
+    from llmbuild.build.plan import plan
+    from llmbuild.build.prepare import prepare
     from llmbuild.recipe import load_recipe
 
     recipes = tmp / "recipes"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from functools import cache
 from pathlib import Path
 
@@ -19,24 +20,45 @@ PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 # Which recipe sections each step reads. `verify` is split: the reference run depends on the prompt
 # and the generation length; the tolerances only matter to the final verify step.
+_COMPILE_SECTIONS = ("source", "architecture", "quantization", "target", "stages")
 STEP_SECTIONS = {
     "prepare": ("source", "architecture"),
     "reference": ("source", "architecture", "stages"),
-    "plan": ("source", "architecture", "quantization", "target", "stages"),
-    "compile": ("source", "architecture", "quantization", "target", "stages"),
+    "plan": _COMPILE_SECTIONS,
+    "compile": _COMPILE_SECTIONS,
+    "layer": _COMPILE_SECTIONS,
+    "head": _COMPILE_SECTIONS,
+    "link": _COMPILE_SECTIONS,
     "verify": ("verify",),
     "quantize": ("source", "architecture", "quantization"),
 }
-# The code a step's outputs depend on, where that is narrower than the whole package (dag.code_digest).
-# `prepare` (the float checkpoint, spec.json) comes first in every recipe's DAG: were it rerun by any
-# compiler change, everything after it would be, the quantize step's minutes of calibration included.
-# (Snakemake's ancient() would stop that cascade, but in 9.27 it also masks the steps after it.)
-_FLOAT_INPUT_CODE = ("frontend", "build/paths.py", "numerics/formats.py")
-STEP_CODE = {
-    "prepare": (*_FLOAT_INPUT_CODE, "build/prepare.py"),
-    "quantize": (*_FLOAT_INPUT_CODE, "quant/methods", "quant/scheme.py", "build/quantize.py"),
+# The code each step runs: the modules its command imports, followed through every `import` of the
+# llmbuild package (function-level ones included), plus the data files it reads. A step reruns when that
+# code changes and only then: an edit of cli.py or of the runtime's chat loop reruns nothing that reads
+# weights; an edit of a pass reruns the compile steps, not prepare, the reference or the quantize step's
+# minutes of calibration. (Snakemake's ancient() would stop such cascades, but in 9.27 it also masks
+# the steps after it.)
+STEP_ENTRY = {
+    "prepare": ("llmbuild.build.prepare",),
+    "quantize": ("llmbuild.build.quantize", "llmbuild.quant.methods"),
+    "reference": ("llmbuild.verify.reference",),
+    "plan": ("llmbuild.build.plan",),
+    "layer": ("llmbuild.build.layer",),
+    "head": ("llmbuild.build.head",),
+    "link": ("llmbuild.build.link",),
+    "e2e": ("llmbuild.verify.e2e",),
+    "verify": ("llmbuild.verify.report",),
 }
-GENERATION_FIELDS = ("prompt", "prompt_ids", "max_new_tokens")
+STEP_DATA = {
+    "plan": ("target/chips",),
+    "layer": ("target/chips",),
+    "head": ("target/chips",),
+    "link": ("target/chips",),
+    "e2e": ("target/chips",),
+    "quantize": ("data/calibration",),
+    "prepare": ("data/corpus.txt",),
+}
+GENERATION_FIELDS = ("prompt", "prompt_ids", "max_new_tokens", "check_tokens")
 
 
 def missing_checkpoints(names: list[str]) -> dict[str, str]:
@@ -58,23 +80,100 @@ def recipe(name: str) -> Recipe:
 
 
 def code_digest(step: str | None = None) -> str:
-    """sha256 over the llmbuild sources and data a step runs (STEP_CODE), else over the whole package: a
-    new compiler means new outputs."""
-    return _digest_of(STEP_CODE.get(step or "", ()))
+    """sha256 over the llmbuild sources a step runs (STEP_ENTRY's import closure) and the data it reads
+    (STEP_DATA); for an unknown step, over the whole package."""
+    if step not in STEP_ENTRY:
+        return _digest_of(("",))
+    files = sorted({*import_closure(STEP_ENTRY[step]), *STEP_DATA.get(step, ())})
+    return _digest_of(tuple(files))
 
 
 @cache
 def _digest_of(parts: tuple[str, ...]) -> str:
-    """Keyed by the parts, not the step: the whole-package hash is read once per Snakefile parse, not
-    once for each of the steps that share it."""
-    roots = [PACKAGE_DIR / part for part in parts] if parts else [PACKAGE_DIR]
+    """Keyed by the parts, not the step: shared parts are read once per Snakefile parse."""
     h = hashlib.sha256()
-    for root in roots:
+    for part in parts:
+        root = PACKAGE_DIR / part
         for path in sorted(root.rglob("*")) if root.is_dir() else [root]:
             if path.is_file() and path.suffix in (".py", ".yaml", ".txt", ".json") and "__pycache__" not in path.parts:
                 h.update(str(path.relative_to(PACKAGE_DIR)).encode())
                 h.update(path.read_bytes())
     return h.hexdigest()[:16]
+
+
+@cache
+def import_closure(modules: tuple[str, ...]) -> frozenset[str]:
+    """The llmbuild source files (relative to the package) that importing `modules` can run: every
+    `import` statement of each file, at any depth, followed within the package; a package brings its
+    __init__.py and, named as an entry, all its modules."""
+    seen: set[str] = set()
+    todo = list(modules)
+    for entry in modules:
+        package = PACKAGE_DIR / _relative(entry)
+        if package.is_dir():
+            todo += [_module_name(p) for p in package.rglob("*.py") if "__pycache__" not in p.parts]
+    while todo:
+        name = todo.pop()
+        path = _module_file(name)
+        if path is None or path in seen:
+            continue
+        seen.add(path)
+        todo += _parents(name)
+        todo += _imports(PACKAGE_DIR / path, name)
+    return frozenset(seen)
+
+
+def _relative(module: str) -> Path:
+    return Path(*module.split(".")[1:])
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE_DIR).with_suffix("")
+    parts = [p for p in rel.parts if p != "__init__"]
+    return ".".join(["llmbuild", *parts])
+
+
+def _module_file(module: str) -> str | None:
+    if module != "llmbuild" and not module.startswith("llmbuild."):
+        return None
+    rel = _relative(module)
+    if rel == Path("."):
+        return "__init__.py"
+    for candidate in (rel.with_suffix(".py"), rel / "__init__.py"):
+        if (PACKAGE_DIR / candidate).is_file():
+            return str(candidate)
+    return None
+
+
+def _parents(module: str) -> list[str]:
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+_IMPORT = re.compile(r"^\s*import\s+([\w., ]+)", re.M)
+_FROM = re.compile(r"^\s*from\s+(\.*[\w.]*)\s+import\s+(\([^)]*\)|[^\n]*)", re.M)
+
+
+@cache
+def _imports(path: Path, module: str) -> tuple[str, ...]:
+    """The llmbuild modules a file imports, anywhere in it (a regular-expression scan: the Snakefile reads
+    these on every parse, and an AST walk of the package took seconds)."""
+    text = path.read_text(encoding="utf-8")
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: list[str] = []
+    for match in _IMPORT.finditer(text):
+        found += [name.strip().split(" ")[0] for name in match.group(1).split(",")]
+    for match in _FROM.finditer(text):
+        base = match.group(1)
+        level = len(base) - len(base.lstrip("."))
+        base = base.lstrip(".")
+        if level:
+            anchor = package.split(".")[: len(package.split(".")) - (level - 1)]
+            base = ".".join([*anchor, base] if base else anchor)
+        names = re.findall(r"\w+", match.group(2).split("#")[0] if "(" not in match.group(2) else match.group(2))
+        found.append(base)
+        found += [f"{base}.{name}" for name in names if name != "as"]  # `from pkg import module`
+    return tuple(name for name in found if name == "llmbuild" or name.startswith("llmbuild."))
 
 
 def digest(name: str, step: str) -> str:
@@ -108,22 +207,22 @@ def calibration_file(name: str) -> list[str]:
 
 
 @cache
-def _params_billions(name: str) -> float:
-    from llmbuild.cost.model import param_count
+def resources(name: str, step: str):
+    """mem_mb and runtime_min of `step` for recipe `name` (llmbuild/build/resources.py)."""
+    from llmbuild.build.resources import step_resources
     from llmbuild.frontend.config_spec import spec_without_weights
 
-    return param_count(spec_without_weights(recipe(name).source)) / 1e9
+    r = recipe(name)
+    return step_resources(r, spec_without_weights(r.source), step)
 
 
-def quantize_mem_mb(name: str) -> int:
-    """The float model in f32 plus calibration activations and the library's copies: ~3x the f32 size."""
-    return int(2000 + 3 * 4 * 1000 * _params_billions(name))
+@cache
+def layer_shards(name: str) -> list[list[int]]:
+    """The layers of `name`'s model in the jobs that build them (llmbuild/build/shards.py)."""
+    from llmbuild.build.shards import shard_layers
+    from llmbuild.frontend.config_spec import spec_without_weights
 
-
-def quantize_runtime_min(name: str) -> int:
-    """Minutes a cluster scheduler should allow: measured ~5 min per 0.1B parameters for GPTQ on 2 CPU
-    cores (docs/performance.md); a GPU node is far faster, so this is an upper bound."""
-    return int(10 + 50 * 10 * _params_billions(name))
+    return shard_layers(spec_without_weights(recipe(name).source))
 
 
 @cache

@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import asdict
+from pathlib import Path
 
 from llmbuild import LlmbuildError, __version__
 from llmbuild.build.paths import BuildPaths, read_spec, shapes_of, tokenizer_dir, write_json
-from llmbuild.build.weights_blob import parse_chunk_section
+from llmbuild.build.weight_file import weight_file_tensors
 from llmbuild.codegen.container import Container, write_container
 from llmbuild.codegen.program import decode
 from llmbuild.cost.compiled import perf_report
@@ -24,23 +25,23 @@ from llmbuild.recipe.schema import Recipe
 from llmbuild.target import load_chip
 
 
-def _weight_image(objects: list[Container], size: int) -> Iterator[bytes]:
-    chunks = []
-    for obj in objects:
-        for name in obj.names():
-            addr = parse_chunk_section(name)
-            if addr is not None:
-                chunks.append((addr, obj, name))
+def _weight_image(files: list[Path], plan: MemoryPlan) -> Iterator[bytes]:
+    """The weight region's bytes in address order, from each object's weight file (zeros in the gaps)."""
+    tensors = sorted((t for path in files for t in weight_file_tensors(path, plan)), key=lambda t: t.address)
+    size = plan.regions["weight"][1]
     cursor = 0
-    for addr, obj, name in sorted(chunks, key=lambda c: c[0]):
-        if addr < cursor:
-            raise LlmbuildError(f"{obj.path}: weight chunk at {addr:#x} overlaps the previous one")
-        if addr > cursor:
-            yield bytes(addr - cursor)
-        yield from obj.chunks(name)
-        cursor = addr + obj.entries[name].size
+    for t in tensors:
+        if t.address < cursor:
+            raise LlmbuildError(f"weight {t.name} at {t.address:#x} overlaps the previous one")
+        if t.address > cursor:
+            yield bytes(t.address - cursor)
+        yield from t.chunks()
+        cursor = t.address + t.nbytes
     if cursor > size:
         raise LlmbuildError(f"weight image ends at {cursor:#x}, past the planned region {size:#x}")
+    missing = sorted(set(plan.weights) - {t.name for t in tensors})
+    if missing:
+        raise LlmbuildError(f"no object holds weight {missing[0]!r} (and {len(missing) - 1} more)")
     yield bytes(size - cursor)
 
 
@@ -109,7 +110,8 @@ def link(recipe: Recipe) -> None:
         ("meta", [json.dumps(meta, indent=1, sort_keys=True).encode()]),
         ("plan", [plan.to_json().encode()]),
         ("tokenizer", [bundle.tokenizer_json.encode()]),
-        ("weights", _weight_image(objects, plan.regions["weight"][1])),
+        ("weights", _weight_image([paths.head_weights] + [paths.layer_weights(i) for i in range(spec.num_layers)],
+                                  plan)),
     ]
     sections += [(name, [bytes(obj.section(name))]) for _, name, _, obj in nets]
     write_container(paths.binary(recipe.name), sections)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from llmbuild import LlmbuildError
 from llmbuild.frontend.spec import ModelSpec
-from llmbuild.importer.nets import Shapes
+from llmbuild.importer.shapes import Shapes
 from llmbuild.recipe.schema import Recipe
 
 
@@ -55,6 +55,10 @@ class BuildPaths:
     def layer_metrics(self, layer: int) -> Path:
         return self.layer_dir(layer) / "metrics.json"
 
+    def layer_weights(self, layer: int) -> Path:
+        """The layer's device-format weights until link copies them into the binary (a temporary file)."""
+        return self.layer_dir(layer) / "weights.safetensors"
+
     @property
     def head_dir(self) -> Path:
         return self.root / "head"
@@ -66,6 +70,10 @@ class BuildPaths:
     @property
     def head_metrics(self) -> Path:
         return self.head_dir / "metrics.json"
+
+    @property
+    def head_weights(self) -> Path:
+        return self.head_dir / "weights.safetensors"
 
     def binary(self, name: str) -> Path:
         return self.root / f"{name}.llmb"

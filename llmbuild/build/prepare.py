@@ -1,13 +1,10 @@
-"""`llmbuild prepare RECIPE` and `llmbuild plan RECIPE`: the checkpoint, the model spec, the memory plan."""
+"""`llmbuild prepare RECIPE`: the checkpoint the build reads and the model spec."""
 
 from __future__ import annotations
 
-from llmbuild.build.paths import BuildPaths, read_spec, shapes_of, write_spec, write_text_atomic
+from llmbuild.build.paths import BuildPaths, write_spec
 from llmbuild.frontend import open_source, prepare_checkpoint
-from llmbuild.passes.memory_plan import make_plan
-from llmbuild.quant.scheme import head_scheme, recipe_scheme
 from llmbuild.recipe.schema import Recipe
-from llmbuild.target import load_chip
 
 
 def prepare(recipe: Recipe) -> None:
@@ -16,16 +13,3 @@ def prepare(recipe: Recipe) -> None:
     prepare_checkpoint(recipe.source, paths.checkpoint)
     spec = open_source(recipe.source, paths.checkpoint).spec
     write_spec(spec, paths.spec)
-
-
-def plan(recipe: Recipe) -> None:
-    paths = BuildPaths.of(recipe)
-    spec = read_spec(paths.spec)
-    # Fail at build start, with the numbers, when the chip cannot hold the model (not at link time).
-    from llmbuild.cost import check_fits
-
-    check_fits(recipe, spec)
-    chip = load_chip(recipe.target.chip)
-    memory = make_plan(spec, shapes_of(recipe), recipe.quantization.mode, chip.global_alignment,
-                       scheme=recipe_scheme(recipe.quantization), head=head_scheme(recipe.quantization))
-    write_text_atomic(paths.plan, memory.to_json() + "\n")

@@ -1,4 +1,4 @@
-"""Weights in the device's storage format, as (address, bytes) chunks for the linker."""
+"""Weights in the device's storage format as one (address, bytes) chunk: tests load a device with it."""
 
 from __future__ import annotations
 
@@ -24,11 +24,3 @@ def weight_chunk(plan: MemoryPlan, tensors: Mapping[str, np.ndarray]) -> tuple[i
         raw = encode(value.astype(np.float32), slot.dtype).tobytes()
         buf[slot.address - base : slot.address - base + len(raw)] = raw
     return base, bytes(buf)
-
-
-def chunk_section_name(address: int) -> str:
-    return f"weights@{address:016x}"
-
-
-def parse_chunk_section(name: str) -> int | None:
-    return int(name.split("@", 1)[1], 16) if name.startswith("weights@") else None

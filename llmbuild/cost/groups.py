@@ -34,12 +34,13 @@ from llmbuild.codegen.program import Instr, Program, TensorDesc
 from llmbuild.cost.efficiency import Efficiency
 from llmbuild.cost.formats import DEQUANT_OPS
 from llmbuild.cost.hardware import Rates
-from llmbuild.cost.ops import ADD_OPS, RMSNORM_OPS, ROPE_OPS, SILU_MUL_OPS, SOFTMAX_OPS
+from llmbuild.cost.ops import ADD_OPS, FLASH_RESCALE_OPS, RMSNORM_OPS, ROPE_OPS, SILU_MUL_OPS, SOFTMAX_OPS
 from llmbuild.numerics.formats import STORAGE
 
 # Vector operations per result element of each compute command (f32 on the vector unit). SiLU is
 # SILU_MUL_OPS less the multiply, which is its own Mul command here. Copies (Concat, Permute, a Gather
-# from a local table) cost one operation per element.
+# from a local table) cost one operation per element (a Concat only for the rows it moves: a key block's
+# pieces are loaded in place).
 EU_OPS_PER_ELEMENT = {
     "RMSNorm": RMSNORM_OPS, "Rope": ROPE_OPS, "Active": SILU_MUL_OPS - 1, "Add": ADD_OPS, "Mul": ADD_OPS,
     "Softmax": SOFTMAX_OPS, "Cast": 1, "Concat": 1, "Permute": 1, "Gather": 1, "Reshape": 0,
@@ -136,12 +137,28 @@ class CommandCost:
                 eu += n * k * DEQUANT_OPS[4 if a.get("packed") else 8]
             return 2.0 * rows * k * n, float(eu)
         if cmd.op == "FAttention":
-            q, k = t[cmd.operands[0]], t[cmd.operands[1]]
-            heads, d, queries, keys = a["q_head"], a["dim"], q.shape[1], k.shape[1]
-            return 4.0 * queries * keys * heads * d, float(heads * queries * keys * SOFTMAX_OPS)
+            return self._attention(cmd)
+        if cmd.op == "Concat":
+            # Rows already in the result's allocation (a key block's pieces, loaded side by side) cost nothing.
+            moved = [t[o] for o in cmd.operands if t[o].buffer < 0 or t[o].buffer != out.buffer]
+            return 0.0, float(sum(math.prod(x.shape) for x in moved))
         elems = a["g_out"][2] * math.prod(out.shape) // out.shape[a["g_out"][0]] if "g_out" in a else \
             math.prod(out.shape)
         return 0.0, float(elems * EU_OPS_PER_ELEMENT.get(cmd.op, 1))
+
+    def _attention(self, cmd: Instr) -> tuple[float, float]:
+        """(MAC flops, vector operations) of an attention command: whole, a block of heads, one key block
+        of flash attention (scores, online softmax, rescaling the accumulator), or its end (the divide)."""
+        t, a = self.prog.tensors, cmd.attrs
+        heads, d = a["q_head"], a["dim"]
+        if a.get("g_flash") == "end":
+            rows = t[cmd.operands[0]].shape[3]
+            return 0.0, float(heads * rows * d)
+        queries, keys = t[cmd.operands[0]].shape[1], t[cmd.operands[1]].shape[1]
+        eu = heads * queries * keys * SOFTMAX_OPS
+        if a.get("g_flash") == "block":
+            eu += heads * queries * (d + FLASH_RESCALE_OPS)
+        return 4.0 * queries * keys * heads * d, float(eu)
 
     def compute_s(self, cmd: Instr) -> tuple[float, float, float]:
         flops, eu = self.work(cmd)
@@ -178,6 +195,7 @@ class Engines:
         scratch_ids = iter(range(-1, -(10**9), -1))
         groups, previous = [], start
         tensors = prog.tensors
+        extent = allocation_extents(prog)
 
         def claim(lo: int, hi: int, buffer: int) -> float:
             """Allocate lo..hi for `buffer`: when may it be written (every overlapped allocation dead)."""
@@ -202,7 +220,7 @@ class Engines:
                 out = tensors[cmd.result]
                 scratch = None
                 if out.local and out.buffer not in ready:
-                    t0 = max(t0, claim(out.address, out.address + nbytes(out), out.buffer))
+                    t0 = max(t0, claim(*extent[out.buffer], out.buffer))  # the whole allocation, every view
                 if "scratch" in cmd.attrs:
                     lo, size = cmd.attrs["scratch"]
                     scratch = next(scratch_ids)
@@ -241,6 +259,19 @@ class Engines:
             previous = end_g
             groups.append(gt)
         return NetTime(prog.net, prog.stage, prog.layer, self.end - start, groups)
+
+
+def allocation_extents(prog: Program) -> dict[int, tuple[int, int]]:
+    """Local allocation -> the bytes its views cover (a key block is loaded in pieces, a view each)."""
+    out: dict[int, tuple[int, int]] = {}
+    for g in prog.groups:
+        for cmd in g.cmds:
+            for i in (*cmd.operands, cmd.result):
+                t = prog.tensors[i]
+                if t.local:
+                    lo, hi = out.get(t.buffer, (t.address, t.address))
+                    out[t.buffer] = (min(lo, t.address), max(hi, t.address + nbytes(t)))
+    return out
 
 
 def time_programs(progs: list[Program], rates: Rates, eff: Efficiency,

@@ -17,8 +17,13 @@ PROFILER_TERA = 1024e9
 F32_BYTES = 4
 # Vector work (norms, softmax, SiLU, dequantisation) is computed in f32, as the device rounds on store.
 EU_COMPUTE_BYTES = F32_BYTES
-# Flash-attention query block: rows per lane (an assumption; it sets how often K/V are re-read).
-FLASH_ROWS_PER_LANE = 16
+# Flash attention's cut, as the layer-group pass makes it (passes/group_plan.py: KEY_BLOCK_MIN, ROW_BLOCK,
+# STATE_BYTES; tests/test_flash_attention.py checks they agree): key blocks of at least this many keys,
+# query tiles of a multiple of ROW_BLOCK rows, the running state in f32.
+FLASH_KEY_BLOCK = 256
+FLASH_ROW_BLOCK = 8
+FLASH_MAX_ROW_TILE = 128
+FLASH_STATE_BYTES = 4
 
 
 @dataclass(frozen=True)
@@ -48,7 +53,3 @@ class Rates:
     def tile_bytes(self) -> int:
         """DMA tile of a pipelined op: a quarter of local memory (two tiles in flight, plus work space)."""
         return self.chip.lmem_bytes // 4
-
-    @property
-    def flash_query_rows(self) -> int:
-        return self.chip.npu_lanes * FLASH_ROWS_PER_LANE

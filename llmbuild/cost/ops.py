@@ -22,6 +22,9 @@ ROPE_OPS = 3  # x * cos, rotate(x) * sin, add
 SILU_MUL_OPS = 5  # exp, add 1, divide, multiply by x, multiply by up
 ADD_OPS = 1
 SOFTMAX_OPS = 5  # add mask, running max, subtract and exp, sum, normalise
+# Flash attention, per query row and head and key block beyond the scores: the rescale factor (subtract,
+# exp), the running sum's multiply-add; plus one multiply-add per accumulator element (d of them).
+FLASH_RESCALE_OPS = 3
 I32_BYTES = 4
 LOGIT_BYTES = 4  # lm_head writes f32 logits
 

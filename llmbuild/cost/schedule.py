@@ -13,8 +13,9 @@ what may overlap:
   PV, and the lm_head stays in bf16/f16;
 - `llmbuild` (the schedule our compiler targets): one launch per step with the nets queued back to back,
   weights of the next op and layer stream while this one computes (the DMA runs ahead as far as the
-  double buffer allows), flash attention keeps scores in local memory, and an untied lm_head is stored
-  in the mode's weight format.
+  double buffer allows), flash attention keeps scores in local memory (cut as the layer-group pass cuts
+  it: `flash_blocks`; K and V are re-read once per tile of query rows, and every key block rescales the
+  running state), and an untied lm_head is stored in the mode's weight format.
 
 Both fuse vector ops (norms, RoPE, SiLU, residuals) into the neighbouring matmul's tiles: TPU-MLIR's
 layer groups do that too. Weights and KV history may be prefetched; activations stream tile by tile.
@@ -28,8 +29,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from llmbuild.cost.efficiency import Efficiency
-from llmbuild.cost.hardware import Rates
-from llmbuild.cost.ops import Op, Stage
+from llmbuild.cost.hardware import FLASH_KEY_BLOCK, FLASH_MAX_ROW_TILE, FLASH_ROW_BLOCK, FLASH_STATE_BYTES, Rates
+from llmbuild.cost.ops import FLASH_RESCALE_OPS, Attention, Op, Stage
 
 # Materialised attention: QK^T writes the scores, softmax reads and writes them, PV reads them.
 SCORE_PASSES = 4
@@ -77,6 +78,52 @@ class OpTime:
         return asdict(self)
 
 
+def _flash_bytes(a: Attention, rows: int, keys: int, kv_heads: int) -> int:
+    """Local memory flash attention needs for `rows` query rows, key blocks of `keys` keys and commands
+    of `kv_heads` KV heads (the layer-group pass's layout without alignment): query and output tiles and
+    K, V and mask blocks, two copies each; the running state; the scores and probabilities (f32) of one
+    command's heads. Every row at once: one copy of the query and output tiles (nothing to overlap)."""
+    tiles = (1 if rows >= a.queries else 2) * 2 * rows * a.heads * a.head_dim * a.elem_bytes
+    blocks = 2 * (2 * keys * a.kv_heads * a.head_dim + rows * keys) * a.elem_bytes
+    state = FLASH_STATE_BYTES * a.heads * rows * (a.head_dim + 2)
+    return tiles + blocks + state + 2 * 4 * (a.heads // a.kv_heads * kv_heads) * rows * keys
+
+
+def _whole_bytes(a: Attention) -> int:
+    """Local memory attention needs whole, one KV head's queries per command: q, k, v, mask and output
+    held once, the scores and probabilities (f32) of one command's heads."""
+    held = (2 * a.queries * a.heads + 2 * a.keys * a.kv_heads) * a.head_dim + a.queries * a.keys
+    return held * a.elem_bytes + 2 * 4 * (a.heads // a.kv_heads) * a.queries * a.keys
+
+
+def _query_tiles(queries: int) -> list[int]:
+    """Query tiles the pass tries, largest first: every row, then halves (multiples of FLASH_ROW_BLOCK, at
+    most FLASH_MAX_ROW_TILE)."""
+    out, t = [queries], min(queries // 2 // FLASH_ROW_BLOCK * FLASH_ROW_BLOCK, FLASH_MAX_ROW_TILE)
+    while t >= FLASH_ROW_BLOCK:
+        out.append(t)
+        t = t // 2 // FLASH_ROW_BLOCK * FLASH_ROW_BLOCK
+    return out
+
+
+def flash_blocks(a: Attention, lmem_bytes: int) -> tuple[int, int]:
+    """(query tiles, key blocks) of one attention in local memory, as the layer-group pass cuts it
+    (group_plan.flash_layout): (1, 1) when the scores of one KV head's queries fit whole; else the largest
+    query tile that fits with key blocks of FLASH_KEY_BLOCK keys and commands of one KV head, then the
+    most KV heads per command and the largest power-of-two key block that fit with that tile."""
+    if _whole_bytes(a) <= lmem_bytes:
+        return 1, 1
+    least = min(a.keys, FLASH_KEY_BLOCK)
+    rows = next((r for r in _query_tiles(a.queries) if _flash_bytes(a, r, least, 1) <= lmem_bytes),
+                FLASH_ROW_BLOCK)
+    heads = max(h for h in range(1, a.kv_heads + 1)
+                if a.kv_heads % h == 0 and (h == 1 or _flash_bytes(a, rows, least, h) <= lmem_bytes))
+    keys = least
+    while keys * 2 < a.keys and _flash_bytes(a, rows, keys * 2, heads) <= lmem_bytes:
+        keys *= 2
+    return math.ceil(a.queries / rows), math.ceil(a.keys / keys)
+
+
 def score_traffic(op: Op, rates: Rates, schedule: Schedule) -> float:
     """DDR bytes an attention op moves beyond its inputs and outputs, under `schedule`."""
     a = op.attention
@@ -84,17 +131,30 @@ def score_traffic(op: Op, rates: Rates, schedule: Schedule) -> float:
         return 0.0
     if not schedule.flash_attention:
         return schedule.score_passes * a.score_elems * a.elem_bytes
-    # Flash attention re-reads every key row once per further block of query rows.
-    blocks = math.ceil(a.queries / rates.flash_query_rows)
-    return (blocks - 1) * a.kv_rows_bytes
+    # Flash attention re-reads every key row (history and new) once per further tile of query rows.
+    tiles, _ = flash_blocks(a, rates.chip.lmem_bytes)
+    return (tiles - 1) * a.kv_rows_bytes
+
+
+def flash_eu_ops(op: Op, rates: Rates, schedule: Schedule) -> float:
+    """Vector work flash attention adds to the softmax: per key block, the rescaling of every query row's
+    running sum and accumulator, and at the end the division by the sum."""
+    a = op.attention
+    if a is None or not schedule.flash_attention:
+        return 0.0
+    tiles, blocks = flash_blocks(a, rates.chip.lmem_bytes)
+    if tiles == blocks == 1:
+        return 0.0  # whole in local memory: one exact softmax
+    return a.heads * a.queries * (blocks * (a.head_dim + FLASH_RESCALE_OPS) + a.head_dim)
 
 
 def time_op(op: Op, rates: Rates, eff: Efficiency, schedule: Schedule, act_dtype: str) -> OpTime:
     dma_bytes = op.weight_bytes + op.act_bytes + op.kv_bytes + score_traffic(op, rates, schedule)
-    compute_s = op.flops / (rates.mac_flops_per_s(act_dtype) * eff.mac) + op.eu_ops / rates.eu_ops_per_s
+    eu_ops = op.eu_ops + flash_eu_ops(op, rates, schedule)
+    compute_s = op.flops / (rates.mac_flops_per_s(act_dtype) * eff.mac) + eu_ops / rates.eu_ops_per_s
     tiles = max(1, math.ceil(dma_bytes / rates.tile_bytes))
     return OpTime(
-        name=op.name, kind=op.kind, dma_bytes=dma_bytes, flops=op.flops, eu_ops=op.eu_ops,
+        name=op.name, kind=op.kind, dma_bytes=dma_bytes, flops=op.flops, eu_ops=eu_ops,
         dma_s=dma_bytes / (rates.ddr_bytes_per_s * eff.ddr), compute_s=compute_s,
         compute_cycles=compute_s * rates.clock_hz, tiles=tiles,
     )

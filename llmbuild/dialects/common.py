@@ -237,6 +237,10 @@ class FAttentionBase(IRDLOperation):
 
     queries [B, mq, q_head, dim], keys/values [B, mk, kv_head, dim], mask [B, 1, mq, mk] (additive),
     output [B, mq, q_head * dim]. Query head h reads KV head h // (q_head / kv_head).
+
+    Tile attributes (set by the layer-group pass in `tpu`; they fix the order of the sums, so every
+    executor computes these blocks, numerics/kernels.py): `tile_kvh` KV heads per block, `tile_q` query
+    rows per block, `tile_k` keys per block, with an online softmax across key blocks (flash attention).
     """
 
     queries = operand_def(TensorType)
@@ -251,8 +255,13 @@ class FAttentionBase(IRDLOperation):
     dim = attr_def(IntegerAttr)
     mq = attr_def(IntegerAttr)
     mk = attr_def(IntegerAttr)
+    tile_kvh = opt_attr_def(IntegerAttr)
+    tile_q = opt_attr_def(IntegerAttr)
+    tile_k = opt_attr_def(IntegerAttr)
 
     def verify_(self) -> None:
+        for name, tile in (("tile_kvh", self.tile_kvh), ("tile_q", self.tile_q), ("tile_k", self.tile_k)):
+            _expect(tile is None or tile.value.data > 0, self, f"{name} must be > 0")
         b, mq, mk = self.batch.value.data, self.mq.value.data, self.mk.value.data
         qh, kvh, d = self.q_head.value.data, self.kv_head.value.data, self.dim.value.data
         _expect(qh > 0 and kvh > 0 and qh % kvh == 0, self, f"q_head {qh} must be a multiple of kv_head {kvh}")

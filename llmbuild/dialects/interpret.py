@@ -18,6 +18,7 @@ from xdsl.ir import SSAValue
 from llmbuild.dialects.plain import main_func, op_attrs, string_list, tensor_info
 from llmbuild.numerics.formats import round_to
 from llmbuild.numerics.kernels import KERNELS
+from llmbuild.numerics.stored import RowReader
 
 WeightLookup = Callable[[str], np.ndarray]
 
@@ -29,9 +30,16 @@ class Execution:
     order: list[str] = field(default_factory=list)  # locs in execution order
 
 
+# Ops whose cost grows with the rows of their activation; they skip rows >= active_rows.
+ROW_SKIPPING = frozenset({"MatMul", "A16MatMul", "FAttention"})
+
+
 def interpret(
-    module: ModuleOp, inputs: Mapping[str, np.ndarray], weights: WeightLookup, *, reference: bool
+    module: ModuleOp, inputs: Mapping[str, np.ndarray], weights: WeightLookup, *, reference: bool,
+    active_rows: int | None = None,
 ) -> Execution:
+    """`active_rows`: only the first rows (tokens) hold real tokens; products and attention compute the
+    row tiles that hold them and leave zeros after them (the checks compare real rows only)."""
     fn = main_func(module)
     arg_names = string_list(fn.attributes["arg_names"])
     result_names = string_list(fn.attributes["result_names"])
@@ -55,10 +63,17 @@ def interpret(
             if kind == "Input":
                 result = env[op.operands[0]]
             elif kind == "Weight":
-                result = _to_compute(weights(op.attributes["name"].data), info.dtype, compute, reference)
+                value = weights(op.attributes["name"].data)
+                # A weight read by rows (a 7B vocabulary table) stays so: kernels decode what they use.
+                result = value if isinstance(value, RowReader) else _to_compute(value, info.dtype, compute, reference)
             else:
                 args = [env[v] for v in op.operands]
-                result = KERNELS[kind](op_attrs(op), *args)
+                attrs = op_attrs(op)
+                if active_rows is not None and kind in ROW_SKIPPING:
+                    attrs["active_rows"] = active_rows
+                if kind in ("MatMul", "A16MatMul") and not module.attributes.get("tpu.groups"):
+                    attrs["untiled"] = True  # TopOp: no device tiles whose sums to reproduce
+                result = KERNELS[kind](attrs, *args)
                 result = _to_compute(result, info.dtype, compute, reference)
             env[op.results[0]] = result
             loc = op.attributes["loc"].data
@@ -70,6 +85,8 @@ def interpret(
 def _to_compute(x: np.ndarray, dtype: str, compute: type, reference: bool) -> np.ndarray:
     if dtype == "i32":
         return np.asarray(x, dtype=np.int32)
+    if dtype == "u8":  # quantized levels: integers in any compute type, kept one byte each
+        return np.asarray(x, dtype=np.uint8)
     if reference:
         return np.asarray(x, dtype=np.float64)
     return round_to(np.asarray(x, dtype=np.float32), dtype)

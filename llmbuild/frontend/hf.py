@@ -18,6 +18,7 @@ from llmbuild.frontend.arch.base import expected_shapes
 from llmbuild.frontend.registry import architecture_for_hf_model_type, get_architecture
 from llmbuild.frontend.safetensors_header import read_header
 from llmbuild.frontend.spec import ModelSpec
+from llmbuild.numerics.stored import RowReader
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -84,6 +85,16 @@ class HFSource:
         return [name for name in self._shapes if name in self._entries]
 
     def tensor(self, name: str) -> np.ndarray:
+        entry = self._entry(name)
+        array = self._read(entry)
+        return self.architecture.transform_hf_tensor(name, array, self.spec)
+
+    def reader(self, name: str) -> RowReader:
+        """`name` read by row blocks, decoded to float32 as they are read: a 7B vocabulary table (2 GB in
+        float32) is never decoded whole. For tensors the family's hook leaves as they are (all of ours)."""
+        return _EntryRows(self, self._entry(name))
+
+    def _entry(self, name: str) -> _Entry:
         expected = self._shapes.get(name)
         if expected is None:
             raise LlmbuildError(f"{self.directory}: {name!r} is not a tensor of this {self.spec.architecture} model")
@@ -99,18 +110,43 @@ class HFSource:
         if entry.dtype not in _FLOAT_DTYPES:
             raise LlmbuildError(f"{entry.file}: tensor {entry.hf_name!r} has dtype {entry.dtype}, expected a float "
                                 "type (a quantized projection is read by the quantization import)")
-        array = self._read(entry)
-        return self.architecture.transform_hf_tensor(name, array, self.spec)
+        return entry
 
-    def _read(self, entry: _Entry) -> np.ndarray:
+    def _words(self, entry: _Entry) -> np.ndarray:
         mm = self._maps.get(entry.file)
         if mm is None:
             mm = self._maps[entry.file] = np.memmap(entry.file, dtype=np.uint8, mode="r")
-        words = mm[entry.begin : entry.end].view(_DTYPES[entry.dtype]).reshape(entry.shape)
+        return mm[entry.begin : entry.end].view(_DTYPES[entry.dtype]).reshape(entry.shape)
+
+    def _read(self, entry: _Entry, lo: int = 0, hi: int | None = None) -> np.ndarray:
+        words = self._words(entry)[lo:hi]
         if entry.dtype == "BF16":
             # bf16 is the top half of a float32: shift it back into place.
             return (words.astype(np.uint32) << 16).view(np.float32)
         return words.astype(np.float32)  # always a copy, never a view into the map
+
+
+class _EntryRows(RowReader):
+    def __init__(self, source: HFSource, entry: _Entry):
+        self.source, self.entry, self.shape = source, entry, tuple(entry.shape)
+
+    def rows(self, lo: int, hi: int) -> np.ndarray:
+        # Plain reads, not the memory map: streaming a 2 GB table through a map keeps it all resident.
+        dtype = np.dtype(_DTYPES[self.entry.dtype])
+        row = dtype.itemsize * int(np.prod(self.shape[1:]))
+        with open(self.entry.file, "rb") as f:
+            f.seek(self.entry.begin + lo * row)
+            words = np.frombuffer(f.read((hi - lo) * row), dtype=dtype).reshape(hi - lo, *self.shape[1:])
+        if self.entry.dtype == "BF16":
+            return (words.astype(np.uint32) << 16).view(np.float32)
+        return words.astype(np.float32)
+
+    def take(self, index: np.ndarray) -> np.ndarray:
+        index = np.asarray(index, dtype=np.int64)
+        words = self.source._words(self.entry)[index.reshape(-1)]
+        values = (words.astype(np.uint32) << 16).view(np.float32) if self.entry.dtype == "BF16" else words.astype(
+            np.float32)
+        return values.reshape(*index.shape, *self.shape[1:])
 
 
 def _read_index(directory: Path) -> tuple[Path, dict[str, _Entry]]:

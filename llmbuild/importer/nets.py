@@ -8,33 +8,18 @@ family variant needs no new code here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, i32, i64
 from xdsl.ir import SSAValue
 
 from llmbuild.dialects import common
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.importer.graph import TopGraph
+from llmbuild.importer.shapes import Shapes
 from llmbuild.quant.scheme import QuantScheme
 
 STAGES = ("prefill", "prefill_kv", "decode")
 STAGE_NET = {"prefill": "block_{}", "prefill_kv": "block_kv_{}", "decode": "block_cache_{}"}
 ROPE_COS, ROPE_SIN = "rope.cos", "rope.sin"
-
-
-@dataclass(frozen=True)
-class Shapes:
-    seq_length: int  # S: KV-cache rows
-    prefill_length: int  # L: tokens per prefill / prefill_kv call
-
-    def stage_tokens(self, stage: str) -> int:
-        return 1 if stage == "decode" else self.prefill_length
-
-    def stage_keys(self, stage: str) -> int:
-        """Attention keys per query: the new rows, plus the whole cache for history stages."""
-        return {"prefill": self.prefill_length, "prefill_kv": self.seq_length + self.prefill_length,
-                "decode": self.seq_length + 1}[stage]
 
 
 def block_net_name(layer: int, stage: str) -> str:

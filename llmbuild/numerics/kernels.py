@@ -12,7 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from llmbuild.numerics.parallel import tile_map
+from llmbuild.numerics.formats import round_bf16_inplace, round_to
+from llmbuild.numerics.parallel import tile_map, workers
+from llmbuild.numerics.stored import RowReader, Weight, is_lazy, materialize, row_slice, take_rows
 
 Kernel = Callable[..., np.ndarray]
 KERNELS: dict[str, Kernel] = {}
@@ -27,11 +29,13 @@ def kernel(name: str) -> Callable[[Kernel], Kernel]:
 
 
 @kernel("Gather")
-def gather(attrs: dict[str, Any], table: np.ndarray, indices: np.ndarray) -> np.ndarray:
+def gather(attrs: dict[str, Any], table: Weight, indices: np.ndarray) -> np.ndarray:
     idx = np.asarray(indices).astype(np.int64)
     n = table.shape[attrs["axis"]]
     if idx.size and (idx.min() < 0 or idx.max() >= n):
         raise IndexError(f"Gather index out of range [0, {n}): {idx.min()}..{idx.max()}")
+    if isinstance(table, RowReader):  # a table in its storage format: only the looked-up rows are decoded
+        return table.take(idx)
     return np.take(table, idx, axis=attrs["axis"])
 
 
@@ -44,9 +48,11 @@ def rms_norm(attrs: dict[str, Any], x: np.ndarray, gamma: np.ndarray) -> np.ndar
 # Rows per tile of a product the layer-group pass did not tile by rows: a fixed size, so that the tiles,
 # and with them the bits, do not depend on how many threads run them (numerics/parallel.py).
 ROW_TILE = 32
+LAZY_WHOLE_BYTES = 256 << 20
+PARALLEL_MIN_MACS = 1 << 24  # below this a column of tiles runs on the calling thread (same bits either way)
 
 
-def tiled_product(attrs: dict[str, Any], x: np.ndarray, w_nk: np.ndarray) -> np.ndarray:
+def tiled_product(attrs: dict[str, Any], x: np.ndarray, w_nk: Weight) -> np.ndarray:
     """`x @ w_nk^T`, computed tile by tile.
 
     `tile_m` (rows of x) and `tile_n` (rows of the [N, K] weight) are the op's tiles in local memory when
@@ -55,27 +61,62 @@ def tiled_product(attrs: dict[str, Any], x: np.ndarray, w_nk: np.ndarray) -> np.
     M, N and its thread count), so both executors compute exactly these tiles, each one single-threaded
     product: the device's tile-by-tile run and the host's whole-op run then agree bit for bit, on any
     number of threads.
+
+    `w_nk` may be a RowReader (a weight still in its storage format): each N tile is decoded when it is
+    used, so a product never holds more than one decoded tile. `active_rows` (set by an executor for one
+    run, never in the IR): only the row tiles holding rows < active_rows are computed, the rest of the
+    result is zero; the computed tiles are the same tiles, so their bits are those of the whole product.
     """
     lead, k = x.shape[:-1], x.shape[-1]
     x2 = x.reshape(-1, k)
     m, n = x2.shape[0], w_nk.shape[0]
     tm, tn = attrs.get("tile_m", 0) or ROW_TILE, attrs.get("tile_n", 0) or n
+    if tn >= n and isinstance(w_nk, RowReader) and 4 * n * k > LAZY_WHOLE_BYTES:
+        # No device weight this large is held whole (local memory is a few MiB), so only the float64 TopOp
+        # reference gets here, e.g. with a 7B vocabulary table: read it in blocks instead of decoding it.
+        tn = max(1, LAZY_WHOLE_BYTES // (4 * k))
     if m <= tm and n <= tn:
-        return x @ w_nk.T
-    out = np.empty((m, n), dtype=np.result_type(x2, w_nk))
-    cols = [np.ascontiguousarray(w_nk[c : c + tn]).T for c in range(0, n, tn)] if tn < n else [w_nk.T]
-
-    def tile(rc: tuple[int, int]) -> None:
-        r, j = rc
-        out[r : r + tm, j * tn : j * tn + tn] = np.ascontiguousarray(x2[r : r + tm]) @ cols[j]
-
-    tiles = [(r, j) for r in range(0, m, tm) for j in range(len(cols))]
-    if m == 1:  # a matrix-vector product: BLAS's own threads give the same bits (blas.py); no pool overhead
-        for t in tiles:
-            tile(t)
-    else:
-        tile_map(tile, tiles)
+        return x @ materialize(w_nk).T
+    active = attrs.get("active_rows") or m
+    if attrs.get("untiled"):  # the float TopOp reference: no tiles to match, one product over the real rows
+        out = np.zeros((m, n), dtype=np.result_type(x2.dtype, np.float32))
+        for c in range(0, n, tn):
+            out[:active, c : c + tn] = x2[:active] @ row_slice(w_nk, c, c + tn).T
+        return out.reshape(*lead, n)
+    rows = min(m, -(-active // tm) * tm)
+    out = (np.empty if rows == m else np.zeros)((m, n), dtype=np.result_type(x2.dtype, np.float32))
+    row_tiles = list(range(0, rows, tm))
+    starts = list(range(0, n, tn))
+    if tn >= n:  # a whole-N weight keeps its transposed view (no copy)
+        _tile_column(x2, materialize(w_nk).T, out, 0, tm, k, row_tiles)
+        return out.reshape(*lead, n)
+    # An N slice is made contiguous, as the device holds it in local memory. A weight in its storage format
+    # is decoded (dequantized) a few slices at a time on the tile threads: decoding costs more than the
+    # product it feeds, and a slice's values do not depend on which thread decodes it.
+    batch = workers() if isinstance(w_nk, RowReader) else 1
+    for b in range(0, len(starts), batch):
+        group = starts[b : b + batch]
+        slices = tile_map(lambda c: np.ascontiguousarray(row_slice(w_nk, c, c + tn)), group)
+        for c, w in zip(group, slices, strict=True):
+            _tile_column(x2, w.T, out, c, tm, k, row_tiles)
     return out.reshape(*lead, n)
+
+
+def _tile_column(x2: np.ndarray, w_kn: np.ndarray, out: np.ndarray, c: int, tm: int, k: int,
+                 row_tiles: list[int]) -> None:
+    """Columns c.. of the result: every row tile times one N slice of the weight ([K, tn], transposed)."""
+    tn = w_kn.shape[1]
+
+    def tile(r: int) -> None:
+        out[r : r + tm, c : c + tn] = np.ascontiguousarray(x2[r : r + tm]) @ w_kn
+
+    if x2.shape[0] == 1:  # a matrix-vector product: BLAS's own threads give the same bits (blas.py)
+        tile(0)
+    elif len(row_tiles) * tm * tn * k < PARALLEL_MIN_MACS:  # threads cost more than they save
+        for r in row_tiles:
+            tile(r)
+    else:
+        tile_map(tile, row_tiles)
 
 
 @kernel("MatMul")
@@ -116,38 +157,70 @@ def dequantize(attrs: dict[str, Any], weight: np.ndarray, scale: np.ndarray, zp:
     return w
 
 
-def _dequantize(attrs: dict[str, Any], weight: np.ndarray, scale: np.ndarray, zp: np.ndarray) -> np.ndarray:
-    levels = unpack_nibbles(weight) if attrs.get("packed") else weight
-    g = attrs["q_group_size"]
-    w = (levels.astype(scale.dtype) - np.repeat(zp, g, axis=1).astype(scale.dtype)) * np.repeat(scale, g, axis=1)
-    if attrs.get("dequant_dtype"):
-        from llmbuild.numerics.formats import round_to
+def dequantize_uncached(attrs: dict[str, Any], weight: np.ndarray, scale: np.ndarray, zp: np.ndarray) -> np.ndarray:
+    """`dequantize` for a caller that keeps the result itself (the host path's bounded cache)."""
+    return _dequantize(attrs, weight, scale, zp)
 
-        w = round_to(w.astype(np.float32), attrs["dequant_dtype"])
+
+def clear_dequantize_cache() -> None:
+    """Forget every cached dequantized weight (a build step done with one layer's weights)."""
+    _DEQUANT_CACHE.clear()
+
+
+def _dequantize(attrs: dict[str, Any], weight: np.ndarray, scale: np.ndarray, zp: np.ndarray) -> np.ndarray:
+    """(levels - zero) * scale per group of K, in the scale's type; with `dequant_dtype`, rounded to it as
+    the device's dequantizer does. In place on one array: a 7B projection is 68M values."""
+    levels = unpack_nibbles(weight) if attrs.get("packed") else np.asarray(weight)
+    n, k = levels.shape
+    g = attrs["q_group_size"]
+    w = levels.astype(scale.dtype).reshape(n, k // g, g)
+    w -= np.asarray(zp).astype(scale.dtype)[:, :, None]
+    w *= np.asarray(scale)[:, :, None]
+    w = w.reshape(n, k)
+    if attrs.get("dequant_dtype") == "bf16" and w.dtype == np.float32:
+        w = round_bf16_inplace(w, finite=bool(np.isfinite(scale).all()))  # levels and zeros are finite
+    elif attrs.get("dequant_dtype"):
+        w = round_to(w.astype(np.float32, copy=False), attrs["dequant_dtype"])
     return w
+
+
+class DequantizedRows(RowReader):
+    """A quantized weight in its storage format, dequantized slice by slice as a product reads it."""
+
+    def __init__(self, attrs: dict[str, Any], weight: Weight, scale: Weight, zp: Weight, dtype: np.dtype):
+        self.attrs, self.weight, self.scale, self.zp, self.dtype = attrs, weight, scale, zp, dtype
+        cols = weight.shape[1] * (2 if attrs.get("packed") else 1)
+        self.shape = (weight.shape[0], cols)
+
+    def rows(self, lo: int, hi: int) -> np.ndarray:
+        parts = (row_slice(self.weight, lo, hi), row_slice(self.scale, lo, hi), row_slice(self.zp, lo, hi))
+        return _dequantize(self.attrs, *parts).astype(self.dtype, copy=False)
 
 
 @kernel("A16MatMul")
 def a16_matmul(
-    attrs: dict[str, Any], x: np.ndarray, weight: np.ndarray, scale: np.ndarray, zp: np.ndarray,
+    attrs: dict[str, Any], x: np.ndarray, weight: Weight, scale: Weight, zp: Weight,
     bias: np.ndarray | None = None,
 ) -> np.ndarray:
-    # copy=False: the cached dequantized weight is already in x's dtype on both executors; a plain astype
-    # copied the whole matrix on every call (what made the host's w4 decode slower than bf16).
-    y = tiled_product(attrs, x, dequantize(attrs, weight, scale, zp).astype(x.dtype, copy=False))
+    if is_lazy(weight, scale, zp):
+        y = tiled_product(attrs, x, DequantizedRows(attrs, weight, scale, zp, x.dtype))
+    else:
+        # copy=False: the cached dequantized weight is already in x's dtype on both executors; a plain
+        # astype copied the whole matrix on every call (what made the host's w4 decode slower than bf16).
+        y = tiled_product(attrs, x, dequantize(attrs, weight, scale, zp).astype(x.dtype, copy=False))
     return y if bias is None else y + bias
 
 
 @kernel("A16Gather")
 def a16_gather(
-    attrs: dict[str, Any], weight: np.ndarray, scale: np.ndarray, zp: np.ndarray, indices: np.ndarray
+    attrs: dict[str, Any], weight: Weight, scale: Weight, zp: Weight, indices: np.ndarray
 ) -> np.ndarray:
     # Only the looked-up rows are dequantized: a 49k-row table is never expanded for a few tokens.
     idx = np.asarray(indices).astype(np.int64)
     if idx.size and (idx.min() < 0 or idx.max() >= weight.shape[0]):
         raise IndexError(f"A16Gather index out of range [0, {weight.shape[0]}): {idx.min()}..{idx.max()}")
     flat = idx.reshape(-1)
-    rows = _dequantize(attrs, weight[flat], scale[flat], zp[flat])
+    rows = _dequantize(attrs, take_rows(weight, flat), take_rows(scale, flat), take_rows(zp, flat))
     return rows.reshape(idx.shape + rows.shape[-1:])
 
 
@@ -176,12 +249,39 @@ def softmax(x: np.ndarray, axis: int) -> np.ndarray:
     return e / np.sum(e, axis=axis, keepdims=True)
 
 
+# Scores of one block of query rows that FAttention holds at once when no tiles are given (32 MiB in f64):
+# attention then runs in bounded memory at any length, blocks of whole query rows, one softmax each.
+ATTENTION_BLOCK_SCORES = 1 << 22
+
+
 @kernel("FAttention")
-def fattention(
-    attrs: dict[str, Any], q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray
-) -> np.ndarray:
-    """`tile_kvh` (set by the layer-group pass): computed in blocks of that many KV heads (with their query
-    heads), as local memory holds them; each block is contiguous, as the device reads it."""
+def fattention(attrs: dict[str, Any], *args: np.ndarray) -> np.ndarray:
+    """Grouped-query attention (operands q, k, v, mask), cut as its tile attributes say.
+
+    - `tile_kvh` (set by the layer-group pass): blocks of that many KV heads (with their query heads);
+    - `tile_q`: blocks of that many query rows (local memory's row tiles);
+    - `tile_k`: keys in blocks of that many rows with an online softmax (flash attention), per block in
+      f32: scores = q·kᵀ·scale + mask, new running max, p = exp(scores - max), running sum and
+      accumulator rescaled by exp(old max - new max), and at the end accumulator / sum. Without tile_q
+      the query block is every row (the pass sized the block to fit local memory).
+    Without tile_k each query block is one exact softmax over every key; without tile_q its rows are
+    bounded by ATTENTION_BLOCK_SCORES scores. Every block is made contiguous, as the device reads it, so
+    the device's commands (one per block, `flash_block` / `flash_end`) and this whole-op call compute the
+    same products on the same arrays: the same bits.
+
+    `active_rows` (set by an executor for one run, never in the IR): only the query blocks holding rows
+    < active_rows are computed, the same blocks as in the whole computation; other rows are zero.
+
+    A device command of a blocked attention carries `g_flash`: "block" (operands q, k, v, mask and the
+    running state from the previous block, absent for the first) returns the new state; "end" (operand:
+    the state) returns the output rows.
+    """
+    step = attrs.get("g_flash")
+    if step == "block":
+        return flash_block(attrs, *args)
+    if step == "end":
+        return flash_end(args[0])
+    q, k, v, mask = args
     tile = attrs.get("tile_kvh", 0)
     kvh = attrs["kv_head"]
     if not tile or tile >= kvh:
@@ -196,17 +296,101 @@ def fattention(
     return np.concatenate(parts, axis=-1)
 
 
+def attention_query_rows(attrs: dict[str, Any], heads: int, queries: int, keys: int) -> int:
+    """Query rows per block of the kernel: `tile_q`, else all rows with key blocks, else a bounded block."""
+    if attrs.get("tile_q"):
+        return min(int(attrs["tile_q"]), queries)
+    if attrs.get("tile_k"):
+        return queries
+    return max(1, min(queries, ATTENTION_BLOCK_SCORES // max(1, heads * keys)))
+
+
 def _attention(attrs: dict[str, Any], q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Every query block of one group of KV heads (q [B, mq, heads, d], k/v [B, mk, kvh, d])."""
     b, mq, qh, d = q.shape
-    group = qh // attrs["kv_head"]
-    # [B, kvh, group, mq, d] x [B, kvh, mk, d]: no repeated copy of K/V per query head.
-    qg = q.transpose(0, 2, 1, 3).reshape(b, attrs["kv_head"], group, mq, d)
+    mk = k.shape[1]
+    tq = attention_query_rows(attrs, qh, mq, mk)
+    tk = int(attrs.get("tile_k", 0) or 0)
+    active = min(mq, attrs.get("active_rows") or mq)
+    whole = tq >= mq and active >= mq
+    out = np.empty((b, mq, qh * d), dtype=q.dtype) if whole else np.zeros((b, mq, qh * d), dtype=q.dtype)
+
+    def rows(r: int) -> None:
+        qs = np.ascontiguousarray(q[:, r : r + tq])
+        ms = np.ascontiguousarray(mask[:, :, r : r + tq])
+        if tk:
+            state = None
+            for s in range(0, mk, tk):
+                state = flash_block(attrs, qs, k[:, s : s + tk], v[:, s : s + tk], ms[..., s : s + tk], state)
+            out[:, r : r + tq] = flash_end(state)  # type: ignore[arg-type]
+        else:
+            out[:, r : r + tq] = _softmax_attention(attrs, qs, k, v, ms)
+
+    # Query blocks are independent and each is computed whole by one thread: the same bits on any number.
+    tile_map(rows, range(0, active, tq))
+    return out
+
+
+def _grouped(q: np.ndarray, kvh: int) -> np.ndarray:
+    """q [B, rows, heads, d] -> [B, kvh, group, rows, d]: no repeated copy of K/V per query head."""
+    b, rows, qh, d = q.shape
+    return q.transpose(0, 2, 1, 3).reshape(b, kvh, qh // kvh, rows, d)
+
+
+def _ungrouped(out: np.ndarray) -> np.ndarray:
+    """[B, kvh, group, rows, d] -> [B, rows, heads * d], head h = kv * group + g."""
+    b, kvh, group, rows, d = out.shape
+    return out.reshape(b, kvh * group, rows, d).transpose(0, 2, 1, 3).reshape(b, rows, kvh * group * d)
+
+
+def _softmax_attention(attrs: dict[str, Any], q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                       mask: np.ndarray) -> np.ndarray:
+    kvh = k.shape[2]
     kt = k.transpose(0, 2, 3, 1)  # [B, kvh, d, mk]
-    scores = np.matmul(qg, kt[:, :, None]) * q.dtype.type(attrs["scale"])
-    scores = scores + mask[:, :, None]  # mask [B, 1, mq, mk] -> [B, 1, 1, mq, mk]
+    scores = np.matmul(_grouped(q, kvh), kt[:, :, None]) * q.dtype.type(attrs["scale"])
+    scores = scores + mask[:, :, None]  # mask [B, 1, rows, mk] -> [B, 1, 1, rows, mk]
     probs = softmax(scores, axis=-1)
-    out = np.matmul(probs, v.transpose(0, 2, 1, 3)[:, :, None])  # [B, kvh, group, mq, d]
-    return out.reshape(b, qh, mq, d).transpose(0, 2, 1, 3).reshape(b, mq, qh * d)
+    return _ungrouped(np.matmul(probs, v.transpose(0, 2, 1, 3)[:, :, None]))
+
+
+def flash_block(attrs: dict[str, Any], q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray,
+                state: np.ndarray | None = None) -> np.ndarray:
+    """One key block of the online softmax for one block of query rows, in q's dtype (f32 on the device).
+
+    q [B, rows, heads, d], k/v [B, keys, kvh, d], mask [B, 1, rows, keys]; `state` [B, kvh, group, rows,
+    d + 2] holds the accumulator (d values), the running max and the running sum of every query row, as
+    local memory keeps it between blocks; None for the first block (a zero accumulator and sum, whose
+    rescaling by exp(-inf) would add exactly nothing). Returns the new state. A key block the mask hides
+    (-9984) contributes exactly nothing once a visible key was seen: exp underflows to 0 and the rescale
+    factor is exp(0) = 1.
+    """
+    q, k, v, mask = (np.ascontiguousarray(x) for x in (q, k, v, mask))
+    kvh, d = k.shape[2], q.shape[3]
+    scores = np.matmul(_grouped(q, kvh), k.transpose(0, 2, 3, 1)[:, :, None]) * q.dtype.type(attrs["scale"])
+    scores += mask[:, :, None]
+    top = scores.max(axis=-1)
+    if state is not None:
+        top = np.maximum(state[..., d], top)
+    scores -= top[..., None]
+    p = np.exp(scores, out=scores)
+    total = p.sum(axis=-1)
+    pv = np.matmul(p, v.transpose(0, 2, 1, 3)[:, :, None])  # [B, kvh, group, rows, d]
+    new = np.empty((*top.shape, d + 2), dtype=q.dtype)
+    if state is None:
+        new[..., :d] = pv
+        new[..., d + 1] = total
+    else:
+        alpha = np.exp(state[..., d] - top)
+        new[..., :d] = state[..., :d] * alpha[..., None] + pv
+        new[..., d + 1] = state[..., d + 1] * alpha + total
+    new[..., d] = top
+    return new
+
+
+def flash_end(state: np.ndarray) -> np.ndarray:
+    """The output rows [B, rows, heads * d] of a finished online softmax: accumulator / sum."""
+    d = state.shape[-1] - 2
+    return _ungrouped(state[..., :d] / state[..., d + 1 :])
 
 
 @kernel("Concat")

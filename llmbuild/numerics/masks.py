@@ -15,7 +15,7 @@ def prefill(n: int, L: int, S: int) -> tuple[np.ndarray, np.ndarray]:
     """First chunk: n real tokens at positions 0..n-1. mask [1,1,L,L], causal."""
     pos = np.minimum(np.arange(L), S - 1).reshape(1, L).astype(np.int32)
     i, j = np.arange(L)[:, None], np.arange(L)[None, :]
-    mask = np.where(j <= i, 0.0, mask_value("")).astype(np.float32)
+    mask = np.where(j <= i, np.float32(0), np.float32(mask_value("")))
     return pos, mask.reshape(1, 1, L, L)
 
 
@@ -26,7 +26,7 @@ def prefill_kv(n: int, history: int, L: int, S: int) -> tuple[np.ndarray, np.nda
     cache_cols = np.broadcast_to(np.arange(S)[None, :] < history, (L, S))
     new_cols = np.arange(L)[None, :] <= i
     visible = np.concatenate([cache_cols, new_cols], axis=1)
-    mask = np.where(visible, 0.0, mask_value("")).astype(np.float32)
+    mask = np.where(visible, np.float32(0), np.float32(mask_value("")))
     return pos, mask.reshape(1, 1, L, S + L)
 
 

@@ -11,9 +11,24 @@ The decisions are `group_plan.py`'s; this pass writes them into the IR, TPU-MLIR
     }) {group = 0, rows = 1, tile_rows = 0, lmem_peak_bytes = 143360, stream_slot_bytes = 65536} : ...
 
 Types keep the global shape and address of each value; `ginfo.lmem` is where the value (or each of its
-ping-pong copies) sits in local memory. The compute op's `tile_m` / `tile_n` / `tile_kvh` attributes say
-how the op is cut; they are also set on the ungrouped module, because they fix the order of the
-floating-point sums (numerics/kernels.py), which both executors must share.
+ping-pong copies) sits in local memory. The compute op's `tile_m` / `tile_n` / `tile_kvh` / `tile_q` /
+`tile_k` attributes say how the op is cut; they are also set on the ungrouped module, because they fix the
+order of the floating-point sums (numerics/kernels.py), which both executors must share.
+
+Flash attention (an attention with `tile_k`) in a group:
+
+    %hk = "tpu.Load"(%history_k) {ginfo = {mode = "block", axis = 1, lmem = array<i64: A0, A1>}} : ...
+    %k = "tpu.Load"(%k_new) {ginfo = {mode = "block", axis = 1, lmem = array<i64: A0, A1>}} : ...
+    %m = "tpu.Load"(%mask) {ginfo = {mode = "block", axis = 3, row_axis = 2, lmem = array<i64: M0, M1>}} : ...
+    %kc = "tpu.Concat"(%hk, %k) {axis = 1, ginfo = {mode = "block", lmem = array<i64: A0, A1>}} : ...
+    %o = "tpu.FAttention"(%q, %kc, %vc, %m) {..., tile_q = 256, tile_k = 256,
+           ginfo = {lmem = ..., scratch = array<i64: addr, bytes>, state = array<i64: addr, bytes>}} : ...
+
+`mode = "block"` loads are cut per key block (along `axis`; the mask also along `row_axis` per row tile)
+into the two slots of the attention operand they feed; a Concat with `mode = "block"` is computed per key
+block into those slots (its inputs' blocks land side by side, so it copies only rows computed in the
+group); `state` is the online softmax's running max, sum and accumulator (f32), kept from one key block
+to the next. The group's `key_block` attribute repeats the attention's `tile_k`.
 """
 
 from __future__ import annotations
@@ -28,7 +43,14 @@ from xdsl.passes import ModulePass
 from llmbuild.dialects import tpu
 from llmbuild.dialects.common import i64_array, i64_attr
 from llmbuild.dialects.plain import main_func, tensor_info
-from llmbuild.passes.group_plan import MATMULS, GroupPlan, plan_groups, streamed_operands
+from llmbuild.passes.group_plan import (
+    MATMULS,
+    GroupPlan,
+    attention_scratch,
+    flash_state_bytes,
+    plan_groups,
+    streamed_operands,
+)
 from llmbuild.target import Chip, load_chip
 
 
@@ -69,11 +91,15 @@ def tile_attrs(plan: GroupPlan, op: Operation) -> dict[str, int]:
             out["tile_n"] = tn
     if op in plan.tile_kvh:
         out["tile_kvh"] = plan.tile_kvh[op]
+    if op in plan.tile_k:
+        out["tile_k"] = plan.tile_k[op]
+        if plan.tile_rows:
+            out["tile_q"] = plan.tile_rows
     return out
 
 
 def annotate_tiles(module: ModuleOp, plans: list[GroupPlan]) -> None:
-    """Set tile_m / tile_n / tile_kvh on the ops `plans` (made on this module) cut."""
+    """Set tile_m / tile_n / tile_kvh / tile_q / tile_k on the ops `plans` (made on this module) cut."""
     for plan in plans:
         for op in plan.ops:
             for key, value in tile_attrs(plan, op).items():
@@ -123,10 +149,15 @@ def group_module(module: ModuleOp, plans: list[GroupPlan]) -> None:
 def _build_group(plan: GroupPlan, renamed: dict[SSAValue, SSAValue]) -> tpu.GroupOp:
     body = Block()
     mapping: dict[SSAValue, SSAValue] = {}
+    blocks = plan.blocks
     for v, mode in plan.loads.items():
         info = {"mode": StringAttr(mode), "lmem": i64_array(plan.lmem[("load", v)])}
         if mode == "tile":
             info["axis"] = i64_attr(1)
+        elif mode == "block":  # keys (tokens) of K/V rows, or of the mask's columns
+            info["axis"] = i64_attr(3 if blocks[v] == 3 else 1)
+            if blocks[v] == 3 and plan.tile_rows:
+                info["row_axis"] = i64_attr(2)
         load = tpu.LoadOp(operands=[renamed.get(v, v)], result_types=[v.type], attributes={"ginfo": _ginfo(**info)})
         body.add_op(load)
         mapping[renamed.get(v, v)] = load.results[0]  # the ops now read the earlier group's result
@@ -145,13 +176,7 @@ def _build_group(plan: GroupPlan, renamed: dict[SSAValue, SSAValue]) -> tpu.Grou
                     body.add_op(load)
                     local[op.operands[i]] = load.results[0]
         new = op.clone(value_mapper=local)
-        info: dict[str, Attribute] = {"lmem": i64_array(plan.lmem[("value", op.results[0])])}
-        if ("scratch", op) in plan.lmem:
-            from llmbuild.passes.group_plan import attention_scratch
-
-            info["scratch"] = i64_array([plan.lmem[("scratch", op)][0],
-                                         attention_scratch(op, plan.tile_kvh.get(op))])
-        new.attributes["ginfo"] = _ginfo(**info)
+        new.attributes["ginfo"] = _ginfo(**_compute_info(plan, op))
         body.add_op(new)
         mapping[op.results[0]] = new.results[0]
         if op.results[0] in plan.stores:
@@ -164,4 +189,20 @@ def _build_group(plan: GroupPlan, renamed: dict[SSAValue, SSAValue]) -> tpu.Grou
         "group": i64_attr(plan.index), "rows": i64_attr(plan.rows), "tile_rows": i64_attr(plan.tile_rows),
         "lmem_peak_bytes": i64_attr(plan.lmem_peak_bytes), "stream_slot_bytes": i64_attr(plan.stream_slot),
     }
+    if plan.tile_k:
+        attrs["key_block"] = i64_attr(max(plan.tile_k.values()))
     return tpu.GroupOp(result_types=[[v.type for v in plan.stores]], regions=[Region(body)], attributes=attrs)
+
+
+def _compute_info(plan: GroupPlan, op: Operation) -> dict[str, Attribute]:
+    """ginfo of a compute op: where its result lives and, for attention, its scratch and state."""
+    info: dict[str, Attribute] = {"lmem": i64_array(plan.lmem[("value", op.results[0])])}
+    if op in plan.fused:
+        info["mode"] = StringAttr("block")
+    if ("scratch", op) in plan.lmem:
+        rows = (plan.tile_rows or None) if op in plan.tile_k else None
+        size = attention_scratch(op, plan.tile_kvh.get(op), rows, plan.tile_k.get(op))
+        info["scratch"] = i64_array([plan.lmem[("scratch", op)][0], size])
+    if ("state", op) in plan.lmem:
+        info["state"] = i64_array([plan.lmem[("state", op)][0], flash_state_bytes(op, plan.tile_rows)])
+    return info

@@ -32,26 +32,43 @@ AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)  # nibble p of a word holds column 8w + AWQ
 PRIMARY_TENSOR = {"gptq": "qweight", "awq": "qweight", "pack-quantized": "weight_packed"}
 
 
+def _as_words(words: np.ndarray) -> np.ndarray:
+    """Integer words as uint32 bit patterns (two's complement reinterpreted, i.e. value mod 2^32): a view
+    for 32-bit integers, a modular cast otherwise, never a wider temporary."""
+    if words.dtype.kind not in "iu":
+        raise LlmbuildError(f"packed words must be integers, got {words.dtype}")
+    if words.dtype.itemsize == 4:
+        return np.ascontiguousarray(words).view(np.uint32)
+    return words.astype(np.uint32)
+
+
+def _field(w: np.ndarray, position: int, bits: int, scratch: np.ndarray) -> np.ndarray:
+    """Field `position` of every word, in `scratch` (uint32, w's shape): one word-sized temporary reused
+    for every field, where a whole [.., pf, ..] int64 array is 2 * pf times the packed size."""
+    np.right_shift(w, np.uint32(position * bits), out=scratch)
+    return np.bitwise_and(scratch, np.uint32((1 << bits) - 1), out=scratch)
+
+
 def unpack_along_rows(words: np.ndarray, bits: int) -> np.ndarray:
     """int32 [R, C] -> uint8 [R * pf, C]: row r * pf + j is field j (bits j*bits..) of word row r."""
     pf = 32 // bits
-    w = words.astype(np.int64) & 0xFFFFFFFF
-    shifts = (np.arange(pf, dtype=np.int64) * bits)[None, :, None]
-    fields = (w[:, None, :] >> shifts) & ((1 << bits) - 1)
-    return fields.reshape(words.shape[0] * pf, words.shape[1]).astype(np.uint8)
+    w = _as_words(words)
+    out = np.empty((w.shape[0], pf, w.shape[1]), dtype=np.uint8)
+    scratch = np.empty_like(w)
+    for j in range(pf):
+        out[:, j, :] = _field(w, j, bits, scratch)  # fields are < 2^bits: exact in uint8
+    return out.reshape(w.shape[0] * pf, w.shape[1])
 
 
 def unpack_along_cols(words: np.ndarray, bits: int, order: tuple[int, ...] | None = None) -> np.ndarray:
     """int32 [R, C] -> uint8 [R, C * pf]: column c * pf + order[p] is field p of word column c."""
     pf = 32 // bits
-    w = words.astype(np.int64) & 0xFFFFFFFF
-    shifts = (np.arange(pf, dtype=np.int64) * bits)[None, None, :]
-    fields = (w[:, :, None] >> shifts) & ((1 << bits) - 1)  # [R, C, position]
-    if order is not None:
-        columns = np.empty_like(fields)
-        columns[:, :, list(order)] = fields  # position p -> column order[p]
-        fields = columns
-    return fields.reshape(words.shape[0], words.shape[1] * pf).astype(np.uint8)
+    w = _as_words(words)
+    out = np.empty((w.shape[0], w.shape[1], pf), dtype=np.uint8)
+    scratch = np.empty_like(w)
+    for p in range(pf):
+        out[:, :, p if order is None else order[p]] = _field(w, p, bits, scratch)  # position p -> column order[p]
+    return out.reshape(w.shape[0], w.shape[1] * pf)
 
 
 def _repeat_word(value: int, bits: int) -> int:
@@ -176,7 +193,10 @@ def _read_gptq(layer: _Layer, shape: tuple[int, int] | None) -> QuantizedLinear:
         # Undo "stored = zero - 1" on whole words, exactly as gptqmodel's v1 -> v2 conversion does.
         offset = _repeat_word(layer.info.zero_offset, bits)
         qzeros = (qzeros.astype(np.int64) + offset) & 0xFFFFFFFF
-    q = unpack_along_rows(qweight, bits)  # [K, N]
+    # Field j of word row r is input row r * pf + j: unpacking the transposed words along columns gives
+    # [N, K] directly (a view of it is the [K, N] levels), so _from_k_major's transpose copies nothing
+    # and only the words (half the levels' bytes at 4 bits) are transposed.
+    q = unpack_along_cols(np.ascontiguousarray(qweight.T), bits).T  # [K, N]
     zero = unpack_along_cols(qzeros, bits)  # [K/g, N]
     return _from_k_major(q, scales, zero, g, bits, layer.bias(n), _g_idx(layer, "g_idx", k, g, groups, why))
 

@@ -101,6 +101,7 @@ class VerifyConfig:
     prompt_ids: tuple[int, ...] | None = None  # default: derived from the prompt or fixed ids
     prompt: str | None = None  # a chat message; the chat template is applied
     max_new_tokens: int = 16
+    check_tokens: int = 64  # real tokens per prefill / prefill_kv stage check
     exact_tokens: bool = True  # require identical greedy ids (f32); else only logits_cosine
     logits_cosine: float = 0.999  # first-step logits against transformers in f32
 

@@ -297,6 +297,10 @@ FIELDS: tuple[FieldSpec, ...] = (
               default=None, note="not with `prompt_ids`"),
     FieldSpec("verify.max_new_tokens", "integer", "Greedy tokens generated end to end.", default=16,
               constraint=Positive()),
+    FieldSpec("verify.check_tokens", "integer",
+              "Real tokens in each `prefill` and `prefill_kv` check (the reference runs 2 x this + 1 "
+              "tokens; the rest of each L-token net is padding, computed only on the sampled layers the "
+              "simulated device checks in full).", default=64, constraint=Positive()),
     FieldSpec("verify.exact_tokens", "boolean",
               "Require the same greedy ids as transformers (f32); if false only `logits_cosine` "
               "is checked.", default=True),

@@ -33,6 +33,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt-ids", help="comma-separated token ids, fed as they are")
     p.add_argument("--raw", action="store_true", help="tokenize --prompt without the chat template")
     p.add_argument("--json", action="store_true", help='print {"ids", "text", "logits"} (logits of every step)')
+    p.add_argument("--timing", action="store_true",
+                   help="also report the host's first-token latency and decode tokens/s (in the JSON with --json)")
 
 
 def add_chat_arguments(p: argparse.ArgumentParser) -> None:
@@ -77,9 +79,12 @@ def run_command(args: argparse.Namespace) -> None:
     assert reply is not None
     if args.json:
         logits = [[float(x) for x in step] for step in reply.logits]
-        print(json.dumps({"ids": ids, "text": reply.text, "logits": logits}))
+        timing = {"first_token_s": round(reply.first_token_s, 4), "tokens_per_s": round(reply.tokens_per_s, 3)}
+        print(json.dumps({"ids": ids, "text": reply.text, "logits": logits, **(timing if args.timing else {})}))
     else:
         print(reply.text)
+        if args.timing:
+            print(timing_line(reply, None, ""), file=sys.stderr)
 
 
 def _chip_estimate(meta: dict) -> Any:

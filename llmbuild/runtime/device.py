@@ -20,10 +20,13 @@ from llmbuild import LlmbuildError
 from llmbuild.codegen.program import Program, TensorDesc
 from llmbuild.numerics.formats import STORAGE, decode, encode, round_to
 from llmbuild.numerics.kernels import KERNELS
+from llmbuild.numerics.stored import StoredTensor
 from llmbuild.runtime.blas import one_thread
 from llmbuild.runtime.local_memory import run_groups
+from llmbuild.runtime.weight_image import FlatImage, WeightImage
 
 Trace = Callable[[str, np.ndarray], None]
+LAZY_WEIGHT_BYTES = 64 << 20  # weights larger than this once decoded stay in their storage format
 
 
 class DeviceFault(LlmbuildError):
@@ -31,12 +34,17 @@ class DeviceFault(LlmbuildError):
 
 
 class Device:
-    def __init__(self, size: int, weight_region: tuple[int, int] = (0, 0), lmem_bytes: int | None = None):
-        """`lmem_bytes`: the chip's local memory; None takes what each program was planned for."""
+    def __init__(self, size: int, weight_region: tuple[int, int] = (0, 0), lmem_bytes: int | None = None,
+                 weights: memoryview | bytes | WeightImage | None = None):
+        """`lmem_bytes`: the chip's local memory; None takes what each program was planned for. `weights`:
+        the weight region's bytes (the binary's memory-mapped section), read in place instead of copied
+        into device memory: a 7B image is not duplicated in host memory."""
         # np.zeros maps pages lazily: untouched regions cost no host memory.
         self.mem = np.zeros(size, dtype=np.uint8)
         self.weight_region = weight_region
         self.lmem_bytes = lmem_bytes
+        self._weights = weights if weights is None or isinstance(weights, WeightImage) else FlatImage(
+            weights, weight_region[0])
         self._lmem: np.ndarray | None = None
         self._weight_cache: dict[tuple[int, str, tuple[int, ...]], np.ndarray] = {}
 
@@ -46,19 +54,29 @@ class Device:
         end = t.address + count * nbytes
         if t.address < 0 or end > self.mem.size:
             raise DeviceFault(f"access {t.address:#x}..{end:#x} outside device memory ({self.mem.size:#x})")
+        if self._weights is not None and self._in_weights(t):
+            try:
+                return self._weights.view(t.address, end - t.address).view(dt).reshape(t.shape)
+            except LlmbuildError as exc:
+                raise DeviceFault(f"access {t.address:#x}..{end:#x}: {exc}") from None
         return self.mem[t.address : end].view(dt).reshape(t.shape)
 
     def _in_weights(self, t: TensorDesc) -> bool:
         lo, size = self.weight_region
         return lo <= t.address < lo + size
 
-    def read(self, t: TensorDesc) -> np.ndarray:
+    def read(self, t: TensorDesc) -> np.ndarray | StoredTensor:
         if self._in_weights(t):
             key = (t.address, t.dtype, t.shape)
             cached = self._weight_cache.get(key)
             if cached is None:
-                cached = decode(self._raw(t), t.dtype)
-                cached.flags.writeable = False  # weights are read-only; kernels may cache what they derive
+                raw = self._raw(t)
+                if raw.nbytes * 4 // STORAGE[t.dtype][0] > LAZY_WEIGHT_BYTES:
+                    # a vocabulary table: gathers and streamed products read only the rows they need
+                    cached = StoredTensor(raw, t.dtype)
+                else:
+                    cached = decode(raw, t.dtype)
+                    cached.flags.writeable = False  # weights are read-only; kernels may cache what they derive
                 self._weight_cache[key] = cached
             return cached
         return decode(self._raw(t), t.dtype)
@@ -86,14 +104,17 @@ class Device:
             self._lmem = np.zeros(size, dtype=np.uint8)
         return self._lmem
 
-    def run(self, prog: Program, trace: Trace | None = None, grouped: bool = True) -> None:
+    def run(self, prog: Program, trace: Trace | None = None, grouped: bool = True,
+            active_rows: int | None = None) -> None:
+        """`active_rows`: the real tokens of a prefill the caller checks; row-tiled groups run the tiles
+        holding them (at least two) instead of all (local_memory.run_groups)."""
         # BLAS on one thread: matrix products then give the same bits on any machine's thread count (their
         # tiles run side by side instead: numerics/parallel.py), and matrix-vector programs do not wait
         # for workers (blas.py).
         with one_thread():
             if grouped and prog.groups:
                 with np.errstate(over="ignore", under="ignore"):
-                    run_groups(self, prog, self.local_memory(prog), trace)
+                    run_groups(self, prog, self.local_memory(prog), trace, active_rows)
             else:
                 self._run(prog, trace)
 

@@ -11,8 +11,14 @@ two paths give bit-identical values; the device stays the reference for verifica
 addresses and overlapping buffers, which this path by construction cannot see).
 
 What this path saves, besides the byte round trips: a result that only moves values skips a rounding that
-cannot change it, and the Concat of a layer's whole cache with the new rows (every layer, every token)
-writes the rows after the cache, in place, instead of copying the cache.
+cannot change it, the Concat of a layer's whole cache with the new rows (every layer, every token)
+writes the rows after the cache, in place, instead of copying the cache, and a prefill of n tokens
+computes only the row tiles that hold them (`active_rows`: the same tiles, so the same bits).
+
+Memory: weights stay in the binary's format, in its memory map. Decoded copies (float32; a 4-bit matrix
+dequantized) are kept while they fit `cache_bytes`; the rest is handed to the kernels as `StoredTensor`s
+and decoded tile by tile as products read them, so a 7B w4 binary runs in about its own size plus the
+cache, and SmolLM2 still keeps every weight decoded.
 """
 
 from __future__ import annotations
@@ -25,11 +31,21 @@ import numpy as np
 from llmbuild import LlmbuildError
 from llmbuild.codegen.program import Instr, Program, TensorDesc
 from llmbuild.numerics.formats import STORAGE, decode, round_to
-from llmbuild.numerics.kernels import KERNELS
+from llmbuild.numerics.kernels import KERNELS, dequantize_uncached, tiled_product
+from llmbuild.numerics.stored import StoredTensor
 from llmbuild.runtime.blas import ThreadChoice, one_thread, vector_only
+from llmbuild.runtime.weight_image import FlatImage, WeightImage
 
-Getter = Callable[[], np.ndarray]
+Getter = Callable[[], Any]
 Run = Callable[[], None]
+
+# Decoded weights kept by default (LLMBUILD_HOST_CACHE_MB overrides): every weight of a 135M model, a
+# bounded part of a 7B one.
+DEFAULT_CACHE_BYTES = 1 << 30
+# Smaller weights (norms, biases, scales) are always decoded: a lazy read of them costs more than it saves.
+ALWAYS_DECODED_BYTES = 1 << 20
+# Ops whose cost grows with the rows of their activation and that skip rows >= active_rows.
+_ROW_SKIPPING = frozenset({"MatMul", "A16MatMul", "FAttention"})
 
 # Ops that only move values: a result whose every value operand already has the result's precision needs
 # no rounding (rounding a bf16 value to bf16 is the identity).
@@ -112,6 +128,7 @@ class _HostProgram:
         self.vals: list[np.ndarray | None] = [None] * len(prog.instrs)
         # Only one-row operands (decode, lm_head): any BLAS thread count gives the same bits (blas.py).
         self.vector_only = vector_only(prog)
+        self._row_attrs: list[dict[str, Any]] = []  # attrs of the steps that honour active_rows
         self._producer: dict[int, int] = {}  # tensor index -> step index
         self._last_at: dict[int, int] = {}  # address -> the latest step that wrote there
         self.steps: list[Run] = []
@@ -122,13 +139,22 @@ class _HostProgram:
             self._last_at[prog.tensors[ins.result].address] = k
         self.outputs = [(prog.tensors[t].address, self._source(t, host)) for _, t in prog.outputs]
         self.output_descs = {name: prog.tensors[t] for name, t in prog.outputs}
+        self.active_rows: int | None = None
 
     def _source(self, t: int, host: HostExecutor) -> Getter:
         """How a step reads tensor t: a weight, an earlier step's result (or a view of it), or a buffer."""
         desc = self.prog.tensors[t]
         if host.in_weights(desc):
-            w = host.weight(desc)
-            return lambda: w
+            # Resolved on first use: an A16MatMul whose weight the host keeps dequantized never reads its
+            # levels again, and must not spend the cache on them.
+            cell: list = []
+
+            def weight() -> Any:
+                if not cell:
+                    cell.append(host.weight(desc))
+                return cell[0]
+
+            return weight
         vals = self.vals
         k = self._producer.get(t)
         if k is not None:
@@ -147,13 +173,31 @@ class _HostProgram:
         exact = ins.op in _MOVES and all(tensors[t].dtype in _EXACT_IN[out.dtype] for t in values)
         fn: Callable = KERNELS[ins.op]
         store = _rounder(out.dtype, exact)
+        attrs = ins.attrs
+        if ins.op in _ROW_SKIPPING:
+            attrs = dict(attrs)  # this program's own copy: `active_rows` is set on it per run
+            self._row_attrs.append(attrs)
         if ins.op == "Concat" and exact and ins.attrs["axis"] == 1 and len(ins.operands) == 2:
             in_place = host.cache_concat(tensors[ins.operands[0]])
             if in_place is not None:
                 fn, store = in_place, _same
-        return _bind(k, self.vals, fn, ins.attrs, args, store)
+        if ins.op == "A16MatMul" and all(host.in_weights(tensors[t]) for t in ins.operands[1:4]):
+            prepared = host.dequantized(*(tensors[t] for t in ins.operands[1:4]), ins.attrs)
+            if prepared is not None:
+                fn, args = _with_weight(prepared), [args[0], *args[4:]]
+            else:  # no room: the kernel dequantizes one N tile at a time (and caches nothing)
+                levels = host.stored(tensors[ins.operands[1]])
+                args = [args[0], lambda: levels, *args[2:]]
+        return _bind(k, self.vals, fn, attrs, args, store)
 
-    def run(self) -> None:
+    def run(self, active_rows: int | None = None) -> None:
+        if active_rows != self.active_rows:
+            for attrs in self._row_attrs:
+                if active_rows is None:
+                    attrs.pop("active_rows", None)
+                else:
+                    attrs["active_rows"] = active_rows
+            self.active_rows = active_rows
         for step in self.steps:
             step()
 
@@ -162,17 +206,33 @@ def _same(x: np.ndarray) -> np.ndarray:
     return x
 
 
+def _with_weight(weight: np.ndarray) -> Callable[..., np.ndarray]:
+    """A16MatMul over an already dequantized weight: what the kernel computes, minus the dequantization
+    (the same tiles on the same values, so the same bits)."""
+
+    def a16(attrs: dict[str, Any], x: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+        y = tiled_product(attrs, x, weight)
+        return y if bias is None else y + bias
+
+    return a16
+
+
 class HostExecutor:
     """Runs programs on host arrays. Same interface as `Device` for what the runtime loop needs."""
 
     def __init__(
-        self, weights: memoryview | bytes, weight_region: tuple[int, int], kv_slots: Iterable[TensorDesc] = (),
-        extra_rows: int = 0,
+        self, weights: memoryview | bytes | WeightImage, weight_region: tuple[int, int],
+        kv_slots: Iterable[TensorDesc] = (), extra_rows: int = 0, cache_bytes: int | None = None,
     ):
-        self.weight_bytes = np.frombuffer(weights, dtype=np.uint8)
+        """`weights`: the weight region's bytes from its base (the binary's memory-mapped section), or a
+        WeightImage (the build's checks read one layer's weight file)."""
+        self.image = weights if isinstance(weights, WeightImage) else FlatImage(weights, weight_region[0])
         self.weight_region = weight_region
+        self.cache_bytes = _cache_budget() if cache_bytes is None else cache_bytes
+        self.cached_bytes = 0
         self.buffers: dict[int, np.ndarray] = {}  # address -> the value last stored there
-        self._weights: dict[tuple[int, str, tuple[int, ...]], np.ndarray] = {}
+        self._weights: dict[tuple[int, str, tuple[int, ...]], np.ndarray | StoredTensor] = {}
+        self._dequantized: dict[int, np.ndarray | None] = {}
         self._programs: dict[int, _HostProgram] = {}
         self._threads = ThreadChoice()  # BLAS threads for matrix-vector programs (blas.py)
         # Each layer's cache, with `extra_rows` rows after it where a Concat puts the new rows (cache_concat).
@@ -188,19 +248,48 @@ class HostExecutor:
         lo, size = self.weight_region
         return lo <= t.address < lo + size
 
-    def weight(self, t: TensorDesc) -> np.ndarray:
+    def raw(self, t: TensorDesc) -> np.ndarray:
+        nbytes, dt = STORAGE[t.dtype]
+        return self.image.view(t.address, nbytes * _count(t.shape)).view(dt).reshape(t.shape)
+
+    def stored(self, t: TensorDesc) -> StoredTensor:
+        """`t` left in the image, read by rows as kernels use it."""
+        return StoredTensor(self.image.array(t.address, STORAGE[t.dtype][1], t.shape), t.dtype)
+
+    def _reserve(self, nbytes: int) -> bool:
+        """Room for a decoded copy of `nbytes`? (always, for small ones)"""
+        if nbytes > ALWAYS_DECODED_BYTES and self.cached_bytes + nbytes > self.cache_bytes:
+            return False
+        self.cached_bytes += nbytes
+        return True
+
+    def weight(self, t: TensorDesc) -> np.ndarray | StoredTensor:
+        """Decoded (float32, or bytes as they are) while the cache has room, else a StoredTensor the kernels
+        decode tile by tile."""
         key = (t.address, t.dtype, t.shape)
         cached = self._weights.get(key)
         if cached is None:
-            nbytes, dt = STORAGE[t.dtype]
-            end = t.address + nbytes * _count(t.shape)
-            if end > self.weight_bytes.size:
-                raise LlmbuildError(f"host path: weight {t.address:#x}..{end:#x} outside the weight image")
-            raw = self.weight_bytes[t.address : end].view(dt).reshape(t.shape)
-            cached = np.ascontiguousarray(decode(raw, t.dtype))
-            cached.flags.writeable = False  # read-only: kernels may cache what they derive (dequantized weights)
+            size = _count(t.shape) * (1 if t.dtype == "u8" else 4)  # levels stay bytes; the rest f32
+            if self._reserve(size):
+                cached = np.ascontiguousarray(decode(self.raw(t), t.dtype))
+                cached.flags.writeable = False
+            else:
+                cached = self.stored(t)
             self._weights[key] = cached
         return cached
+
+    def dequantized(self, weight: TensorDesc, scale: TensorDesc, zp: TensorDesc,
+                    attrs: dict[str, Any]) -> np.ndarray | None:
+        """An A16MatMul's weight dequantized once, if the cache has room; None: dequantize tile by tile."""
+        if weight.address not in self._dequantized:
+            rows, cols = weight.shape[0], weight.shape[1] * (2 if attrs.get("packed") else 1)
+            w = None
+            if self._reserve(4 * rows * cols):
+                w = dequantize_uncached(attrs, self.raw(weight), decode(self.raw(scale), scale.dtype),
+                                        self.raw(zp)).astype(np.float32, copy=False)
+                w.flags.writeable = False
+            self._dequantized[weight.address] = w
+        return self._dequantized[weight.address]
 
     def cache_concat(self, history: TensorDesc) -> Callable[..., np.ndarray] | None:
         """Concat(history, new) on axis 1 for a layer's whole cache: the new rows are written after the
@@ -237,7 +326,10 @@ class HostExecutor:
                 return
         raise KeyError(f"{prog.net} has no input {name}")
 
-    def run(self, prog: Program, trace: Callable[[str, np.ndarray], None] | None = None) -> None:
+    def run(self, prog: Program, trace: Callable[[str, np.ndarray], None] | None = None,
+            active_rows: int | None = None) -> None:
+        """`active_rows`: only the first rows (tokens) of a prefill hold real tokens; products and attention
+        compute the row tiles holding them (the same bits there) and leave zeros after them."""
         hp = self._program(prog)
         # The caller holds np.errstate once per token (CompiledModel), not once per net.
         if hp.vector_only:
@@ -245,7 +337,7 @@ class HostExecutor:
                 hp.run()
         else:
             with one_thread():  # matrix products: tiles on threads, one BLAS thread each (numerics/parallel.py)
-                hp.run()
+                hp.run(active_rows)
         if trace is not None:
             for ins, value in zip(prog.instrs, hp.vals, strict=True):
                 trace(ins.loc, value)
@@ -265,3 +357,10 @@ class HostExecutor:
         if cache is None or cache.shape != dst.shape:
             cache = self.buffers[dst.address] = np.zeros(dst.shape, dtype=np.float32)
         cache[0, at : at + rows] = new[0, :rows]
+
+
+def _cache_budget() -> int:
+    import os
+
+    value = os.environ.get("LLMBUILD_HOST_CACHE_MB", "").strip()
+    return int(value) << 20 if value.isdigit() else DEFAULT_CACHE_BYTES

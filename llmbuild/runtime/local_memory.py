@@ -8,13 +8,15 @@ chip, and the simulator also refuses, with a one-line `DeviceFault` naming the n
 numbers:
 - any access past the end of local memory (a group larger than the chip's local memory);
 - a write that lands on a live buffer: one written earlier in the group and still to be read (two live
-  buffers overlapping, e.g. a double buffer whose two halves coincide);
+  buffers overlapping, e.g. a double buffer whose two halves coincide). An allocation is claimed whole
+  (every view of it: a key block whose rows arrive in pieces) when it is first written;
 - a read of local bytes nothing in this group has written (data does not survive a group).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -55,10 +57,14 @@ class GroupRun:
         self.tensors = prog.tensors
         # Last command touching each allocation: after it the allocation is dead and its bytes free.
         self.last: dict[int, int] = {}
+        self.extent: dict[int, tuple[int, int]] = {}  # allocation -> the bytes its views cover
         for i, cmd in enumerate(group.cmds):
             for t in (*cmd.operands, cmd.result):
-                if self.tensors[t].local:
-                    self.last[self.tensors[t].buffer] = i
+                desc = self.tensors[t]
+                if desc.local:
+                    self.last[desc.buffer] = i
+                    lo, hi = self.extent.get(desc.buffer, (desc.address, desc.address))
+                    self.extent[desc.buffer] = (min(lo, desc.address), max(hi, desc.address + _nbytes(desc)))
         self.live: dict[int, tuple[int, int, int]] = {}  # buffer -> (lo, hi, command that wrote it)
         self.i = 0
 
@@ -84,6 +90,9 @@ class GroupRun:
         self._bounds(lo, hi)
         if buffer in self.live:
             return
+        if buffer in self.extent:  # the whole allocation, not only the view written first
+            lo, hi = min(lo, self.extent[buffer][0]), max(hi, self.extent[buffer][1])
+            self._bounds(lo, hi)
         for a, b, at in self.live.values():
             if a < hi and lo < b:
                 cmd = self.g.cmds[at]
@@ -121,17 +130,25 @@ class GroupRun:
         self.live.clear()
 
     def _global_part(self, cmd: Instr, g: TensorDesc, local: TensorDesc) -> tuple[slice, ...]:
+        """The part of global tensor `g` a transfer moves: `axis`/`start` (-1: the whole tensor), or lists
+        of both (a slice along several axes, e.g. a mask tile); the local tensor gives the lengths."""
         axis, start = cmd.attrs["axis"], cmd.attrs["start"]
-        if axis < 0:
+        axes, starts = (axis, start) if isinstance(axis, list) else ([axis], [start])
+        if axes == [-1]:
             if g.shape != local.shape:
                 self.fault(f"whole transfer of {list(g.shape)} into {list(local.shape)}")
             return tuple(slice(None) for _ in g.shape)
-        part = _slice(len(g.shape), axis, start, local.shape[axis])
-        want = tuple(local.shape[axis] if d == axis else s for d, s in enumerate(g.shape))
-        if start + local.shape[axis] > g.shape[axis] or want != local.shape:
-            self.fault(f"slice {start}+{local.shape[axis]} on axis {axis} of {list(g.shape)} "
-                       f"does not match {list(local.shape)}")
-        return part
+        index = [slice(None)] * len(g.shape)
+        want = list(g.shape)
+        for a, s in zip(axes, starts, strict=True):
+            if not 0 <= a < len(g.shape) or s < 0 or s + local.shape[a] > g.shape[a]:
+                self.fault(f"slice {s}+{local.shape[a] if 0 <= a < len(local.shape) else '?'} on axis {a} "
+                           f"of {list(g.shape)} does not match {list(local.shape)}")
+            index[a] = slice(s, s + local.shape[a])
+            want[a] = local.shape[a]
+        if tuple(want) != local.shape:
+            self.fault(f"slice {starts} on axes {axes} of {list(g.shape)} does not match {list(local.shape)}")
+        return tuple(index)
 
     def _load(self, cmd: Instr) -> None:
         src, dst = self.tensors[cmd.operands[0]], self.tensors[cmd.result]
@@ -177,7 +194,7 @@ class GroupRun:
         result = round_to(np.asarray(KERNELS[cmd.op](attrs, *args), dtype=np.float32), out.dtype)
         part = _slice(len(out.shape), *attrs["g_out"]) if "g_out" in attrs else None
         self.write_local(out, encode(result, out.dtype), part)
-        if self.pieces is not None:
+        if self.pieces is not None and attrs.get("g_flash") != "block":  # a block's result is the state
             self._keep(cmd, out, result)
 
     def _keep(self, cmd: Instr, out: TensorDesc, result: np.ndarray) -> None:
@@ -195,9 +212,16 @@ class GroupRun:
         whole[tuple(index)] = result.reshape(whole[tuple(index)].shape)
 
 
-def run_groups(device: Device, prog: Program, lmem: np.ndarray, trace: Trace | None) -> None:
+def run_groups(device: Device, prog: Program, lmem: np.ndarray, trace: Trace | None,
+               active_rows: int | None = None) -> None:
+    """`active_rows`: only the first rows (tokens) are checked; a row-tiled group runs the tiles that hold
+    them, and at least two, so both halves of every ping-pong pair are exercised (codegen tags each
+    command with its tile: `g_tile`). The skipped tiles' results are never stored."""
     pieces: dict[str, np.ndarray] | None = {} if trace is not None else None
     for group in prog.groups:
+        if active_rows is not None and group.tile_rows and group.rows > active_rows:
+            keep = max(2, -(-active_rows // group.tile_rows))
+            group = replace(group, cmds=[c for c in group.cmds if c.attrs.get("g_tile", 0) < keep])
         GroupRun(device, lmem, prog, group, pieces).run()
     if trace is not None and pieces is not None:
         for ins in prog.instrs:

@@ -29,6 +29,7 @@ from llmbuild.numerics import masks
 from llmbuild.passes.memory_plan import MemoryPlan, Slot
 from llmbuild.runtime.device import Device
 from llmbuild.runtime.host import HostExecutor
+from llmbuild.runtime.weight_image import FileImage
 
 
 class Executor(Protocol):
@@ -70,7 +71,8 @@ class StageCounts:
 class CompiledModel:
     """One binary on one executor, with its KV cache."""
 
-    def __init__(self, path: Path, faithful: bool = True):
+    def __init__(self, path: Path, faithful: bool = True, cache_bytes: int | None = None):
+        """`cache_bytes`: decoded weights the host path keeps (default: runtime/host.py's budget)."""
         self.path = Path(path)
         self.faithful = faithful
         self.container = Container(self.path)
@@ -89,11 +91,14 @@ class CompiledModel:
 
             # the chip the binary was built for: its local memory, whatever the programs claim
             lmem = load_chip(self.meta["chip"]).lmem_bytes
-            device = Device(int(self.meta["memory"]["total_bytes"]), weight_region, lmem)
-            device.load_bytes(0, self.container.section("weights"))
-            self.device = device
+            self.device = Device(int(self.meta["memory"]["total_bytes"]), weight_region, lmem,
+                                 weights=self.container.section("weights"))
         else:
-            self.device = HostExecutor(self.container.section("weights"), weight_region, self._kv.values(), self.L)
+            # Weights are read from the file as they are used (a memory map would keep every page read
+            # resident: a 7B binary's 5 GB each token), decoded copies kept up to the host path's cache.
+            entry = self.container.entries["weights"]
+            image = FileImage(self.path, entry.offset, entry.size, weight_region[0])
+            self.device = HostExecutor(image, weight_region, self._kv.values(), self.L, cache_bytes=cache_bytes)
         self.nets: dict[str, Program] = {
             n["name"]: programs.decode(self.container.section(n["section"])) for n in self.meta["nets"]
         }
@@ -111,11 +116,16 @@ class CompiledModel:
             raise ValueError(f"truncate to {rows} rows: the cache holds {self.history}")
         self.history = rows
 
-    def _run(self, net: str, inputs: dict[str, np.ndarray]) -> Program:
+    def _run(self, net: str, inputs: dict[str, np.ndarray], rows: int | None = None) -> Program:
+        """`rows`: the real tokens of a prefill chunk; the host path computes only their row tiles (the
+        simulated device runs the static net whole, as the chip does)."""
         prog = self.nets[net]
         for name, value in inputs.items():
             self.device.set_input(prog, name, value)
-        self.device.run(prog)
+        if rows is not None and not self.faithful:
+            self.device.run(prog, active_rows=rows)  # type: ignore[call-arg]
+        else:
+            self.device.run(prog)  # the simulated device runs the static net whole, as the chip does
         return prog
 
     def _store_kv(self, layer: int, prog: Program, rows: int) -> None:
@@ -141,7 +151,7 @@ class CompiledModel:
             )
         padded = np.zeros((1, self.L), dtype=np.int32)
         padded[0, :n] = ids
-        self._run("embedding", {"input_ids": padded})
+        self._run("embedding", {"input_ids": padded}, n)
         first = self.history == 0
         if first:
             pos, mask = masks.prefill(n, self.L, self.S)
@@ -150,7 +160,7 @@ class CompiledModel:
         prog = self.nets["embedding"]
         for i in range(self.num_layers):
             net = f"block_{i}" if first else f"block_kv_{i}"
-            prog = self._run(net, {"position_ids": pos, "attention_mask": mask})
+            prog = self._run(net, {"position_ids": pos, "attention_mask": mask}, n)
             self._store_kv(i, prog, n)
         if first:
             self.counts.prefill += n

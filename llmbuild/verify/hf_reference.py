@@ -1,6 +1,7 @@
-"""The independent reference: transformers itself, on the same checkpoint, in float32.
+"""transformers' whole models, in float32: what the streamed reference (reference.py) is checked against
+(tests/test_reference_stream.py), and what benchmarks and frontend tests compare with.
 
-torch and transformers are imported inside the function: they are heavy, and only verification
+torch and transformers are imported inside the functions: they are heavy, and only verification
 needs them (they come with the `reference` extra).
 """
 
@@ -16,6 +17,18 @@ if TYPE_CHECKING:
     from llmbuild.recipe.schema import SourceConfig
 
 
+def require_reference_libraries() -> None:
+    """A one-line error naming what to install when torch or transformers is missing."""
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as exc:
+        raise LlmbuildError(
+            f"verification needs torch and transformers ({exc.name} is missing): install torch==2.13.0 "
+            "first (see README), then `pip install 'llmbuild[reference]'`"
+        ) from None
+
+
 def load_reference_model(source: SourceConfig, checkpoint_dir: Path) -> tuple[Any, Any]:
     """(model, tokenizer) from transformers: float32, eval mode, never touching the network.
 
@@ -24,14 +37,9 @@ def load_reference_model(source: SourceConfig, checkpoint_dir: Path) -> tuple[An
     with the tokenizer it builds itself, so neither depends on our readers.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    try:
-        import torch
-        import transformers
-    except ImportError as exc:
-        raise LlmbuildError(
-            f"verification needs torch and transformers ({exc.name} is missing): install torch==2.13.0 "
-            "first (see README), then `pip install 'llmbuild[reference]'`"
-        ) from None
+    require_reference_libraries()
+    import torch
+    import transformers
 
     kwargs: dict[str, Any] = {"local_files_only": True}
     if source.kind == "synthetic":

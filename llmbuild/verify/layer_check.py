@@ -1,26 +1,66 @@
-"""Per-net numerical checks, run inside each layer's build job.
+"""Per-net numerical checks, run inside each layer's (and the head's) build job.
 
-- top vs source: the TopOp net interpreted in float64 against the transformers reference, on the real
+- top vs source: the TopOp net interpreted in float32 against the transformers reference, on the real
   rows of every output (hidden states, and the new k/v rows that go to the cache);
-- tpu vs top: the generated program executed on the simulated device (its addresses, its element
-  types) against the TopOp interpretation, for every output and every op (matched by `loc`).
+- tpu vs top: the generated program against the TopOp interpretation, for every output and every op
+  (matched by `loc`), on the real rows.
+
+The program runs either on the simulated device (`faithful`: every value through global and local memory
+at its address, the static net whole) or on the host path (the same program on numpy arrays, tested bit
+for bit equal to the device, computing only the row tiles that hold real tokens). The build runs the
+device on a few sampled layers, which catches a wrong address or layer group, and the host path on the
+rest. Both read the weights from the object's memory-mapped weight file (a WeightImage), and both keep
+one executor for the three stages of a layer, so each weight is decoded (dequantized) once per layer.
 Tolerances are applied later, by `llmbuild verify`, so changing them reruns no compile step.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
 from llmbuild.build.compile_net import CompiledNet
 from llmbuild.dialects.interpret import interpret
-from llmbuild.importer.nets import Shapes
-from llmbuild.numerics.formats import encode
 from llmbuild.passes.memory_plan import MemoryPlan
 from llmbuild.runtime.device import Device
+from llmbuild.runtime.host import HostExecutor
+from llmbuild.runtime.weight_image import WeightImage
 from llmbuild.verify.similarity import similarity
-from llmbuild.verify.stage_cases import StageCase, stage_case
+from llmbuild.verify.stage_cases import StageCase
+
+
+def faithful_layers(num_layers: int) -> set[int]:
+    """The layers whose checks run on the simulated device: the first, the middle and the last. Addresses
+    differ between layers only by their weight and cache bases; the first and last sit at both ends of
+    the weight region and the cache."""
+    return {0, num_layers // 2, num_layers - 1}
+
+
+class CheckExecutor:
+    """One executor for the nets of one build job: the simulated device or the host path."""
+
+    def __init__(self, plan: MemoryPlan, image: WeightImage, activation_bytes: int, faithful: bool):
+        self.faithful = faithful
+        self.plan, self.image, self.activation_bytes = plan, image, activation_bytes
+        if not faithful:
+            # One job's weights: keep every decoded weight (a 7B layer's projections are ~1 GB in f32).
+            self.executor: Any = HostExecutor(image, tuple(plan.regions["weight"]),  # type: ignore[arg-type]
+                                              cache_bytes=1 << 40)
+
+    def start(self) -> Any:
+        """The executor for the next net. The device starts from zeroed memory for each: a long prefill
+        checked on its first row tiles leaves the skipped tiles' rows (keys of padding) as the zeros the
+        masked attention expects, not as the previous net's activations."""
+        if self.faithful:
+            size = self.plan.activation_base + self.activation_bytes + self.plan.alignment
+            self.executor = Device(size, tuple(self.plan.regions["weight"]), weights=self.image)  # type: ignore[arg-type]
+        return self.executor
+
+    @property
+    def name(self) -> str:
+        return "device" if self.faithful else "host"
 
 
 def _real(x: np.ndarray, expected: np.ndarray) -> np.ndarray:
@@ -28,34 +68,35 @@ def _real(x: np.ndarray, expected: np.ndarray) -> np.ndarray:
     return np.asarray(x).reshape(-1)[: expected.size]
 
 
-def device_for(c: CompiledNet, plan: MemoryPlan, weights: Mapping[str, np.ndarray]) -> Device:
-    size = plan.activation_base + c.program.activation_bytes + plan.alignment
-    dev = Device(size, tuple(plan.regions["weight"]))
-    for name in set(_weight_names(c)):
-        slot = plan.weights[name]
-        dev.load_bytes(slot.address, encode(np.asarray(weights[name], np.float32), slot.dtype).tobytes())
-    return dev
+def _real_rows(x: np.ndarray, tokens: int, rows: int) -> np.ndarray:
+    """The real rows of an op's result whose axis 1 is the net's tokens; other results whole."""
+    x = np.asarray(x)
+    if tokens > rows and x.ndim >= 2 and x.shape[1] == tokens:
+        return x[:, :rows]
+    return x
 
 
-def _weight_names(c: CompiledNet) -> list[str]:
-    return [op.attributes["name"].data for op in c.tpu.walk() if op.name == "top.Weight"]
-
-
-def check_case(
-    c: CompiledNet, case: StageCase, weights: Mapping[str, np.ndarray], plan: MemoryPlan,
-    device_weights: Mapping[str, np.ndarray] | None = None,
-) -> dict:
-    """`weights` as TopOp means them; `device_weights` as the device stores them (packed), if different."""
-    top = interpret(c.top, case.inputs, lambda n: weights[n], reference=True)
-    result: dict = {"rows": case.rows, "top_vs_source": {}, "tpu_vs_top": {"outputs": {}, "ops": []}}
+def check_case(c: CompiledNet, case: StageCase, top_weights: Mapping[str, Any], executor: CheckExecutor) -> dict:
+    """`top_weights` as TopOp means them (arrays, or RowReaders for tables too large to decode whole)."""
+    tokens = case.tokens or case.rows
+    active = case.rows if case.padded else None
+    top = interpret(c.top, case.inputs, lambda n: top_weights[n], reference=False, active_rows=active)
+    result: dict = {"rows": case.rows, "executor": executor.name, "top_vs_source": {},
+                    "tpu_vs_top": {"outputs": {}, "ops": []}}
     for name, expected in case.expected.items():
         result["top_vs_source"][name] = similarity(_real(top.outputs[name], expected), expected)
 
-    dev = device_for(c, plan, weights if device_weights is None else device_weights)
+    dev = executor.start()
     for name, value in case.inputs.items():
         dev.set_input(c.program, name, np.asarray(value, dtype=np.float32))
     traced: dict[str, np.ndarray] = {}
-    dev.run(c.program, trace=lambda loc, value: traced.__setitem__(loc, value.copy()))
+
+    def trace(loc: str, value: np.ndarray) -> None:
+        traced[loc] = np.array(value, copy=True)
+
+    # The device runs the row tiles holding the real tokens (two at least); the host path the tiles of
+    # each product and attention that hold them.
+    dev.run(c.program, trace=trace, active_rows=active)
     for name, expected in case.expected.items():
         got = dev.get_output(c.program, name)
         result["tpu_vs_top"]["outputs"][name] = similarity(
@@ -63,20 +104,6 @@ def check_case(
         )
     for loc in top.order:
         if loc in traced:
-            s = similarity(traced[loc], top.by_loc[loc])
+            s = similarity(_real_rows(traced[loc], tokens, case.rows), _real_rows(top.by_loc[loc], tokens, case.rows))
             result["tpu_vs_top"]["ops"].append([loc, s["cosine"], s["euclid"]])
     return result
-
-
-def check_net(
-    c: CompiledNet,
-    stage: str,
-    layer: int,
-    ref: dict[str, np.ndarray],
-    weights: Mapping[str, np.ndarray],
-    plan: MemoryPlan,
-    shapes: Shapes,
-    device_weights: Mapping[str, np.ndarray] | None = None,
-) -> dict:
-    return check_case(c, stage_case(stage, ref, layer, shapes), weights, plan, device_weights)
-

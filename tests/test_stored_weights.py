@@ -1,0 +1,114 @@
+"""Weights read in their storage format (StoredTensor, row readers) give exactly the values and products
+of decoded ones; products skip the row tiles after `active_rows` without changing the rows they keep;
+an object's weight file round-trips."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llmbuild.numerics.formats import decode, encode
+from llmbuild.numerics.kernels import KERNELS, tiled_product
+from llmbuild.numerics.stored import StoredTensor
+
+
+def _bf16(rng: np.random.Generator, *shape: int) -> tuple[np.ndarray, np.ndarray]:
+    """(raw bf16 words, their float32 values)."""
+    raw = encode(rng.standard_normal(shape).astype(np.float32), "bf16")
+    return raw, decode(raw, "bf16")
+
+
+@pytest.mark.parametrize("attrs", [{}, {"tile_n": 48}, {"tile_m": 16}, {"tile_m": 16, "tile_n": 40}])
+@pytest.mark.parametrize("rows", [1, 7, 64])
+def test_a_stored_weight_gives_the_bits_of_the_decoded_one(attrs: dict, rows: int) -> None:
+    rng = np.random.default_rng(1)
+    raw, w = _bf16(rng, 200, 96)
+    x = rng.standard_normal((1, rows, 96)).astype(np.float32)
+    want = tiled_product(attrs, x, w)
+    got = tiled_product(attrs, x, StoredTensor(raw, "bf16"))
+    assert got.dtype == np.float32 and np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("active", [1, 15, 16, 17, 63])
+def test_active_rows_keep_the_bits_of_the_rows_they_compute(active: int) -> None:
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((80, 32)).astype(np.float32)
+    x = rng.standard_normal((1, 64, 32)).astype(np.float32)
+    attrs = {"tile_m": 16}
+    full = tiled_product(attrs, x, w)
+    part = tiled_product({**attrs, "active_rows": active}, x, w)
+    kept = -(-active // 16) * 16
+    assert np.array_equal(part[:, :kept], full[:, :kept])
+    assert not part[:, kept:].any()
+
+
+def _quantized(rng: np.random.Generator, n: int, k: int, g: int) -> tuple[np.ndarray, ...]:
+    packed = rng.integers(0, 256, size=(n, k // 2), dtype=np.uint8)
+    scale_raw = encode((rng.random((n, k // g)) * 0.02 + 0.001).astype(np.float32), "bf16")
+    zp = rng.integers(0, 16, size=(n, k // g), dtype=np.uint8)
+    return packed, scale_raw, zp
+
+
+def test_a16_matmul_dequantizes_tile_by_tile_to_the_same_bits() -> None:
+    rng = np.random.default_rng(3)
+    packed, scale_raw, zp = _quantized(rng, 96, 128, 32)
+    attrs = {"packed": True, "q_group_size": 32, "dequant_dtype": "bf16", "tile_n": 32}
+    x = rng.standard_normal((1, 1, 128)).astype(np.float32)
+    want = KERNELS["A16MatMul"](attrs, x, packed.copy(), decode(scale_raw, "bf16"), zp.copy())
+    got = KERNELS["A16MatMul"](attrs, x, StoredTensor(packed, "u8"), StoredTensor(scale_raw, "bf16"),
+                               StoredTensor(zp, "u8"))
+    assert np.array_equal(got, want)
+    idx = np.array([[3, 95, 0]], dtype=np.int32)
+    want_rows = KERNELS["A16Gather"](attrs, packed, decode(scale_raw, "bf16"), zp, idx)
+    got_rows = KERNELS["A16Gather"](attrs, StoredTensor(packed, "u8"), StoredTensor(scale_raw, "bf16"),
+                                    StoredTensor(zp, "u8"), idx)
+    assert np.array_equal(got_rows, want_rows)
+
+
+def test_a_gather_reads_only_the_rows_it_looks_up() -> None:
+    rng = np.random.default_rng(4)
+    raw, table = _bf16(rng, 1000, 16)
+    idx = np.array([[5, 999, 5, 0]], dtype=np.int32)
+    assert np.array_equal(KERNELS["Gather"]({"axis": 0}, StoredTensor(raw, "bf16"), idx),
+                          KERNELS["Gather"]({"axis": 0}, table, idx))
+
+
+def test_an_hf_table_read_by_rows_equals_the_whole_tensor(tmp_path: Path) -> None:
+    from llmbuild.frontend.hf import HFSource
+    from llmbuild.frontend.synthetic import make_synthetic_checkpoint
+
+    make_synthetic_checkpoint({"model_type": "qwen2", "hidden_size": 64, "num_hidden_layers": 1,
+                               "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96,
+                               "vocab_size": 300}, 7, tmp_path / "ckpt")
+    source = HFSource(tmp_path / "ckpt")
+    whole = source.tensor("embed_tokens.weight")
+    reader = source.reader("embed_tokens.weight")
+    assert reader.shape == whole.shape
+    assert np.array_equal(reader.rows(10, 250), whole[10:250])
+    assert np.array_equal(reader.take(np.array([[3, 299]])), whole[[[3, 299]]])
+
+
+def test_a_weight_file_round_trips_at_its_planned_addresses(tmp_path: Path) -> None:
+    from llmbuild.build.weight_file import open_weight_files, weight_file_tensors, write_weight_file
+    from llmbuild.passes.memory_plan import MemoryPlan, Slot
+
+    rng = np.random.default_rng(5)
+    table = rng.standard_normal((300, 64)).astype(np.float32)
+    levels = rng.integers(0, 256, size=(32, 8), dtype=np.uint8)
+    plan = MemoryPlan(4096, {"t": Slot(8192, "bf16", (300, 64)), "q": Slot(0, "u8", (32, 8))}, {}, {},
+                      {"weight": (0, 65536)}, 65536)
+    path = tmp_path / "weights.safetensors"
+    write_weight_file(path, plan, {"t": lambda lo, hi: table[lo:hi], "q": levels})
+    found = weight_file_tensors(path, plan)
+    assert [(t.address, t.name) for t in found] == [(0, "q"), (8192, "t")]
+    assert b"".join(found[0].chunks(size=100)) == levels.tobytes()
+    image = open_weight_files([path], plan)
+    assert np.array_equal(image.view(8192, 300 * 64 * 2).view(np.uint16).reshape(300, 64), encode(table, "bf16"))
+    assert np.array_equal(image.view(0, 256).reshape(32, 8), levels)
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:  # a file a person (and torch) can open
+        assert f.get_tensor("q").tolist() == levels.tolist()
+        assert np.array_equal(f.get_tensor("t").float().numpy(), decode(encode(table, "bf16"), "bf16"))
