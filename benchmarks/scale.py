@@ -76,14 +76,15 @@ class Measured:
 
 
 def _children(pid: int) -> list[int]:
+    """Every descendant of `pid` (the children of each of its threads: Snakemake starts jobs from several)."""
     out, todo = [], [pid]
     while todo:
         p = todo.pop()
-        try:
-            with open(f"/proc/{p}/task/{p}/children") as f:
-                kids = [int(k) for k in f.read().split()]
-        except OSError:
-            kids = []
+        kids = []
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{p}/task"):
+                with contextlib.suppress(OSError), open(f"/proc/{p}/task/{task}/children") as f:
+                    kids += [int(k) for k in f.read().split()]
         out += kids
         todo += kids
     return out
@@ -211,7 +212,7 @@ def rule_table(recipe: str, out: Path, env: dict[str, str]) -> dict[str, dict]:
 
     rows: dict[str, dict] = {}
     for tsv in sorted((out / "benchmarks").glob("*.tsv")):
-        rule = tsv.stem.split("_")[0]
+        rule = "head_check" if tsv.stem == "head_check" else tsv.stem.split("_")[0]
         with tsv.open() as f:
             for rec in csv.DictReader(f, delimiter="\t"):
                 row = rows.setdefault(rule, {"jobs": 0, "seconds": 0.0, "max_s": 0.0, "max_rss_mib": 0.0})
@@ -221,7 +222,7 @@ def rule_table(recipe: str, out: Path, env: dict[str, str]) -> dict[str, dict]:
                 if rec["max_rss"] not in ("-", "NA", ""):
                     row["max_rss_mib"] = max(row["max_rss_mib"], float(rec["max_rss"]))
     for rule, row in rows.items():
-        step = "layer" if rule == "layers" else rule
+        step = {"layers": "layer", "checks": "check", "head": "head"}.get(rule, rule)
         try:
             row["declared_mem_mb"] = dag.resources(recipe, step).mem_mb
         except Exception:  # noqa: BLE001 (a step without declared resources)

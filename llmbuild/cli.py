@@ -71,6 +71,16 @@ def cmd_layer(args: argparse.Namespace) -> None:
         build_layer(recipe, layer)
 
 
+def cmd_check(args: argparse.Namespace) -> None:
+    from llmbuild.verify.checks import check_head, check_layer
+
+    recipe = _recipe(args)
+    if args.head:
+        check_head(recipe)
+    for layer in args.layer or ():
+        check_layer(recipe, layer)
+
+
 def cmd_head(args: argparse.Namespace) -> None:
     from llmbuild.build.head import build_head
 
@@ -170,6 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp = verb("layer", cmd_layer, "compile one layer's prefill, prefill_kv and decode nets")
     sp.add_argument("--layer", type=int, nargs="+", required=True)
     verb("head", cmd_head, "compile the embedding, embedding_cache and lm_head nets")
+    sp = verb("check", cmd_check, "check compiled layers (or the head nets) against the reference: metrics.json")
+    sp.add_argument("--layer", type=int, nargs="+")
+    sp.add_argument("--head", action="store_true")
     verb("link", cmd_link, "link every object into the deployable binary")
     verb("e2e", cmd_e2e, "run the binary against transformers generate: e2e.json")
     verb("verify", cmd_verify, "apply the recipe's tolerances to every check: verify.json")

@@ -1,8 +1,9 @@
-# The layers in shards (a few consecutive layers per job: process start-up is paid per job, and a small
-# model's layer compiles faster than Python starts), one job for the head nets. Shards are sized by the
-# layer's weights (llmbuild/build/shards.py): one layer per job from about a billion parameters up, so
-# big models build in parallel, resume layer by layer, and a job holds one layer at a time.
-# Each shard is its own rule (a job's outputs must be known before it runs; a shard's are its layers').
+# The layers in shards (a few consecutive layers per job: a job's start-up would outweigh a small model's
+# layer), one job for the head nets, then link. Shards are sized by the layer's weights
+# (llmbuild/build/shards.py): a 7B layer is a job of its own, so big models build in parallel and resume
+# layer by layer; a job holds one layer at a time. Each shard is its own rule (a job's outputs must be
+# known before it runs; a shard's are its layers'). Compiling does not wait for the reference: the checks
+# are rules of their own (verify.smk), and link can run while the reference does.
 
 
 def _layer_files(recipe, layers, name):
@@ -20,12 +21,10 @@ for _recipe in RECIPES:
                 spec=f"{BUILD}/{_recipe}/spec.json",
                 quantized=quantized_input({"recipe": _recipe}),
                 plan=f"{BUILD}/{_recipe}/plan.json",
-                reference=f"{BUILD}/{_recipe}/reference.safetensors",
             output:
                 obj=_layer_files(_recipe, _layers, "layer.llmo"),
-                # Each layer's weights until link copies them into the binary: then deleted (bounded disk).
+                # Each layer's weights until link and the checks have read them: then deleted (bounded disk).
                 weights=[temp(f) for f in _layer_files(_recipe, _layers, "weights.safetensors")],
-                metrics=_layer_files(_recipe, _layers, "metrics.json"),
             params:
                 recipe_digest=dag.digest(_recipe, "layer"),
                 code=dag.code_digest("layer"),
@@ -47,11 +46,9 @@ rule head:
         spec=rules.prepare.output.spec,
         quantized=quantized_input,
         plan=rules.plan.output.plan,
-        reference=rules.reference.output.reference,
     output:
         obj=f"{BUILD}/{{recipe}}/head/head.llmo",
         weights=temp(f"{BUILD}/{{recipe}}/head/weights.safetensors"),
-        metrics=f"{BUILD}/{{recipe}}/head/metrics.json",
     params:
         **params_for("head"),
     resources:

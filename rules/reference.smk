@@ -8,7 +8,9 @@ rule reference:
         reference=f"{BUILD}/{{recipe}}/reference.safetensors",
     params:
         **params_for("reference"),
-    threads: 2  # it runs alone (everything after it waits for it): torch may use both cores
+    # One thread while the compile jobs, which do not need it, run beside it; two for a model whose
+    # reference takes far longer than its compilation (from a few billion parameters up).
+    threads: lambda w: dag.reference_threads(w.recipe)
     resources:
         **resources_for("reference"),
     benchmark:

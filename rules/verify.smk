@@ -1,4 +1,59 @@
-# End to end against transformers, then the recipe's tolerances applied to every recorded check.
+# The checks of every compiled net against the reference (per layer shard, and the head nets), the binary
+# end to end against transformers, then the recipe's tolerances applied to every recorded check.
+
+for _recipe in RECIPES:
+    for _layers in dag.layer_shards(_recipe):
+        _span = f"{_layers[0]}-{_layers[-1]}"
+
+        rule:
+            name:
+                f"checks_{_recipe}_{_layers[0]}_{_layers[-1]}"
+            input:
+                spec=f"{BUILD}/{_recipe}/spec.json",
+                quantized=quantized_input({"recipe": _recipe}),
+                plan=f"{BUILD}/{_recipe}/plan.json",
+                reference=f"{BUILD}/{_recipe}/reference.safetensors",
+                obj=_layer_files(_recipe, _layers, "layer.llmo"),
+                weights=_layer_files(_recipe, _layers, "weights.safetensors"),
+            output:
+                metrics=_layer_files(_recipe, _layers, "metrics.json"),
+            params:
+                recipe_digest=dag.digest(_recipe, "check"),
+                code=dag.code_digest("check"),
+                layers=" ".join(str(i) for i in _layers),
+                recipe=_recipe,
+            resources:
+                mem_mb=dag.resources(_recipe, "check", tuple(_layers)).mem_mb,
+                runtime=dag.resources(_recipe, "check", tuple(_layers)).runtime_min * len(_layers),
+            benchmark:
+                f"{BUILD}/{_recipe}/benchmarks/checks_{_span}.tsv"
+            log:
+                f"{BUILD}/{_recipe}/logs/checks_{_span}.log",
+            shell:
+                "llmbuild check {params.recipe} --layer {params.layers} > {log} 2>&1"
+
+
+rule head_check:
+    input:
+        spec=rules.prepare.output.spec,
+        quantized=quantized_input,
+        plan=rules.plan.output.plan,
+        reference=rules.reference.output.reference,
+        obj=rules.head.output.obj,
+        weights=rules.head.output.weights,
+    output:
+        metrics=f"{BUILD}/{{recipe}}/head/metrics.json",
+    params:
+        **params_for("check"),
+    resources:
+        **resources_for("head_check"),
+    benchmark:
+        f"{BUILD}/{{recipe}}/benchmarks/head_check.tsv"
+    log:
+        f"{BUILD}/{{recipe}}/logs/head_check.log",
+    shell:
+        "llmbuild check {wildcards.recipe} --head > {log} 2>&1"
+
 
 rule e2e:
     input:
@@ -8,7 +63,7 @@ rule e2e:
         e2e=f"{BUILD}/{{recipe}}/e2e.json",
     params:
         **params_for("e2e"),
-    threads: 2  # the last step but one, alone: the host path runs its tiles on both cores (same bits)
+    threads: 1  # beside the checks, which need the same cores; its tiles give the same bits on any count
     resources:
         **resources_for("e2e"),
     benchmark:
@@ -22,7 +77,7 @@ rule e2e:
 rule verify:
     input:
         e2e=rules.e2e.output.e2e,
-        head=rules.head.output.metrics,
+        head=rules.head_check.output.metrics,
         layers=lambda w: [f"{BUILD}/{w.recipe}/layers/{i}/metrics.json" for i in layer_ids(w)],
     output:
         report=f"{BUILD}/{{recipe}}/verify.json",

@@ -28,7 +28,7 @@ def _digests() -> dict[str, str]:
     return {step: dag.code_digest(step) for step in dag.STEP_ENTRY}
 
 
-WEIGHT_STEPS = ("prepare", "quantize", "reference", "plan", "layer", "head", "link", "e2e")
+WEIGHT_STEPS = ("prepare", "quantize", "reference", "plan", "layer", "head", "check", "link", "e2e")
 
 
 def _append(path: Path, text: str) -> None:
@@ -53,19 +53,35 @@ def test_an_edit_of_the_cli_reruns_nothing_that_reads_weights(package_copy: Path
 
 
 def test_the_closure_follows_function_level_imports() -> None:
-    closure = dag.import_closure(("llmbuild.build.layer",))
-    assert "verify/reference.py" in closure  # imported inside build_layer only
+    closure = dag.import_closure(("llmbuild.verify.reference",))
+    assert "verify/stream_model.py" in closure  # imported inside make_reference only
     assert "cli.py" not in closure
 
 
 @pytest.mark.parametrize("changed, reruns", [
-    ("frontend/synthetic.py", {"prepare", "quantize", "reference", "layer", "head", "e2e"}),  # the weights
-    ("quant/methods/gptq.py", {"quantize"}),
+    ("frontend/synthetic.py", {"prepare", "quantize", "reference", "layer", "head", "check", "e2e"}),
+    ("quant/methods/gptq.py", {"quantize"}),  # the imported levels are read by quant/formats.py
     ("build/prepare.py", {"prepare"}),
-    ("verify/similarity.py", {"layer", "head", "e2e"}),
+    ("verify/similarity.py", {"check", "e2e"}),
 ])
 def test_what_a_step_reads_reruns_it(package_copy: Path, changed: str, reruns: set[str]) -> None:
     before = _digests()
     _append(package_copy / changed, "\n# changed\n")
     after = _digests()
-    assert {s for s in ("prepare", "quantize", "reference", "layer", "head", "e2e") if after[s] != before[s]} == reruns
+    steps = ("prepare", "quantize", "reference", "layer", "head", "check", "e2e")
+    assert {s for s in steps if after[s] != before[s]} == reruns
+
+
+@pytest.mark.parametrize("config, jobs, per_job", [
+    ("smollm2_135m_instruct_bf16.json", 2, {15}),  # 3.5M weights a layer: start-up would dominate
+    ("deepseek_r1_distill_qwen_1_5b.json", 7, {4}),
+    ("qwen2_7b_instruct_gptq_int4.json", 28, {1}),  # a 7B layer is a job: parallel, resumable, bounded
+])
+def test_layers_are_built_in_shards_sized_by_weights(config: str, jobs: int, per_job: set[int]) -> None:
+    from llmbuild.build.shards import shard_layers
+    from llmbuild.frontend.config_spec import spec_from_hf_config_file
+
+    spec = spec_from_hf_config_file(PACKAGE.parent / "recipes" / "configs" / config)
+    shards = shard_layers(spec)
+    assert len(shards) == jobs and {len(s) for s in shards} == per_job
+    assert [i for s in shards for i in s] == list(range(spec.num_layers))  # every layer once, in order

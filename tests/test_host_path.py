@@ -104,24 +104,31 @@ def test_blas_thread_choice_follows_the_load(monkeypatch: pytest.MonkeyPatch) ->
 
 
 @pytest.mark.parametrize("recipe", ["qwen2_tiny_f32", "smollm2_135m_bf16"])
-def test_weights_left_in_the_binary_give_the_same_bits(runtime_build: Path, recipe: str,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """With no room to decode weights (a 7B binary on a host), products read them from the memory-mapped
-    binary tile by tile, and every logit keeps its bits."""
+@pytest.mark.parametrize("where", ["file", "half"])
+def test_weights_left_in_their_storage_format_give_the_same_bits(runtime_build: Path, recipe: str, where: str,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no room to decode weights (a 7B binary on a host), products read them from the binary file tile by
+    tile; with room for 16 bits a weight only (`half`), 16-bit weights are kept as stored and decoded per
+    tile. Every logit keeps its bits."""
     from llmbuild.numerics.stored import StoredTensor
     from llmbuild.runtime import host
 
     cached = CompiledModel(_binary(runtime_build, recipe), faithful=False)
     prompt = _prompt(cached, recipe)
     want_ids, want_logits = cached.generate(prompt, 6)
-    monkeypatch.setenv("LLMBUILD_HOST_CACHE_MB", "0")
     monkeypatch.setattr(host, "ALWAYS_DECODED_BYTES", 4096)
+    if where == "file":
+        monkeypatch.setenv("LLMBUILD_HOST_CACHE_MB", "0")
     lazy = CompiledModel(_binary(runtime_build, recipe), faithful=False)
+    lazy.device.half = where == "half"
     got_ids, got_logits = lazy.generate(prompt, 6)
     assert got_ids == want_ids
     assert all(np.array_equal(g, w) for g, w in zip(got_logits, want_logits, strict=True))
     stored = [w for w in lazy.device._weights.values() if isinstance(w, StoredTensor)]
-    assert stored and lazy.device.cached_bytes < 4096 * 64
+    if where == "file":
+        assert stored and lazy.device.cached_bytes < 4096 * 64
+    elif recipe.startswith("smollm2"):  # bf16 weights kept as their 16 bits, in memory
+        assert stored and all(isinstance(w.raw, np.ndarray) for w in stored)
 
 
 def test_a_short_prompt_computes_only_its_row_tiles(runtime_build: Path) -> None:

@@ -29,6 +29,7 @@ STEP_SECTIONS = {
     "layer": _COMPILE_SECTIONS,
     "head": _COMPILE_SECTIONS,
     "link": _COMPILE_SECTIONS,
+    "check": _COMPILE_SECTIONS,  # and verify.check_tokens (digest), not the tolerances
     "verify": ("verify",),
     "quantize": ("source", "architecture", "quantization"),
 }
@@ -46,6 +47,7 @@ STEP_ENTRY = {
     "layer": ("llmbuild.build.layer",),
     "head": ("llmbuild.build.head",),
     "link": ("llmbuild.build.link",),
+    "check": ("llmbuild.verify.checks",),
     "e2e": ("llmbuild.verify.e2e",),
     "verify": ("llmbuild.verify.report",),
 }
@@ -54,6 +56,7 @@ STEP_DATA = {
     "layer": ("target/chips",),
     "head": ("target/chips",),
     "link": ("target/chips",),
+    "check": ("target/chips",),
     "e2e": ("target/chips",),
     "quantize": ("data/calibration",),
     "prepare": ("data/corpus.txt",),
@@ -189,6 +192,8 @@ def digest(name: str, step: str) -> str:
         d = hashlib.sha256((d + json.dumps(gen, sort_keys=True)).encode()).hexdigest()
     if step == "e2e":
         d = hashlib.sha256((d + section_digest(r, *STEP_SECTIONS["compile"])).encode()).hexdigest()
+    if step == "check":
+        d = hashlib.sha256((d + str(r.verify.check_tokens)).encode()).hexdigest()
     if step == "quantize" and r.quantization.calibration:
         text = Path(r.quantization.calibration).read_bytes()  # the data, wherever the file lives
         d = hashlib.sha256(d.encode() + hashlib.sha256(text).digest()).hexdigest()
@@ -207,22 +212,40 @@ def calibration_file(name: str) -> list[str]:
 
 
 @cache
-def resources(name: str, step: str):
-    """mem_mb and runtime_min of `step` for recipe `name` (llmbuild/build/resources.py)."""
+def resources(name: str, step: str, layers: tuple[int, ...] = ()):
+    """mem_mb and runtime_min of `step` for recipe `name` (llmbuild/build/resources.py); `layers`: a check
+    job's layers (one the simulated device checks needs less memory than one the host path checks)."""
     from llmbuild.build.resources import step_resources
+    from llmbuild.verify.layer_check_policy import faithful_layers
+
+    spec = recipe_spec(name)
+    faithful = bool(layers) and all(i in faithful_layers(spec.num_layers) for i in layers)
+    return step_resources(recipe(name), spec, step, faithful)
+
+
+@cache
+def recipe_spec(name: str):
+    """The model spec from the recipe's configuration (no weights read), once per Snakefile parse."""
     from llmbuild.frontend.config_spec import spec_without_weights
 
-    r = recipe(name)
-    return step_resources(r, spec_without_weights(r.source), step)
+    return spec_without_weights(recipe(name).source)
+
+
+def reference_threads(name: str) -> int:
+    """The reference's threads (rules/reference.smk): it streams every layer once per generated token,
+    while compiling reads each once, so past a few billion parameters it outlasts the compile jobs and
+    should have both cores; below, one, and the compile jobs run beside it."""
+    from llmbuild.cost.model import param_count
+
+    return 2 if param_count(recipe_spec(name)) > 3e9 else 1
 
 
 @cache
 def layer_shards(name: str) -> list[list[int]]:
     """The layers of `name`'s model in the jobs that build them (llmbuild/build/shards.py)."""
     from llmbuild.build.shards import shard_layers
-    from llmbuild.frontend.config_spec import spec_without_weights
 
-    return shard_layers(spec_without_weights(recipe(name).source))
+    return shard_layers(recipe_spec(name))
 
 
 @cache

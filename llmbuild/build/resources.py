@@ -1,12 +1,13 @@
 """What each build step needs from a machine: peak memory (mem_mb) and a time limit (runtime, minutes),
 computed from the model's shapes and the recipe, never from the machine.
 
-Snakemake schedules with them (`snakemake --resources mem_mb=20000` runs at once only the jobs whose
-declared memory fits), and a cluster profile turns them into the node a job asks for. So they must be
-close to what a step really uses: too low and a 24 GiB machine runs out of memory, too high and jobs
-wait for nothing. Each formula is the step's own accounting (which buffers it holds at its peak), with
-constants fitted to measured peaks (benchmarks/scale.py prints declared against measured for every rule;
-docs/performance.md keeps the table), and stays within 1.5x of the measurement at every measured size.
+Snakemake schedules with them (`snakemake --resources mem_mb=20000`, the default of the workflow profile,
+runs at once only the jobs whose declared memory fits), and a cluster profile turns them into the node a
+job asks for. So they must be close to what a step really uses: too low and a 24 GiB machine runs out of
+memory, too high and jobs wait for nothing. Each formula is the step's own accounting (which buffers it
+holds at its peak, in bytes per weight of one layer, of the model, or of a vocabulary table), with
+constants fitted to measured peaks of SmolLM2-135M, the 1.5B and the 7B/8B builds (benchmarks/scale.py
+prints declared against measured for every rule; docs/performance.md keeps the table).
 
 Times are generous upper bounds for a slow 2-core machine: a scheduler kills a job that overruns.
 """
@@ -22,8 +23,12 @@ from llmbuild.recipe.schema import Recipe
 
 MB = 1 << 20
 # Resident size of a step's process before it touches the model: Python, numpy, xDSL and llmbuild; torch
-# and transformers on top for the steps that import them.
-BASE_MB = {"compile": 160, "torch": 520, "light": 90}
+# and transformers on top for the reference.
+BASE_MB = {"compile": 180, "check": 200, "runtime": 150, "torch": 550, "light": 150}
+HOST_CACHE = 3 << 30  # verify/e2e.py: E2E_CACHE_BYTES
+REFERENCE_LAYERS = 512 << 20  # verify/stream_model.py: DEFAULT_CACHE_BYTES
+REFERENCE_LEVELS = 3 << 29  # verify/stream_weights.py: LEVELS_CACHE_BYTES
+TABLE_BLOCK = 64 << 20  # build/weight_file.py and the kernels read big tables in blocks of about this
 
 
 @dataclass(frozen=True)
@@ -34,7 +39,7 @@ class Resources:
 
 @dataclass(frozen=True)
 class ModelSize:
-    """The sizes the steps' memory depends on, in parameters."""
+    """The sizes the steps' memory depends on, in weights."""
 
     layer: int  # weights of one decoder layer
     vocab_table: int  # vocab x hidden (one table)
@@ -43,62 +48,85 @@ class ModelSize:
     hidden: int
     intermediate: int
     kv_width: int  # kv heads x head dim
+    vocab: int
 
 
 def model_size(spec: ModelSpec) -> ModelSize:
     one = expected_shapes(replace(spec, num_layers=1))
     layer = sum(math.prod(s) for n, s in one.items() if n.startswith("layers."))
     return ModelSize(layer, spec.vocab_size * spec.hidden_size, 1 if spec.tie_word_embeddings else 2,
-                     spec.num_layers, spec.hidden_size, spec.intermediate_size, spec.num_kv_heads * spec.head_dim)
+                     spec.num_layers, spec.hidden_size, spec.intermediate_size, spec.num_kv_heads * spec.head_dim,
+                     spec.vocab_size)
 
 
-def _weight_bits(recipe: Recipe) -> int:
-    mode = recipe.quantization.mode
-    return 4 if mode.startswith("w4") else 8 if mode.startswith("w8") else 32 if mode == "f32" else 16
+def _origin(recipe: Recipe) -> str:
+    """Where the layer's weights come from: "rtn" (rounded in the build), "levels" (a quantized
+    checkpoint, downloaded or written by the quantize step) or "float"."""
+    origin = recipe.quantization.origin
+    return "rtn" if origin == "rtn" else "float" if origin == "float" else "levels"
 
 
-def step_resources(recipe: Recipe, spec: ModelSpec, step: str) -> Resources:
+# Bytes per weight of one layer at a job's peak.
+COMPILE_BYTES = {"rtn": 10.0, "levels": 1.5, "float": 8.0}  # rounding's f32 temporaries; unpacked levels
+CHECK_BYTES = {  # (on the host path, on the simulated device)
+    "rtn": (12.0, 12.0),  # the rounding's temporaries are the peak either way
+    "levels": (9.5, 5.5),  # levels, TopOp's dequantized f32, the host's dequantized f32 (the device: slices)
+    "float": (8.0, 4.5),  # TopOp's f32, the host's decoded f32
+}
+
+
+def step_resources(recipe: Recipe, spec: ModelSpec, step: str, faithful: bool = False) -> Resources:
+    """`faithful`: a check job whose layers include one the simulated device checks (verify/layer_check)."""
     size = model_size(spec)
     L, S = recipe.stages.prefill_length, recipe.stages.seq_length
     T = 2 * recipe.verify.check_tokens + 1  # reference tokens
-    quantized = _weight_bits(recipe) < 16
-    billions = (size.layer * size.layers + size.vocab_table * size.tables) / 1e9
+    origin = _origin(recipe)
+    weights = size.layer * size.layers + size.vocab_table * size.tables
+    billions = weights / 1e9
+    table = 4 * size.vocab_table  # one vocabulary table in float32
     if step == "layer":
-        # Float32 weights as TopOp reads them and once more decoded (dequantized) by the device executor,
-        # the stored form beside them, plus prefill activations (rows x intermediate, a few at once).
-        per_param = 8.0 + (1.5 if quantized else 4.0)
-        activations = 10 * 4 * min(L, 2 * recipe.verify.check_tokens + 64) * (size.hidden + size.intermediate)
-        attention = 4 * 4 * L * (S + L) if L * (S + L) < (1 << 26) else 4 * 4 * 256 * (S + L)
-        mb = BASE_MB["compile"] + (per_param * size.layer + activations + attention) / MB
+        mb = BASE_MB["compile"] + COMPILE_BYTES[origin] * size.layer / MB
+        minutes = 2 + billions * 2
+    elif step == "check":
+        per_weight = CHECK_BYTES[origin][1 if faithful else 0]
+        # TopOp's live values at full rows (the interpreter computes elementwise ops on every row) and the
+        # attention mask with its rounded copies.
+        activations = 3 * 4 * L * (size.hidden + size.intermediate) + 3 * 4 * L * (S + L)
+        mb = BASE_MB["check"] + (per_weight * size.layer + activations) / MB
         minutes = 2 + billions * 3
     elif step == "head":
-        # Tables are streamed in 64 MB blocks when large; small ones (< 256 MB) are held whole, decoded.
-        table = 4 * size.vocab_table
-        held = table * (3 if table <= 256 * MB else 0) + (128 * MB if table > 256 * MB else 0)
-        mb = BASE_MB["compile"] + held / MB + 4 * size.vocab_table * _head_quantized(recipe) * 3 / MB
+        # Tables converted and written in blocks when large; a small one decoded whole.
+        mb = BASE_MB["compile"] + (table if table <= 4 * TABLE_BLOCK else 2 * TABLE_BLOCK) / MB
+        mb += 3 * table / MB if recipe.quantization.lm_head not in (None, "float") else 0
+        minutes = 2 + billions * 2
+    elif step == "head_check":
+        # TopOp's lm_head and the device's, each a block (or the whole small table) at a time.
+        mb = BASE_MB["check"] + 3 * min(table, 4 * TABLE_BLOCK) / MB
+        mb += 3 * table / MB if recipe.quantization.lm_head not in (None, "float") else 0
         minutes = 2 + billions * 2
     elif step == "reference":
-        # transformers: one float32 layer at a time (and its load), activations of T tokens, logits blocks.
-        mb = BASE_MB["torch"] + (3 * 4 * size.layer + 4 * T * 4 * (size.hidden + size.intermediate)) / MB + 256
-        minutes = 5 + billions * 10
+        # transformers streaming layers: the resident layers, the cached levels of quantized layers, the
+        # layer being made and its reads, T tokens' activations and their logits.
+        levels = 0 if origin == "float" else min(REFERENCE_LEVELS, 1.1 * size.layer * size.layers)
+        layers = min(REFERENCE_LAYERS, 4 * size.layer * size.layers)
+        work = 2.2 * 4 * size.layer + 4 * T * (4 * (size.hidden + size.intermediate) + size.vocab)
+        mb = BASE_MB["torch"] + (layers + levels + work) / MB + 100
+        minutes = 5 + billions * 20
     elif step == "e2e":
-        # The host path: decoded weights up to its cache (1 GiB), a decoded tile, the KV cache.
-        decoded = min(4 * (size.layer * size.layers + size.vocab_table * size.tables), 5 << 29)  # verify/e2e.py
+        # The host path: decoded weights up to its cache, 10% more for the tiles decoded as they are used,
+        # and the KV cache.
+        decoded = min(4 * weights, HOST_CACHE)
         kv = 2 * 4 * size.layers * (S + L) * size.kv_width
-        mb = BASE_MB["torch"] + (decoded + kv + 4 * size.vocab_table // 8) / MB + 128
+        mb = BASE_MB["runtime"] + (1.1 * decoded + kv) / MB
         minutes = 5 + billions * 15
     elif step == "link":
-        mb = BASE_MB["compile"] + 64
+        mb = BASE_MB["compile"] + 100  # 16 MB reads, the programs decoded one at a time
         minutes = 2 + billions
     elif step == "quantize":
         # The library holds the float model in f32, calibration activations and its own copies.
         mb = 2000 + 3 * 4 * 1000 * billions
         minutes = 10 + 500 * billions  # measured ~5 min per 0.1B parameters for GPTQ on 2 CPU cores
     else:  # prepare, plan, verify: headers and JSON
-        mb = BASE_MB["light"] + 64
+        mb = BASE_MB["light"]
         minutes = 2
     return Resources(int(math.ceil(mb)), int(math.ceil(minutes)))
-
-
-def _head_quantized(recipe: Recipe) -> int:
-    return 1 if recipe.quantization.lm_head not in (None, "float") else 0

@@ -199,29 +199,46 @@ def encode(prog: Program) -> bytes:
     return out.getvalue()
 
 
+_STRUCTS: dict[str, struct.Struct] = {}  # a 28-layer binary's programs are millions of small fields
+_U16 = struct.Struct("<H")
+
+
 class _Reader:
     def __init__(self, data: bytes | memoryview):
         self.data, self.pos = bytes(data), 0
+        self.end = len(self.data)
+        self.strings: dict[bytes, str] = {}  # attribute keys and locs repeat: decode each once
 
     def take(self, fmt: str) -> tuple:
-        s = struct.Struct("<" + fmt)
-        if self.pos + s.size > len(self.data):
+        s = _STRUCTS.get(fmt)
+        if s is None:
+            s = _STRUCTS[fmt] = struct.Struct("<" + fmt)
+        if self.pos + s.size > self.end:
             raise LlmbuildError("program truncated")
         vals = s.unpack_from(self.data, self.pos)
         self.pos += s.size
         return vals
 
     def string(self) -> str:
-        (n,) = self.take("H")
-        if self.pos + n > len(self.data):
+        if self.pos + 2 > self.end:
+            raise LlmbuildError("program truncated")
+        (n,) = _U16.unpack_from(self.data, self.pos)
+        lo, hi = self.pos + 2, self.pos + 2 + n
+        if hi > self.end:
             raise LlmbuildError("program truncated (inside a string)")
-        s = self.data[self.pos : self.pos + n].decode()
-        self.pos += n
+        raw = self.data[lo:hi]
+        s = self.strings.get(raw)
+        if s is None:
+            s = self.strings[raw] = raw.decode()
+        self.pos = hi
         return s
 
     def attr(self) -> tuple[str, Any]:
         key = self.string()
-        (tag,) = self.take("B")
+        if self.pos >= self.end:
+            raise LlmbuildError("program truncated")
+        tag = self.data[self.pos]
+        self.pos += 1
         if tag == 0:
             return key, self.take("q")[0]
         if tag == 1:
@@ -243,11 +260,10 @@ def _r_instrs(r: _Reader, net: str) -> list[Instr]:
         code, nops = r.take("HB")
         if not 1 <= code <= len(OPCODES):
             raise LlmbuildError(f"program {net}: unknown opcode {code}")
-        operands = r.take(f"{nops}I")
-        (result,) = r.take("I")
+        *operands, result = r.take(f"{nops + 1}I")
         loc = r.string()
         (na,) = r.take("B")
-        attrs = dict(r.attr() for _ in range(na))
+        attrs = dict([r.attr() for _ in range(na)])
         out.append(Instr(OPCODES[code - 1], tuple(operands), result, loc, attrs))
     return out
 

@@ -22,7 +22,7 @@ EU_COMPUTE_BYTES = F32_BYTES
 # query tiles of a multiple of ROW_BLOCK rows, the running state in f32.
 FLASH_KEY_BLOCK = 256
 FLASH_ROW_BLOCK = 8
-FLASH_MAX_ROW_TILE = 128
+FLASH_MAX_ROW_TILE = 64
 FLASH_STATE_BYTES = 4
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import SSAValue
+from xdsl.ir import Operation, SSAValue
 
 from llmbuild.dialects.plain import main_func, op_attrs, string_list, tensor_info
 from llmbuild.numerics.formats import round_to
@@ -36,11 +36,17 @@ ROW_SKIPPING = frozenset({"MatMul", "A16MatMul", "FAttention"})
 
 def interpret(
     module: ModuleOp, inputs: Mapping[str, np.ndarray], weights: WeightLookup, *, reference: bool,
-    active_rows: int | None = None,
+    active_rows: int | None = None, record: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> Execution:
     """`active_rows`: only the first rows (tokens) hold real tokens; products and attention compute the
-    row tiles that hold them and leave zeros after them (the checks compare real rows only)."""
+    row tiles that hold them and leave zeros after them (the checks compare real rows only). `record`:
+    what of each op's result to keep in `by_loc` (the checks keep the real rows: a 2048-row prefill's
+    intermediates would otherwise all stay alive). A value is dropped after its last use."""
     fn = main_func(module)
+    last_use: dict[SSAValue, Operation] = {}
+    for op in fn.body.block.ops:
+        for v in op.operands:
+            last_use[v] = op
     arg_names = string_list(fn.attributes["arg_names"])
     result_names = string_list(fn.attributes["result_names"])
     compute = np.float64 if reference else np.float32
@@ -77,8 +83,11 @@ def interpret(
                 result = _to_compute(result, info.dtype, compute, reference)
             env[op.results[0]] = result
             loc = op.attributes["loc"].data
-            run.by_loc[loc] = result
+            run.by_loc[loc] = result if record is None else record(result)
             run.order.append(loc)
+            for v in op.operands:
+                if last_use.get(v) is op:
+                    env.pop(v, None)
     return run
 
 

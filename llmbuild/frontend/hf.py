@@ -132,6 +132,7 @@ class _EntryRows(RowReader):
 
     def rows(self, lo: int, hi: int) -> np.ndarray:
         # Plain reads, not the memory map: streaming a 2 GB table through a map keeps it all resident.
+        hi = min(hi, self.shape[0])  # like slicing an array: a block may end past the last row
         dtype = np.dtype(_DTYPES[self.entry.dtype])
         row = dtype.itemsize * int(np.prod(self.shape[1:]))
         with open(self.entry.file, "rb") as f:

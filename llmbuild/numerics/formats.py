@@ -42,7 +42,14 @@ def f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
 
 
 def bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
-    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+    # One pass (the shift widens as it goes): the host path decodes a 7B model's bf16 weights tile by tile.
+    return np.left_shift(np.asarray(bits, dtype=np.uint16), 16, dtype=np.uint32).view(np.float32)
+
+
+def bf16_exact_to_bits(x: np.ndarray) -> np.ndarray:
+    """The bf16 bit patterns of float32 values already rounded to bf16 (their low 16 bits are zero): a
+    truncation, exact and twice as fast as f32_to_bf16_bits' rounding."""
+    return (np.ascontiguousarray(x, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
 
 
 def round_bf16_inplace(x: np.ndarray, finite: bool = False) -> np.ndarray:

@@ -48,7 +48,7 @@ def rms_norm(attrs: dict[str, Any], x: np.ndarray, gamma: np.ndarray) -> np.ndar
 # Rows per tile of a product the layer-group pass did not tile by rows: a fixed size, so that the tiles,
 # and with them the bits, do not depend on how many threads run them (numerics/parallel.py).
 ROW_TILE = 32
-LAZY_WHOLE_BYTES = 256 << 20
+LAZY_WHOLE_BYTES = 64 << 20  # build/resources.py: TABLE_BLOCK
 PARALLEL_MIN_MACS = 1 << 24  # below this a column of tiles runs on the calling thread (same bits either way)
 
 
@@ -71,18 +71,16 @@ def tiled_product(attrs: dict[str, Any], x: np.ndarray, w_nk: Weight) -> np.ndar
     x2 = x.reshape(-1, k)
     m, n = x2.shape[0], w_nk.shape[0]
     tm, tn = attrs.get("tile_m", 0) or ROW_TILE, attrs.get("tile_n", 0) or n
-    if tn >= n and isinstance(w_nk, RowReader) and 4 * n * k > LAZY_WHOLE_BYTES:
-        # No device weight this large is held whole (local memory is a few MiB), so only the float64 TopOp
-        # reference gets here, e.g. with a 7B vocabulary table: read it in blocks instead of decoding it.
-        tn = max(1, LAZY_WHOLE_BYTES // (4 * k))
-    if m <= tm and n <= tn:
-        return x @ materialize(w_nk).T
     active = attrs.get("active_rows") or m
     if attrs.get("untiled"):  # the float TopOp reference: no tiles to match, one product over the real rows
+        if isinstance(w_nk, RowReader) and 4 * n * k > LAZY_WHOLE_BYTES:
+            tn = max(1, LAZY_WHOLE_BYTES // (4 * k))  # a 7B vocabulary table, read in blocks of rows
         out = np.zeros((m, n), dtype=np.result_type(x2.dtype, np.float32))
         for c in range(0, n, tn):
             out[:active, c : c + tn] = x2[:active] @ row_slice(w_nk, c, c + tn).T
         return out.reshape(*lead, n)
+    if m <= tm and n <= tn:
+        return x @ materialize(w_nk).T
     rows = min(m, -(-active // tm) * tm)
     out = (np.empty if rows == m else np.zeros)((m, n), dtype=np.result_type(x2.dtype, np.float32))
     row_tiles = list(range(0, rows, tm))

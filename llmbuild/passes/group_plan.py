@@ -37,10 +37,11 @@ from llmbuild.numerics.formats import itemsize
 
 ROW_BLOCK = 8  # row tiles are multiples of this many tokens
 # Row tiles hold at most this many tokens. The chip gains little from larger ones (a group's weights are
-# loaded once whatever the tile), and every host executor must compute whole tiles to reproduce the chip's
-# sums (BLAS rounds a row differently in a product of another height): a prompt of 20 tokens then costs one
-# tile of 128 rows, not 1024, in `llmbuild run` and in the build's checks of a 2048-token prefill.
-MAX_ROW_TILE = 128
+# loaded once whatever the tile: the 1.5B's prefill at L = 2048 times 37.6 ms with 64-row tiles against
+# 36.4 ms with 128 in the group timing), and every host executor must compute whole tiles to reproduce the
+# chip's sums (BLAS rounds a row differently in a product of another height): a 20-token prompt then
+# costs one tile of 64 rows, not 1024, in `llmbuild run`, and the build's checks of 64 tokens one tile.
+MAX_ROW_TILE = 64
 STREAM_FRACTION = 16  # one streamed weight slice holds at most lmem / 16 bytes
 # Flash attention's key blocks: the pass prefers blocks of at least KEY_BLOCK_MIN keys (fewer, larger
 # commands) and goes down to KEY_BLOCK_FLOOR only when nothing else fits; blocks are powers of two (or

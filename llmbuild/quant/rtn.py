@@ -30,6 +30,17 @@ def round_half_away(x: np.ndarray) -> np.ndarray:
     return t + np.where(np.abs(frac) >= 0.5, np.sign(x), 0).astype(x.dtype)
 
 
+def _group_reduce(x: np.ndarray, op: np.ufunc) -> np.ndarray:
+    """op.reduce over the last axis by halving it (min and max are exact, so the result is the same):
+    twice as fast as numpy's reduction along a short contiguous axis, which rounds a 1.5B model's weights
+    to nearest in the build and again in its reference."""
+    while x.shape[-1] > 1:
+        half = x.shape[-1] // 2
+        folded = op(x[..., :half], x[..., half : 2 * half])
+        x = np.concatenate([folded, x[..., 2 * half :]], axis=-1) if x.shape[-1] % 2 else folded
+    return x[..., 0]
+
+
 def rtn_quantize(
     weight: np.ndarray, bits: int = 4, group_size: int | None = DEFAULT_GROUP_SIZE, bias: np.ndarray | None = None
 ) -> QuantizedLinear:
@@ -47,7 +58,7 @@ def rtn_quantize(
     if g <= 0 or k % g:
         raise LlmbuildError(f"rtn: group_size {group_size} does not divide in_features {k}")
     groups = w.reshape(n, k // g, g)
-    lo, hi = groups.min(axis=2), groups.max(axis=2)
+    lo, hi = _group_reduce(groups, np.minimum), _group_reduce(groups, np.maximum)
     scale = np.maximum(hi - lo, _RANGE_FLOOR) / np.float32(15)
     zp = np.clip(-round_half_away(lo / scale), 0, 15)
     # round_half_away(w / scale) + zp, clipped, in place on one array (a 1.5B layer's projections are 46M

@@ -30,7 +30,7 @@ import numpy as np
 
 from llmbuild import LlmbuildError
 from llmbuild.codegen.program import Instr, Program, TensorDesc
-from llmbuild.numerics.formats import STORAGE, decode, round_to
+from llmbuild.numerics.formats import STORAGE, bf16_exact_to_bits, decode, round_to
 from llmbuild.numerics.kernels import KERNELS, dequantize_uncached, tiled_product
 from llmbuild.numerics.stored import StoredTensor
 from llmbuild.runtime.blas import ThreadChoice, one_thread, vector_only
@@ -39,13 +39,18 @@ from llmbuild.runtime.weight_image import FlatImage, WeightImage
 Getter = Callable[[], Any]
 Run = Callable[[], None]
 
-# Decoded weights kept by default (LLMBUILD_HOST_CACHE_MB overrides): every weight of a 135M model, a
-# bounded part of a 7B one.
-DEFAULT_CACHE_BYTES = 1 << 30
+# Decoded weights kept by default (LLMBUILD_HOST_CACHE_MB overrides): every weight of a 135M model in
+# float32, of a 1.5B w4 model in 16 bits, a bounded part of a 7B one (whose binary is never mapped whole:
+# resident memory stays near this budget, well under the binary's size plus 2 GiB).
+DEFAULT_CACHE_BYTES = 3 << 30
 # Smaller weights (norms, biases, scales) are always decoded: a lazy read of them costs more than it saves.
 ALWAYS_DECODED_BYTES = 1 << 20
 # Ops whose cost grows with the rows of their activation and that skip rows >= active_rows.
 _ROW_SKIPPING = frozenset({"MatMul", "A16MatMul", "FAttention"})
+# Ops that compute each token's row from that row alone: with active_rows, the host computes (and rounds)
+# the active rows only and leaves zeros after them (what a product of those rows reads; a row's bits in a
+# product do not depend on the other rows' values).
+_ROW_ELEMENTWISE = frozenset({"Add", "Mul", "Active", "SiLU", "RMSNorm", "Cast", "Rope", "Gather"})
 
 # Ops that only move values: a result whose every value operand already has the result's precision needs
 # no rounding (rounding a bf16 value to bf16 is the identity).
@@ -129,6 +134,9 @@ class _HostProgram:
         # Only one-row operands (decode, lm_head): any BLAS thread count gives the same bits (blas.py).
         self.vector_only = vector_only(prog)
         self._row_attrs: list[dict[str, Any]] = []  # attrs of the steps that honour active_rows
+        self.active: list[int | None] = [None]  # this run's active rows, read by row-local steps
+        first = prog.tensors[prog.inputs[0][1]].shape if prog.inputs else (1,)
+        self.tokens = first[1] if len(first) >= 2 else 1  # the net's static tokens
         self._producer: dict[int, int] = {}  # tensor index -> step index
         self._last_at: dict[int, int] = {}  # address -> the latest step that wrote there
         self.steps: list[Run] = []
@@ -181,6 +189,13 @@ class _HostProgram:
             in_place = host.cache_concat(tensors[ins.operands[0]])
             if in_place is not None:
                 fn, store = in_place, _same
+        tokens = self.tokens
+        if ins.op in _ROW_SKIPPING and tokens > 1 and len(out.shape) >= 2 and out.shape[1] == tokens:
+            store = _store_active_rows(store, self.active)
+        if ins.op in _ROW_ELEMENTWISE and tokens > 1 and len(out.shape) >= 2 and out.shape[1] == tokens:
+            rows = [not host.in_weights(tensors[t]) and len(tensors[t].shape) >= 2 and tensors[t].shape[1] == tokens
+                    for t in ins.operands]
+            fn, store = _active_rows_only(fn, store, out.shape, rows, self.active), _same
         if ins.op == "A16MatMul" and all(host.in_weights(tensors[t]) for t in ins.operands[1:4]):
             prepared = host.dequantized(*(tensors[t] for t in ins.operands[1:4]), ins.attrs)
             if prepared is not None:
@@ -191,6 +206,7 @@ class _HostProgram:
         return _bind(k, self.vals, fn, attrs, args, store)
 
     def run(self, active_rows: int | None = None) -> None:
+        self.active[0] = active_rows
         if active_rows != self.active_rows:
             for attrs in self._row_attrs:
                 if active_rows is None:
@@ -204,6 +220,38 @@ class _HostProgram:
 
 def _same(x: np.ndarray) -> np.ndarray:
     return x
+
+
+def _store_active_rows(store: Callable, active: list[int | None]) -> Callable[[np.ndarray], np.ndarray]:
+    """A product's store while `active[0]` rows are real: those rows are rounded, the others (zeros, or the
+    rest of a computed tile, which no real row depends on) are left as they are."""
+
+    def run(result: np.ndarray) -> np.ndarray:
+        n = active[0]
+        if n is None or n >= result.shape[1]:
+            return store(result)
+        result = np.ascontiguousarray(result, dtype=np.float32)
+        result[:, :n] = store(result[:, :n])
+        return result
+
+    return run
+
+
+def _active_rows_only(fn: Callable, store: Callable, shape: tuple[int, ...], rows: list[bool],
+                      active: list[int | None]) -> Callable[..., np.ndarray]:
+    """A row-local step that, while `active[0]` rows are real, computes and stores only those (operands
+    flagged in `rows` are cut to them) into a zeroed result of the full shape."""
+
+    def run(attrs: dict[str, Any], *xs: np.ndarray) -> np.ndarray:
+        n = active[0]
+        if n is None or n >= shape[1]:
+            return store(fn(attrs, *xs))
+        part = store(fn(attrs, *[x[:, :n] if cut else x for x, cut in zip(xs, rows, strict=True)]))
+        out = np.zeros(shape, dtype=part.dtype)
+        out[:, :n] = part
+        return out
+
+    return run
 
 
 def _with_weight(weight: np.ndarray) -> Callable[..., np.ndarray]:
@@ -230,6 +278,9 @@ class HostExecutor:
         self.weight_region = weight_region
         self.cache_bytes = _cache_budget() if cache_bytes is None else cache_bytes
         self.cached_bytes = 0
+        # Set by the loader when the model's weights decoded to float32 would not fit the cache: keep 16 bits
+        # a weight instead (twice as many fit; a 1.5B w4 model whole in 3 GiB), decoded per tile as used.
+        self.half = False
         self.buffers: dict[int, np.ndarray] = {}  # address -> the value last stored there
         self._weights: dict[tuple[int, str, tuple[int, ...]], np.ndarray | StoredTensor] = {}
         self._dequantized: dict[int, np.ndarray | None] = {}
@@ -264,30 +315,46 @@ class HostExecutor:
         return True
 
     def weight(self, t: TensorDesc) -> np.ndarray | StoredTensor:
-        """Decoded (float32, or bytes as they are) while the cache has room, else a StoredTensor the kernels
-        decode tile by tile."""
+        """Decoded (float32, or bytes as they are) while the cache has room; in `half` mode, 16-bit weights
+        are kept as stored (2 bytes each) and decoded per tile; beyond the cache, a StoredTensor read from
+        the file tile by tile."""
         key = (t.address, t.dtype, t.shape)
         cached = self._weights.get(key)
         if cached is None:
-            size = _count(t.shape) * (1 if t.dtype == "u8" else 4)  # levels stay bytes; the rest f32
-            if self._reserve(size):
-                cached = np.ascontiguousarray(decode(self.raw(t), t.dtype))
-                cached.flags.writeable = False
+            count = _count(t.shape)
+            if t.dtype == "u8" and self._reserve(count):  # levels stay bytes
+                cached = self._decoded(t)
+            elif self.half and t.dtype in ("bf16", "f16") and count * 4 > ALWAYS_DECODED_BYTES:
+                cached = StoredTensor(self.raw(t).copy(), t.dtype) if self._reserve(2 * count) else self.stored(t)
+            elif t.dtype != "u8" and self._reserve(4 * count):
+                cached = self._decoded(t)
             else:
                 cached = self.stored(t)
             self._weights[key] = cached
         return cached
 
+    def _decoded(self, t: TensorDesc) -> np.ndarray:
+        value = np.ascontiguousarray(decode(self.raw(t), t.dtype))
+        value.flags.writeable = False
+        return value
+
     def dequantized(self, weight: TensorDesc, scale: TensorDesc, zp: TensorDesc,
-                    attrs: dict[str, Any]) -> np.ndarray | None:
-        """An A16MatMul's weight dequantized once, if the cache has room; None: dequantize tile by tile."""
+                    attrs: dict[str, Any]) -> np.ndarray | StoredTensor | None:
+        """An A16MatMul's weight dequantized once, if the cache has room (in `half` mode as bf16 bits: the
+        dequantized values are exact in bf16, so nothing is lost, and products decode a tile at a time);
+        None: dequantize tile by tile."""
         if weight.address not in self._dequantized:
             rows, cols = weight.shape[0], weight.shape[1] * (2 if attrs.get("packed") else 1)
-            w = None
-            if self._reserve(4 * rows * cols):
-                w = dequantize_uncached(attrs, self.raw(weight), decode(self.raw(scale), scale.dtype),
-                                        self.raw(zp)).astype(np.float32, copy=False)
-                w.flags.writeable = False
+            half = self.half and attrs.get("dequant_dtype") == "bf16"
+            w: np.ndarray | StoredTensor | None = None
+            if self._reserve((2 if half else 4) * rows * cols):
+                full = dequantize_uncached(attrs, self.raw(weight), decode(self.raw(scale), scale.dtype),
+                                           self.raw(zp)).astype(np.float32, copy=False)
+                if half:  # rounded to bf16 by the dequantizer: the top half of each float is the value
+                    w = StoredTensor(bf16_exact_to_bits(full), "bf16")
+                else:
+                    full.flags.writeable = False
+                    w = full
             self._dequantized[weight.address] = w
         return self._dequantized[weight.address]
 
@@ -343,6 +410,9 @@ class HostExecutor:
                 trace(ins.loc, value)
         for address, get in hp.outputs:
             self.buffers[address] = get()
+        # Only the outputs live on (in `buffers`): a 28-layer model's prefill intermediates would otherwise
+        # stay allocated, every net's, until that net runs again.
+        hp.vals[:] = [None] * len(hp.vals)
 
     def get_output(self, prog: Program, name: str) -> np.ndarray:
         desc = self._program(prog).output_descs.get(name)

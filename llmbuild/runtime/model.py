@@ -41,6 +41,30 @@ class Executor(Protocol):
     def copy_rows(self, src: TensorDesc, dst: TensorDesc, at: int, rows: int) -> None: ...
 
 
+class _Programs(dict):
+    """Net name -> Program, each decoded when first asked for: a 28-layer binary holds 87 programs, and
+    a conversation that never sends a second chunk never runs the prefill_kv ones."""
+
+    def __init__(self, container: Container, sections: dict[str, str]):
+        super().__init__()
+        self._container, self._sections = container, sections
+
+    def __missing__(self, net: str) -> Program:
+        if net not in self._sections:
+            raise KeyError(net)
+        prog = self[net] = programs.decode(self._container.section(self._sections[net]))
+        return prog
+
+    def __contains__(self, net: object) -> bool:
+        return net in self._sections
+
+    def __iter__(self):  # type: ignore[override]
+        return iter(self._sections)
+
+    def __len__(self) -> int:
+        return len(self._sections)
+
+
 class CacheFullError(LlmbuildError):
     """The KV cache cannot take the tokens asked for (a conversation reached the capacity S)."""
 
@@ -98,10 +122,10 @@ class CompiledModel:
             # resident: a 7B binary's 5 GB each token), decoded copies kept up to the host path's cache.
             entry = self.container.entries["weights"]
             image = FileImage(self.path, entry.offset, entry.size, weight_region[0])
-            self.device = HostExecutor(image, weight_region, self._kv.values(), self.L, cache_bytes=cache_bytes)
-        self.nets: dict[str, Program] = {
-            n["name"]: programs.decode(self.container.section(n["section"])) for n in self.meta["nets"]
-        }
+            host = HostExecutor(image, weight_region, self._kv.values(), self.L, cache_bytes=cache_bytes)
+            host.half = _decoded_bytes(self.plan) > host.cache_bytes
+            self.device = host
+        self.nets = _Programs(self.container, {n["name"]: n["section"] for n in self.meta["nets"]})
         self.history = 0  # rows of the KV cache that hold real tokens
         self.counts = StageCounts()
 
@@ -207,6 +231,17 @@ class CompiledModel:
                 break
             logits = self.decode_token(token)
         return out, steps
+
+
+def _decoded_bytes(plan: MemoryPlan) -> int:
+    """The weights decoded to float32: 4-bit levels (bytes holding two) become 8 floats a byte."""
+    total = 0
+    for slot in plan.weights.values():
+        count = 1
+        for d in slot.shape:
+            count *= d
+        total += count * (8 if slot.dtype == "u8" else 4)
+    return total
 
 
 def load_tokenizer(model: CompiledModel):

@@ -20,22 +20,17 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+from xdsl.dialects.builtin import ModuleOp
 
-from llmbuild.build.compile_net import CompiledNet
+from llmbuild.codegen.program import Program
 from llmbuild.dialects.interpret import interpret
 from llmbuild.passes.memory_plan import MemoryPlan
 from llmbuild.runtime.device import Device
 from llmbuild.runtime.host import HostExecutor
 from llmbuild.runtime.weight_image import WeightImage
+from llmbuild.verify.layer_check_policy import faithful_layers  # noqa: F401 (re-exported)
 from llmbuild.verify.similarity import similarity
 from llmbuild.verify.stage_cases import StageCase
-
-
-def faithful_layers(num_layers: int) -> set[int]:
-    """The layers whose checks run on the simulated device: the first, the middle and the last. Addresses
-    differ between layers only by their weight and cache bases; the first and last sit at both ends of
-    the weight region and the cache."""
-    return {0, num_layers // 2, num_layers - 1}
 
 
 class CheckExecutor:
@@ -76,11 +71,15 @@ def _real_rows(x: np.ndarray, tokens: int, rows: int) -> np.ndarray:
     return x
 
 
-def check_case(c: CompiledNet, case: StageCase, top_weights: Mapping[str, Any], executor: CheckExecutor) -> dict:
-    """`top_weights` as TopOp means them (arrays, or RowReaders for tables too large to decode whole)."""
+def check_case(top_module: ModuleOp, program: Program, case: StageCase, top_weights: Mapping[str, Any],
+               executor: CheckExecutor) -> dict:
+    """`top_module`: the canonicalized TopOp net; `program`: what the build generated for it (from the
+    object file); `top_weights` as TopOp means them (arrays, or RowReaders for tables too large to decode
+    whole)."""
     tokens = case.tokens or case.rows
     active = case.rows if case.padded else None
-    top = interpret(c.top, case.inputs, lambda n: top_weights[n], reference=False, active_rows=active)
+    top = interpret(top_module, case.inputs, lambda n: top_weights[n], reference=False, active_rows=active,
+                    record=lambda v: np.array(_real_rows(v, tokens, case.rows), copy=True))
     result: dict = {"rows": case.rows, "executor": executor.name, "top_vs_source": {},
                     "tpu_vs_top": {"outputs": {}, "ops": []}}
     for name, expected in case.expected.items():
@@ -88,22 +87,22 @@ def check_case(c: CompiledNet, case: StageCase, top_weights: Mapping[str, Any], 
 
     dev = executor.start()
     for name, value in case.inputs.items():
-        dev.set_input(c.program, name, np.asarray(value, dtype=np.float32))
+        dev.set_input(program, name, np.asarray(value, dtype=np.float32))
     traced: dict[str, np.ndarray] = {}
 
     def trace(loc: str, value: np.ndarray) -> None:
-        traced[loc] = np.array(value, copy=True)
+        traced[loc] = np.array(_real_rows(value, tokens, case.rows), copy=True)  # only what is compared
 
     # The device runs the row tiles holding the real tokens (two at least); the host path the tiles of
     # each product and attention that hold them.
-    dev.run(c.program, trace=trace, active_rows=active)
+    dev.run(program, trace=trace, active_rows=active)
     for name, expected in case.expected.items():
-        got = dev.get_output(c.program, name)
+        got = dev.get_output(program, name)
         result["tpu_vs_top"]["outputs"][name] = similarity(
             _real(got, expected), _real(top.outputs[name], expected)
         )
     for loc in top.order:
         if loc in traced:
-            s = similarity(_real_rows(traced[loc], tokens, case.rows), _real_rows(top.by_loc[loc], tokens, case.rows))
+            s = similarity(traced[loc], top.by_loc[loc])
             result["tpu_vs_top"]["ops"].append([loc, s["cosine"], s["euclid"]])
     return result

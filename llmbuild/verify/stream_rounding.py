@@ -19,8 +19,16 @@ from typing import Any
 import numpy as np
 import torch
 
+from llmbuild.numerics.parallel import tile_map
 from llmbuild.quant.scheme import QUANTIZED_PROJECTIONS, QuantScheme
-from llmbuild.verify.stream_weights import ROW_BLOCK, Buffers, ReferenceWeights
+from llmbuild.verify.stream_weights import (
+    ROW_BLOCK,
+    Buffers,
+    LevelsCache,
+    ReferenceWeights,
+    buffer_for,
+    dequantize_rows,
+)
 
 
 def round_rows(weight: torch.Tensor, scheme: QuantScheme, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -41,12 +49,25 @@ class RoundedProjections:
 
     def __init__(self, inner: ReferenceWeights, scheme: QuantScheme) -> None:
         self.inner, self.scheme, self.config = inner, scheme, inner.config
+        self.levels = LevelsCache()
 
     def layer(self, i: int, keys: Sequence[str], out: Buffers | None = None) -> dict[str, torch.Tensor]:
-        state = self.inner.layer(i, keys, out)
-        for proj in QUANTIZED_PROJECTIONS:
+        from llmbuild.build.quantize_layer import quantize_projection
+
+        # A projection whose levels are cached is not read again: its float weights only fed the rounding.
+        kept = {f"{proj}.weight": self.levels.kept[f"{i}.{proj}"] for proj in QUANTIZED_PROJECTIONS
+                if f"{i}.{proj}" in self.levels.kept}
+        state = self.inner.layer(i, [k for k in keys if k not in kept], out)
+        for name, ql in kept.items():
+            state[name] = dequantize_rows(ql, out=buffer_for(out, name, (ql.out_features, ql.in_features)))
+        fresh = [proj for proj in QUANTIZED_PROJECTIONS if f"{proj}.weight" not in kept]
+        # Rounded once per layer (the levels are cached between passes while they fit): the projections of
+        # a layer on the tile threads (numpy releases the GIL), then dequantized in place.
+        rounded = tile_map(lambda proj: quantize_projection(state[f"{proj}.weight"].numpy(), self.scheme), fresh)
+        for proj, ql in zip(fresh, rounded, strict=True):
             name = f"{proj}.weight"
-            state[name] = round_rows(state[name], self.scheme, out=state[name])
+            self.levels.put(f"{i}.{proj}", ql)
+            state[name] = dequantize_rows(ql, out=state[name])
         return state
 
     def norm(self) -> torch.Tensor:

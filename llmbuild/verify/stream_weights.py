@@ -170,6 +170,7 @@ class QuantizedWeights(HFWeights):
         fields.pop("quantization_config", None)
         self.config = transformers.AutoConfig.for_model(**fields)
         self.tables = SafetensorsTables(self.directory)
+        self.levels = LevelsCache()
 
     def layer(self, i: int, keys: Sequence[str], out: Buffers | None = None) -> dict[str, torch.Tensor]:
         from llmbuild.quant.checkpoint import QuantizedCheckpoint
@@ -182,11 +183,39 @@ class QuantizedWeights(HFWeights):
             name = f"model.layers.{i}.{key}"
             prefix = name.removesuffix(".weight")
             if name.endswith(".weight") and prefix in self.quantized:
-                ql = checkpoint.linear(prefix)
+                ql = self.levels.get(prefix, lambda p=prefix: checkpoint.linear(p))
                 state[key] = dequantize_rows(ql, buffer_for(out, key, (ql.out_features, ql.in_features)))
             else:
                 state[key] = place(self.tables.stored(name), out, key)
         return state
+
+
+# Quantized levels kept between passes (a pass streams every layer; greedy generation makes one pass per
+# new token): unpacking a checkpoint's words, or rounding a float layer to nearest, costs several times the
+# dequantization that follows it, and the levels are a byte a weight, a quarter of the layer in float32.
+LEVELS_CACHE_BYTES = 3 << 29
+
+
+class LevelsCache:
+    """QuantizedLinears by name, kept while they fit a fixed budget (the first ones made: layers are visited
+    in order, so an LRU would evict each just before its reuse); memory stays bounded whatever the model."""
+
+    def __init__(self, budget_bytes: int = LEVELS_CACHE_BYTES) -> None:
+        self.budget, self.used = budget_bytes, 0
+        self.kept: dict[str, Any] = {}
+
+    def get(self, name: str, make: Callable[[], Any]) -> Any:
+        ql = self.kept.get(name)
+        if ql is None:
+            ql = make()
+            self.put(name, ql)
+        return ql
+
+    def put(self, name: str, ql: Any) -> None:
+        size = ql.q.nbytes + np.asarray(ql.scale).nbytes + np.asarray(ql.zero).nbytes
+        if name not in self.kept and self.used + size <= self.budget:
+            self.kept[name] = ql
+            self.used += size
 
 
 def dequantize_rows(ql: Any, out: torch.Tensor | None = None) -> torch.Tensor:

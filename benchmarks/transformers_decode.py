@@ -1,0 +1,139 @@
+"""transformers' decode speed on the model a recipe builds, at its best, next to llmbuild's host path:
+
+    python benchmarks/transformers_decode.py qwen2_7b_w4 [--tokens 8] [--prompt TEXT]
+
+The same checkpoint the recipe reads, loaded whole into transformers' model in bfloat16 (its weights'
+own dtype for a float checkpoint; for a quantized one, the dequantized levels, exact in bf16 only up to
+the scale's rounding, which does not matter for speed), one forward per token with a KV cache, at torch's
+default thread count and on one thread: the faster is transformers' best. bf16 is the only dtype a 7B
+model fits a 24 GiB host in (float32: 30 GB), and this CPU's AVX512-BF16 makes it the fastest besides.
+Then `llmbuild run` on the recipe's binary (host path), timed by the runtime itself; both report their
+peak resident memory (whole process). Run it on an otherwise idle machine: the bf16 model holds ~15 GB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def load_bf16(recipe_name: str):
+    """transformers' causal LM in bf16 holding the recipe's weights, filled one layer at a time (the
+    float32 weights of one layer at most exist at once)."""
+    import torch
+    import transformers
+
+    from llmbuild.build.paths import BuildPaths
+    from llmbuild.recipe import load_recipe
+    from llmbuild.verify.reference import reference_weights
+
+    recipe = load_recipe(recipe_name)
+    weights = reference_weights(recipe, BuildPaths.of(recipe))
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(weights.config, dtype=torch.bfloat16)
+    decoder = model.get_decoder()
+    for i, layer in enumerate(decoder.layers):
+        keys = list(layer.state_dict())
+        layer.load_state_dict({k: v.to(torch.bfloat16) for k, v in weights.layer(i, keys).items()}, assign=True)
+    vocab = weights.config.vocab_size
+    rows = 8192
+    embed = torch.empty(vocab, weights.config.hidden_size, dtype=torch.bfloat16)
+    head = torch.empty_like(embed) if not weights.config.tie_word_embeddings else embed
+    for lo in range(0, vocab, rows):
+        hi = min(vocab, lo + rows)
+        embed[lo:hi] = weights.embedding_rows(list(range(lo, hi))).to(torch.bfloat16)
+        if head is not embed:
+            head[lo:hi] = weights.head_rows(lo, hi).to(torch.bfloat16)
+    decoder.embed_tokens.load_state_dict({"weight": embed}, assign=True)
+    model.lm_head.load_state_dict({"weight": head}, assign=True)
+    decoder.norm.load_state_dict({"weight": weights.norm().to(torch.bfloat16)}, assign=True)
+    decoder.rotary_emb = type(decoder.rotary_emb)(config=model.config)
+    return model.eval(), recipe
+
+
+def transformers_rows(recipe_name: str, prompt_ids: list[int], tokens: int) -> list[dict]:
+    import torch
+
+    model, _ = load_bf16(recipe_name)
+    ids = torch.tensor([prompt_ids])
+
+    def once(n: int) -> tuple[float, float, list[int]]:
+        with torch.inference_mode():
+            start = time.perf_counter()
+            out = model(ids, use_cache=True, logits_to_keep=1)
+            token = out.logits[:, -1].argmax(-1, keepdim=True)
+            first = time.perf_counter()
+            got = [int(token)]
+            for _ in range(n - 1):
+                out = model(token, past_key_values=out.past_key_values, use_cache=True)
+                token = out.logits[:, -1].argmax(-1, keepdim=True)
+                got.append(int(token))
+            end = time.perf_counter()
+        return first - start, (n - 1) / (end - first), got
+
+    rows = []
+    default = torch.get_num_threads()
+    for threads in sorted({default, 1}, reverse=True):
+        torch.set_num_threads(threads)
+        first, tps, got = once(tokens)
+        rows.append({"path": f"transformers (torch bf16, {threads} thread{'s' if threads > 1 else ''})",
+                     "first_token_s": first, "tokens_per_s": tps, "ids": got})
+    torch.set_num_threads(default)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    for r in rows:
+        r["peak_rss_mib"] = peak
+    return rows
+
+
+def llmbuild_row(recipe_name: str, prompt_ids: list[int], tokens: int) -> dict:
+    cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "llmbuild.cli", "run", recipe_name, "--prompt-ids",
+           ",".join(map(str, prompt_ids)), "--max-new-tokens", str(tokens), "--ignore-eos", "--json", "--timing"]
+    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True)
+    reply = json.loads(result.stdout.strip().splitlines()[-1])
+    rss = next(int(line.split()[-1]) for line in result.stderr.splitlines() if "Maximum resident" in line)
+    return {"path": "llmbuild run (host path, numpy)", "first_token_s": reply["first_token_s"],
+            "tokens_per_s": reply["tokens_per_s"], "ids": reply["ids"], "peak_rss_mib": rss / 1024}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("recipe")
+    ap.add_argument("--tokens", type=int, default=8)
+    ap.add_argument("--prompt", default="What is the capital of France?")
+    args = ap.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from llmbuild.build.paths import BuildPaths, tokenizer_dir
+    from llmbuild.recipe import load_recipe
+    from llmbuild.runtime.tokenizer import BinaryTokenizer  # noqa: F401 (the runtime's own chat template)
+    from llmbuild.verify.reference import prompt_ids_for
+
+    recipe = load_recipe(args.recipe)
+    import transformers
+
+    tok = transformers.AutoTokenizer.from_pretrained(tokenizer_dir(recipe, BuildPaths.of(recipe)),
+                                                     local_files_only=True)
+    prompt = prompt_ids_for(recipe, tok) if recipe.verify.prompt == args.prompt else tok.apply_chat_template(
+        [{"role": "user", "content": args.prompt}], add_generation_prompt=True, tokenize=True)
+    ours = llmbuild_row(args.recipe, prompt, args.tokens)
+    theirs = transformers_rows(args.recipe, prompt, args.tokens)
+    best = max(theirs, key=lambda r: r["tokens_per_s"])
+    print(f"{args.recipe}: {len(prompt)}-token prompt, {args.tokens} greedy tokens")
+    print("| path | first-token latency (s) | decode tokens/s | peak RSS MiB | ids |")
+    print("|---|---:|---:|---:|---|")
+    for r in (ours, *theirs):
+        print(f"| {r['path']} | {r['first_token_s']:.2f} | {r['tokens_per_s']:.3f} | {r['peak_rss_mib']:.0f} | "
+              f"{r['ids']} |")
+    print(f"| llmbuild / best transformers | | {ours['tokens_per_s'] / best['tokens_per_s']:.2f}x | | |")
+
+
+if __name__ == "__main__":
+    main()
