@@ -205,6 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from llmbuild.runtime.allocator import reuse_freed_memory
+
+    reuse_freed_memory()
     try:
         args.fn(args)
     except LlmbuildError as exc:

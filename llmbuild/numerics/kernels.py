@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from llmbuild.numerics.formats import round_bf16_inplace, round_to
+from llmbuild.numerics.formats import CACHE_BLOCK, round_bf16_inplace, round_to
 from llmbuild.numerics.parallel import tile_map, workers
 from llmbuild.numerics.stored import RowReader, Weight, is_lazy, materialize, row_slice, take_rows
 
@@ -167,19 +167,48 @@ def clear_dequantize_cache() -> None:
 
 def _dequantize(attrs: dict[str, Any], weight: np.ndarray, scale: np.ndarray, zp: np.ndarray) -> np.ndarray:
     """(levels - zero) * scale per group of K, in the scale's type; with `dequant_dtype`, rounded to it as
-    the device's dequantizer does. In place on one array: a 7B projection is 68M values."""
-    levels = unpack_nibbles(weight) if attrs.get("packed") else np.asarray(weight)
-    n, k = levels.shape
-    g = attrs["q_group_size"]
-    w = levels.astype(scale.dtype).reshape(n, k // g, g)
-    w -= np.asarray(zp).astype(scale.dtype)[:, :, None]
-    w *= np.asarray(scale)[:, :, None]
-    w = w.reshape(n, k)
-    if attrs.get("dequant_dtype") == "bf16" and w.dtype == np.float32:
-        w = round_bf16_inplace(w, finite=bool(np.isfinite(scale).all()))  # levels and zeros are finite
-    elif attrs.get("dequant_dtype"):
-        w = round_to(w.astype(np.float32, copy=False), attrs["dequant_dtype"])
-    return w
+    the device's dequantizer does. Into one array, in row blocks that stay in the L2 cache (twice as fast
+    as whole-matrix passes: a 7B projection is 68M values)."""
+    scale = np.asarray(scale)
+    n, k = weight.shape[0], weight.shape[1] * (2 if attrs.get("packed") else 1)
+    out = np.empty((n, k), dtype=scale.dtype)
+    bf16 = attrs.get("dequant_dtype") == "bf16" and out.dtype == np.float32
+    for lo, hi in _row_blocks(n, k):
+        _dequantize_block(attrs, weight, scale, zp, lo, hi, out[lo:hi], bf16)
+    if attrs.get("dequant_dtype") and not bf16:
+        out = round_to(out.astype(np.float32, copy=False), attrs["dequant_dtype"])
+    return out
+
+
+def dequantize_bf16_bits(attrs: dict[str, Any], weight: np.ndarray, scale: np.ndarray, zp: np.ndarray) -> np.ndarray:
+    """The bf16 bit patterns of an A16MatMul weight whose dequantizer rounds to bf16 (`dequant_dtype`
+    bf16, float32 scales): `_dequantize`'s values, exact in bf16, without a whole float32 temporary (the
+    host path's 16-bit cache of a model larger than its budget)."""
+    scale = np.asarray(scale, dtype=np.float32)
+    n, k = weight.shape[0], weight.shape[1] * (2 if attrs.get("packed") else 1)
+    out = np.empty((n, k), dtype=np.uint16)
+    block = np.empty(max(1, CACHE_BLOCK // k) * k, dtype=np.float32)
+    for lo, hi in _row_blocks(n, k):
+        values = block[: (hi - lo) * k].reshape(hi - lo, k)
+        _dequantize_block(attrs, weight, scale, zp, lo, hi, values, True)
+        np.right_shift(values.view(np.uint32), 16, out=out[lo:hi], casting="unsafe")
+    return out
+
+
+def _row_blocks(n: int, k: int) -> list[tuple[int, int]]:
+    step = max(1, CACHE_BLOCK // k)
+    return [(lo, min(n, lo + step)) for lo in range(0, n, step)]
+
+
+def _dequantize_block(attrs: dict[str, Any], weight: np.ndarray, scale: np.ndarray, zp: np.ndarray, lo: int,
+                      hi: int, out: np.ndarray, bf16: bool) -> None:
+    k, g = out.shape[1], attrs["q_group_size"]
+    levels = unpack_nibbles(weight[lo:hi]) if attrs.get("packed") else np.asarray(weight[lo:hi])
+    w = out.reshape(hi - lo, k // g, g)
+    np.subtract(levels.reshape(hi - lo, k // g, g), np.asarray(zp[lo:hi]).astype(out.dtype)[:, :, None], out=w)
+    w *= scale[lo:hi, :, None]
+    if bf16:
+        round_bf16_inplace(w, finite=bool(np.isfinite(scale[lo:hi]).all()))  # levels and zeros are finite
 
 
 class DequantizedRows(RowReader):

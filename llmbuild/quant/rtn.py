@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from llmbuild import LlmbuildError
+from llmbuild.numerics.formats import CACHE_BLOCK
 from llmbuild.quant.linear import QuantizedLinear
 
 DEFAULT_GROUP_SIZE = 64
@@ -57,12 +58,25 @@ def rtn_quantize(
     g = k if group_size in (None, -1) else int(group_size)
     if g <= 0 or k % g:
         raise LlmbuildError(f"rtn: group_size {group_size} does not divide in_features {k}")
-    groups = w.reshape(n, k // g, g)
+    q = np.empty((n, k), dtype=np.uint8)
+    scale = np.empty((n, k // g), dtype=np.float32)
+    zp = np.empty((n, k // g), dtype=np.float32)
+    # In row blocks that stay in the L2 cache: twice as fast as whole-matrix passes (a 1.5B layer's
+    # projections are 46M weights, rounded in the build and again in its reference).
+    step = max(1, CACHE_BLOCK // k)
+    for lo in range(0, n, step):
+        hi = min(n, lo + step)
+        q[lo:hi], scale[lo:hi], zp[lo:hi] = _rtn4_block(w[lo:hi].reshape(hi - lo, k // g, g))
+    return QuantizedLinear(q=q, scale=scale, zero=zp, group_size=g, bits=4, bias=b)
+
+
+def _rtn4_block(groups: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(levels [rows, K] uint8, scale, zero point) of float32 weights in groups [rows, K / g, g]."""
     lo, hi = _group_reduce(groups, np.minimum), _group_reduce(groups, np.maximum)
     scale = np.maximum(hi - lo, _RANGE_FLOOR) / np.float32(15)
     zp = np.clip(-round_half_away(lo / scale), 0, 15)
-    # round_half_away(w / scale) + zp, clipped, in place on one array (a 1.5B layer's projections are 46M
-    # weights; this is 3.5x faster than the composed functions and gives the same levels)
+    # round_half_away(w / scale) + zp, clipped, in place on one array (3.5x faster than the composed
+    # functions, the same levels)
     x = groups / scale[:, :, None]
     q = np.trunc(x)
     x -= q  # the fraction, exact
@@ -70,9 +84,7 @@ def rtn_quantize(
     q += np.copysign((x >= np.float32(0.5)).astype(np.float32), groups)  # scale > 0: w / scale has w's sign
     q += zp[:, :, None]
     np.clip(q, 0, 15, out=q)
-    return QuantizedLinear(
-        q=q.reshape(n, k).astype(np.uint8), scale=scale, zero=zp.astype(np.float32), group_size=g, bits=4, bias=b
-    )
+    return q.reshape(groups.shape[0], -1).astype(np.uint8), scale, zp
 
 
 def _rtn_int8(w: np.ndarray, bias: np.ndarray | None) -> QuantizedLinear:

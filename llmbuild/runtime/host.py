@@ -30,8 +30,8 @@ import numpy as np
 
 from llmbuild import LlmbuildError
 from llmbuild.codegen.program import Instr, Program, TensorDesc
-from llmbuild.numerics.formats import STORAGE, bf16_exact_to_bits, decode, round_to
-from llmbuild.numerics.kernels import KERNELS, dequantize_uncached, tiled_product
+from llmbuild.numerics.formats import STORAGE, decode, round_to
+from llmbuild.numerics.kernels import KERNELS, dequantize_bf16_bits, dequantize_uncached, tiled_product
 from llmbuild.numerics.stored import StoredTensor
 from llmbuild.runtime.blas import ThreadChoice, one_thread, vector_only
 from llmbuild.runtime.weight_image import FlatImage, WeightImage
@@ -345,14 +345,15 @@ class HostExecutor:
         None: dequantize tile by tile."""
         if weight.address not in self._dequantized:
             rows, cols = weight.shape[0], weight.shape[1] * (2 if attrs.get("packed") else 1)
-            half = self.half and attrs.get("dequant_dtype") == "bf16"
+            scales = decode(self.raw(scale), scale.dtype)
+            half = self.half and attrs.get("dequant_dtype") == "bf16" and scales.dtype == np.float32
             w: np.ndarray | StoredTensor | None = None
             if self._reserve((2 if half else 4) * rows * cols):
-                full = dequantize_uncached(attrs, self.raw(weight), decode(self.raw(scale), scale.dtype),
-                                           self.raw(zp)).astype(np.float32, copy=False)
+                raw = (self.raw(weight), scales, self.raw(zp))
                 if half:  # rounded to bf16 by the dequantizer: the top half of each float is the value
-                    w = StoredTensor(bf16_exact_to_bits(full), "bf16")
+                    w = StoredTensor(dequantize_bf16_bits(attrs, *raw), "bf16")
                 else:
+                    full = dequantize_uncached(attrs, *raw).astype(np.float32, copy=False)
                     full.flags.writeable = False
                     w = full
             self._dequantized[weight.address] = w
