@@ -179,13 +179,15 @@ def test_changing_one_field_reruns_only_what_depends_on_it(build: Path, tmp_path
 
     path.write_text(text.replace("mode: f32", "mode: bf16"))
     jobs = planned_jobs(build, "qwen2_tiny_f32", recipes)
-    layers = {"layers_qwen2_tiny_f32_0_3": 1}  # the tiny model's 4 layers build in one job
-    assert jobs == {"plan": 1, "head": 1, **layers, "link": 1, "e2e": 1, "verify": 1, "qwen2_tiny_f32": 1}
+    # the tiny model's 4 layers build in two shards (two jobs at least), each checked by a job of its own
+    layers = {"layers_qwen2_tiny_f32_0_1": 1, "layers_qwen2_tiny_f32_2_3": 1}
+    checks = {"checks_qwen2_tiny_f32_0_1": 1, "checks_qwen2_tiny_f32_2_3": 1, "head_check": 1}
+    assert jobs == {"plan": 1, "head": 1, **layers, **checks, "link": 1, "e2e": 1, "verify": 1, "qwen2_tiny_f32": 1}
 
     # quantized weights change what the reference computes (it uses the dequantized weights)
     path.write_text(text.replace("mode: f32", "mode: w4bf16"))
     jobs = planned_jobs(build, "qwen2_tiny_f32", recipes)
-    assert jobs == {"reference": 1, "plan": 1, "head": 1, **layers, "link": 1, "e2e": 1, "verify": 1,
+    assert jobs == {"reference": 1, "plan": 1, "head": 1, **layers, **checks, "link": 1, "e2e": 1, "verify": 1,
                     "qwen2_tiny_f32": 1}
 
 

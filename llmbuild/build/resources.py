@@ -123,9 +123,13 @@ def step_resources(recipe: Recipe, spec: ModelSpec, step: str, faithful: bool = 
         mb = BASE_MB["compile"] + 100  # 16 MB reads, the programs decoded one at a time
         minutes = 2 + billions
     elif step == "quantize":
-        # The library holds the float model in f32, calibration activations and its own copies.
-        mb = 2000 + 3 * 4 * 1000 * billions
-        minutes = 10 + 500 * billions  # measured ~5 min per 0.1B parameters for GPTQ on 2 CPU cores
+        # The library (gptqmodel, autoawq, auto-round) loads the whole float model, in float32 by default
+        # (quant/methods: the unquantized tensors keep their values), then quantizes layer by layer:
+        # 4 bytes a weight plus torch. Measured: SmolLM2-135M GPTQ 1.26-1.30 GB, 67-90 s on 2 cores. A
+        # 7B in float32 is a 32 GB node's job, which is what a cluster profile should ask for.
+        bytes_per_weight = 2 if recipe.quantization.options.get("dtype") in ("bfloat16", "float16") else 4
+        mb = 800 + bytes_per_weight * 1.05 * weights / MB
+        minutes = 5 + 20 * billions  # ~10 CPU-minutes a billion weights (32 calibration samples), twice
     else:  # prepare, plan, verify: headers and JSON
         mb = BASE_MB["light"]
         minutes = 2
