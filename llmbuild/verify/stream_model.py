@@ -27,7 +27,7 @@ from torch import nn
 from llmbuild.verify.stream_weights import ReferenceWeights
 
 HEAD_ROW_BLOCK = 8192  # lm_head rows per block: 117 MB of float32 at hidden 3584
-DEFAULT_CACHE_BYTES = 512 << 20
+DEFAULT_CACHE_BYTES = 128 << 20
 _ALIGN = 64  # bytes: torch's CPU allocator's alignment
 
 
