@@ -28,6 +28,7 @@ BASE_MB = {"compile": 180, "check": 300, "runtime": 150, "torch": 550, "light": 
 HOST_CACHE = 3 << 30  # verify/e2e.py: E2E_CACHE_BYTES
 REFERENCE_LAYERS = 128 << 20  # verify/stream_model.py: DEFAULT_CACHE_BYTES
 REFERENCE_LEVELS = 3 << 29  # verify/stream_weights.py: LEVELS_CACHE_BYTES
+REFERENCE_LEVELS_AND_LAYER = 11 << 28  # verify/stream_weights.py: LEVELS_AND_LAYER_BYTES
 TABLE_BLOCK = 64 << 20  # build/weight_file.py and the kernels read big tables in blocks of about this
 
 
@@ -107,9 +108,10 @@ def step_resources(recipe: Recipe, spec: ModelSpec, step: str, faithful: bool = 
     elif step == "reference":
         # transformers streaming layers: the resident layers, the cached levels of quantized layers, the
         # layer being made and its reads, T tokens' activations and their logits.
-        levels = 0 if origin == "float" else min(REFERENCE_LEVELS, 1.1 * size.layer * size.layers)
+        budget = max(0, min(REFERENCE_LEVELS, REFERENCE_LEVELS_AND_LAYER - 2.5 * 4 * size.layer))
+        levels = 0 if origin == "float" else min(budget, 1.1 * size.layer * size.layers)
         layers = min(REFERENCE_LAYERS, 4 * size.layer * size.layers)
-        work = 2.2 * 4 * size.layer + 4 * T * (4 * (size.hidden + size.intermediate) + size.vocab)
+        work = 2.6 * 4 * size.layer + 4 * T * (4 * (size.hidden + size.intermediate) + size.vocab)
         mb = BASE_MB["torch"] + (layers + levels + work) / MB + 100
         minutes = 5 + billions * 20
     elif step == "e2e":

@@ -28,6 +28,7 @@ from llmbuild.verify.stream_weights import (
     ReferenceWeights,
     buffer_for,
     dequantize_rows,
+    levels_budget,
 )
 
 
@@ -49,7 +50,7 @@ class RoundedProjections:
 
     def __init__(self, inner: ReferenceWeights, scheme: QuantScheme) -> None:
         self.inner, self.scheme, self.config = inner, scheme, inner.config
-        self.levels = LevelsCache()
+        self.levels = LevelsCache(levels_budget(self.config))
 
     def layer(self, i: int, keys: Sequence[str], out: Buffers | None = None) -> dict[str, torch.Tensor]:
         from llmbuild.build.quantize_layer import quantize_projection
