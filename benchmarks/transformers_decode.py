@@ -121,7 +121,8 @@ def main() -> None:
 
     tok = transformers.AutoTokenizer.from_pretrained(tokenizer_dir(recipe, BuildPaths.of(recipe)),
                                                      local_files_only=True)
-    prompt = prompt_ids_for(recipe, tok) if recipe.verify.prompt == args.prompt else tok.apply_chat_template(
+    vocab = len(tok)
+    prompt = prompt_ids_for(recipe, tok, vocab) if recipe.verify.prompt == args.prompt else tok.apply_chat_template(
         [{"role": "user", "content": args.prompt}], add_generation_prompt=True, tokenize=True)
     ours = llmbuild_row(args.recipe, prompt, args.tokens)
     theirs = transformers_rows(args.recipe, prompt, args.tokens)

@@ -17,7 +17,7 @@ from llmbuild import LlmbuildError, __version__
 from llmbuild.build.paths import BuildPaths, read_spec, shapes_of, tokenizer_dir, write_json
 from llmbuild.build.weight_file import weight_file_tensors
 from llmbuild.codegen.container import Container, write_container
-from llmbuild.codegen.program import decode
+from llmbuild.codegen.program import decode, decode_header
 from llmbuild.cost.compiled import perf_report
 from llmbuild.frontend.tokenizer_files import read_tokenizer_bundle
 from llmbuild.passes.memory_plan import MemoryPlan, align
@@ -71,17 +71,19 @@ def link(recipe: Recipe) -> None:
     objects = [Container(paths.head_object)] + [
         Container(paths.layer_object(i)) for i in range(spec.num_layers)
     ]
+    # Headers only: at seq 8192 a 1.5B model's programs decode to about a gigabyte of Python objects, so
+    # each is decoded once, to be timed, and dropped (perf_report below).
     nets = []
     activation = 0
     for obj in objects:
         for name in obj.names():
             if name.startswith("net:"):
-                prog = decode(obj.section(name))
-                activation = max(activation, prog.activation_bytes)
-                nets.append((prog.layer, name, prog, obj))
+                net, stage, layer, act = decode_header(obj.section(name))
+                activation = max(activation, act)
+                nets.append((layer, name, net, stage, obj))
     order = {"embedding": 0, "embedding_cache": 1, "lm_head": 3}
     stage_order = {"prefill": 0, "prefill_kv": 1, "decode": 2}
-    nets.sort(key=lambda n: (order.get(n[2].net, 2), n[0], stage_order.get(n[2].stage, 0)))
+    nets.sort(key=lambda n: (order.get(n[2], 2), n[0], stage_order.get(n[3], 0)))
     device_bytes = recipe.target.device_memory_bytes or chip.device_memory_bytes
     report = memory_report(plan, activation, device_bytes)
     check_fits(recipe, report)
@@ -96,7 +98,7 @@ def link(recipe: Recipe) -> None:
         "chip": recipe.target.chip,
         "seq_length": shapes.seq_length,
         "prefill_length": shapes.prefill_length,
-        "nets": [{"name": p.net, "stage": p.stage, "layer": layer, "section": name} for layer, name, p, _ in nets],
+        "nets": [{"name": net, "stage": stage, "layer": layer, "section": name} for layer, name, net, stage, _ in nets],
         "memory": report,
         "bos_token_id": bundle.bos_token_id,
         "eos_token_ids": list(bundle.eos_token_ids or spec.eos_token_ids),
@@ -113,11 +115,11 @@ def link(recipe: Recipe) -> None:
         ("weights", _weight_image([paths.head_weights] + [paths.layer_weights(i) for i in range(spec.num_layers)],
                                   plan)),
     ]
-    sections += [(name, [bytes(obj.section(name))]) for _, name, _, obj in nets]
+    sections += [(name, [bytes(obj.section(name))]) for _, name, _, _, obj in nets]
     write_container(paths.binary(recipe.name), sections)
     write_json(paths.root / "memory.json", report)
     # The compiled groups timed on the chip's rates, next to the spec model's figures (docs/performance.md).
-    perf = perf_report(meta, [prog for _, _, prog, _ in nets])
+    perf = perf_report(meta, (decode(obj.section(name)) for _, name, _, _, obj in nets))
     write_json(paths.root / "perf.json", perf)
     print(
         f"{recipe.name}: {paths.binary(recipe.name)} — device memory {report['total_bytes'] / 2**20:.1f} MiB "

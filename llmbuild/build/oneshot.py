@@ -64,7 +64,8 @@ def recipe_for(req: CompileRequest) -> tuple[str, str]:
     }
     header = (f"# Written by `llmbuild compile {checkpoint} --quantize {req.quantize} --chip {req.chip} "
               f"--seq-length {req.seq_length} -o {req.out}`.\n# Edit it and run the same command (or "
-              f"`LLMBUILD_RECIPES={req.out} LLMBUILD_BUILD_DIR={req.out.parent} snakemake {name}`) to rebuild.\n")
+              f"`LLMBUILD_RECIPES={req.out} LLMBUILD_BUILD_DIR={req.out.parent} snakemake {name}`) to rebuild.\n"
+              f"# The end-to-end check's prompt: {_prompt_kind(checkpoint)}.\n")
     # JSON is YAML: one value per line, no YAML writer needed, and nothing a template engine would expand.
     body = "\n".join(f"{key}: {json.dumps(value)}" for key, value in recipe.items())
     return name, header + body + "\n"
@@ -87,6 +88,25 @@ def _source(checkpoint: Path) -> tuple[dict, str]:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise LlmbuildError(f"{config}: cannot read JSON: {exc}") from None
     return {"kind": "hf", "path": str(checkpoint)}, architecture_for_hf_model_type(str(model_type))
+
+
+def _prompt_kind(checkpoint: Path) -> str:
+    """Which prompt the reference will use (verify/reference.py: prompt_ids_for), said in the recipe."""
+    if checkpoint.is_file():
+        return "'Hello' through the GGUF file's chat template, or as plain text when it has none"
+    config = checkpoint / "tokenizer_config.json"
+    template = (checkpoint / "chat_template.jinja").is_file() or (checkpoint / "chat_template.json").is_file()
+    if config.is_file():
+        try:
+            fields = json.loads(config.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            fields = None  # the reference step names the unreadable file
+        template = template or (isinstance(fields, dict) and bool(fields.get("chat_template")))
+    if template:
+        return "'Hello' through the checkpoint's chat template (set verify.prompt or verify.prompt_ids to change it)"
+    if config.is_file() or (checkpoint / "tokenizer.json").is_file():
+        return "'Hello' as plain text (the checkpoint has no chat template; set verify.prompt to change it)"
+    return "fixed token ids (the checkpoint has no tokenizer; set verify.prompt_ids to change them)"
 
 
 def compile_checkpoint(req: CompileRequest) -> Path:

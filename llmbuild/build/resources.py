@@ -24,7 +24,7 @@ from llmbuild.recipe.schema import Recipe
 MB = 1 << 20
 # Resident size of a step's process before it touches the model: Python, numpy, xDSL and llmbuild; torch
 # and transformers on top for the reference.
-BASE_MB = {"compile": 180, "check": 300, "runtime": 150, "torch": 550, "light": 150}
+BASE_MB = {"compile": 180, "check": 300, "runtime": 150, "torch": 600, "light": 150}
 HOST_CACHE = 3 << 30  # verify/e2e.py: E2E_CACHE_BYTES
 REFERENCE_LAYERS = 128 << 20  # verify/stream_model.py: DEFAULT_CACHE_BYTES
 REFERENCE_LEVELS = 3 << 29  # verify/stream_weights.py: LEVELS_CACHE_BYTES
@@ -102,7 +102,7 @@ def step_resources(recipe: Recipe, spec: ModelSpec, step: str, faithful: bool = 
         minutes = 2 + billions * 2
     elif step == "head_check":
         # TopOp's lm_head and the device's, each a block (or the whole small table) at a time.
-        mb = BASE_MB["check"] + 2.2 * min(table, 4 * TABLE_BLOCK) / MB
+        mb = BASE_MB["check"] + 3.2 * min(table, 4 * TABLE_BLOCK) / MB
         mb += 3 * table / MB if recipe.quantization.lm_head not in (None, "float") else 0
         minutes = 2 + billions * 2
     elif step == "reference":
@@ -118,7 +118,8 @@ def step_resources(recipe: Recipe, spec: ModelSpec, step: str, faithful: bool = 
         # The host path: decoded weights up to its cache, 10% more for the tiles decoded as they are used,
         # and the KV cache.
         decoded = min(4 * weights, HOST_CACHE)
-        kv = 2 * 4 * size.layers * (S + L) * size.kv_width
+        kv_bytes = 4 if recipe.quantization.mode == "f32" else 2  # the cache in the activations' type
+        kv = 2 * kv_bytes * size.layers * S * size.kv_width
         mb = BASE_MB["runtime"] + (1.15 * decoded + kv) / MB
         minutes = 5 + billions * 15
     elif step == "link":

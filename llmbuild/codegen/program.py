@@ -268,6 +268,18 @@ def _r_instrs(r: _Reader, net: str) -> list[Instr]:
     return out
 
 
+def decode_header(data: bytes | memoryview) -> tuple[str, str, int, int]:
+    """(net, stage, layer, activation bytes) of a program section, without decoding its instructions (the
+    linker orders and sizes the nets from these, and decodes each program only to time it)."""
+    r = _Reader(data)
+    if r.data[:4] != PROG_MAGIC:
+        raise LlmbuildError("not a program section (bad magic), or a program format before layer groups")
+    r.pos = 4
+    net, stage = r.string(), r.string()
+    layer, act, _, _ = r.take("iQQI")
+    return net, stage, layer, act
+
+
 def decode(data: bytes | memoryview) -> Program:
     r = _Reader(data)
     if r.data[:4] == OLD_MAGIC:

@@ -12,6 +12,7 @@ Next to them, the spec model's `estimate()` under both schedules and the relativ
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +34,10 @@ def step_nets(nets: list[NetTime], step: str) -> list[NetTime]:
     return [by_name[HEAD_NETS[step]], *blocks, by_name["lm_head"]]
 
 
-def time_compiled(meta: dict[str, Any], progs: list[programs.Program],
+def time_compiled(meta: dict[str, Any], progs: Iterable[programs.Program],
                   efficiency: Efficiency | None = None) -> dict[str, Any]:
-    """Group-timed figures of a binary whose meta and decoded programs are given."""
+    """Group-timed figures of a binary whose meta and decoded programs are given (in the meta's order; an
+    iterator is consumed once, so the programs need not all be held)."""
     chip = load_chip(meta["chip"])
     rates = Rates(chip)
     fitted, calibrated = efficiency_for(chip.name)
@@ -78,7 +80,7 @@ def read_binary(path: Path) -> tuple[dict[str, Any], list[programs.Program]]:
     return meta, progs
 
 
-def perf_report(meta: dict[str, Any], progs: list[programs.Program]) -> dict[str, Any]:
+def perf_report(meta: dict[str, Any], progs: Iterable[programs.Program]) -> dict[str, Any]:
     """perf.json: the group-timed figures, the spec model's under both schedules, and their differences."""
     from llmbuild.cost.model import estimate_from_meta
 

@@ -56,7 +56,8 @@ def run_e2e(recipe: Recipe) -> dict:
         "host_seconds": round(seconds, 3),
         "executor": "host",
     }
-    if recipe.verify.prompt:
+    if recipe.verify.prompt and model.meta.get("chat_template"):
+        # The prompt went through the checkpoint's chat template (verify/reference.py: prompt_ids_for).
         tok = load_tokenizer(model)
         own = tok.chat_ids([{"role": "user", "content": recipe.verify.prompt}])
         result["chat_template_ids_equal"] = own == prompt

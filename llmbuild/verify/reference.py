@@ -35,11 +35,23 @@ def verification_ids(vocab: int, count: int) -> np.ndarray:
     return np.random.default_rng(SEED).integers(0, vocab, size=count).astype(np.int64)
 
 
-def prompt_ids_for(recipe: Recipe, tokenizer) -> list[int]:
+FIXED_PROMPT_LENGTH = 8  # ids of the end-to-end prompt of a checkpoint without a tokenizer
+
+
+def prompt_ids_for(recipe: Recipe, tokenizer: Any, vocab: int) -> list[int]:
+    """The end-to-end prompt: `verify.prompt_ids` when given; else `verify.prompt` (default "Hello") through
+    the chat template when the tokenizer has one, as plain text when it has none (base models, and most
+    checkpoints the quantization libraries write); without tokenizer files, fixed ids."""
     if recipe.verify.prompt_ids:
         return list(recipe.verify.prompt_ids)
-    messages = [{"role": "user", "content": recipe.verify.prompt or "Hello"}]
-    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    if tokenizer is None:
+        return [int(i) for i in verification_ids(vocab, FIXED_PROMPT_LENGTH)]
+    text = recipe.verify.prompt or "Hello"
+    if getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                            tokenize=True)
+    else:
+        ids = tokenizer(text)["input_ids"]
     if isinstance(ids, dict) or hasattr(ids, "input_ids"):
         ids = ids["input_ids"]
     return [int(i) for i in ids]
@@ -91,7 +103,7 @@ def make_reference(recipe: Recipe, paths: BuildPaths, out: Path) -> None:
 
     model, _ = streamed_model(weights)
     tensors = layer_outputs(model, ids)
-    prompt = prompt_ids_for(recipe, _tokenizer(recipe, paths))
+    prompt = prompt_ids_for(recipe, _tokenizer(recipe, paths), spec.vocab_size)
     generated, first = greedy(model, prompt, recipe.verify.max_new_tokens, spec.eos_token_ids)
     tensors["generate.prompt_ids"] = np.array(prompt, dtype=np.int64)
     tensors["generate.ids"] = np.array(generated, dtype=np.int64)
@@ -163,15 +175,21 @@ def greedy(model: Any, prompt: list[int], max_new_tokens: int, eos: tuple[int, .
     return [int(i) for i in out.sequences[0, len(prompt) :]], out.logits[0][0].numpy().copy()
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
+
+
 def _tokenizer(recipe: Recipe, paths: BuildPaths) -> Any:
-    """transformers' tokenizer of the build's tokenizer files, only when the prompt is text. For GGUF those
-    are the files llmbuild extracted (tests/test_frontend_gguf.py checks them against transformers' own
-    GGUF tokenizer)."""
+    """transformers' tokenizer of the build's tokenizer files, only when the prompt is text; None when the
+    checkpoint has no tokenizer files. For GGUF those are the files llmbuild extracted
+    (tests/test_frontend_gguf.py checks them against transformers' own GGUF tokenizer)."""
     if recipe.verify.prompt_ids:
+        return None
+    directory = tokenizer_dir(recipe, paths)
+    if not any((directory / name).is_file() for name in TOKENIZER_FILES):
         return None
     import transformers
 
-    return transformers.AutoTokenizer.from_pretrained(tokenizer_dir(recipe, paths), local_files_only=True)
+    return transformers.AutoTokenizer.from_pretrained(directory, local_files_only=True)
 
 
 def _layer_kv(cache, i: int) -> tuple[np.ndarray, np.ndarray]:
