@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import random_net_inputs
+from net_cases import Case, load, run
 
-from llmbuild.build.compile_net import CompiledNet, compile_net
-from llmbuild.build.weights_blob import weight_chunk
+from llmbuild.build.compile_net import compile_net
 from llmbuild.codegen.program import Program, decode, encode
 from llmbuild.cost import hardware
 from llmbuild.cost.ops import Attention
@@ -36,9 +36,9 @@ from llmbuild.passes.assign_address import assign_addresses
 from llmbuild.passes.canonicalize import Canonicalize
 from llmbuild.passes.layer_group import LayerGroup
 from llmbuild.passes.lower_top_to_tpu import LowerTopToTpu
-from llmbuild.passes.memory_plan import MemoryPlan, make_plan
+from llmbuild.passes.memory_plan import make_plan
 from llmbuild.quant.scheme import scheme_for
-from llmbuild.runtime.device import Device, DeviceFault
+from llmbuild.runtime.device import DeviceFault
 from llmbuild.target import load_chip
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -199,14 +199,6 @@ def test_without_tiles_attention_runs_in_bounded_memory(monkeypatch: pytest.Monk
 # ---- nets forced into key blocks ------------------------------------------------------------------------
 
 
-@dataclasses.dataclass
-class Case:
-    net: CompiledNet
-    plan: MemoryPlan
-    weights: dict[str, np.ndarray]
-    inputs: dict[str, np.ndarray]
-
-
 # (S, L, local memory on a BM1688): the first cuts KV heads inside key blocks and queries into row tiles;
 # the second has key blocks that straddle the history and the new rows (S = 100), in decode a block made
 # of loaded history rows and the new row computed in the group; in the third, the op list's address plan
@@ -239,23 +231,6 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple, Case]:
     return {(stage, cfg): _case(stage, *cfg, out) for cfg in CONFIGS for stage in STAGES}
 
 
-def _device(case: Case, prog: Program | None = None, lmem_bytes: int | None = None) -> Device:
-    prog = prog or case.net.program
-    dev = Device(case.plan.activation_base + prog.activation_bytes, tuple(case.plan.regions["weight"]), lmem_bytes)
-    base, blob = weight_chunk(case.plan, case.weights)
-    dev.load_bytes(base, blob)
-    for name, value in case.inputs.items():
-        dev.set_input(prog, name, value)
-    return dev
-
-
-def _run(case: Case, prog: Program | None = None, grouped: bool = True, **kw) -> dict[str, np.ndarray]:
-    prog = prog or case.net.program
-    dev = _device(case, prog, **kw)
-    dev.run(prog, grouped=grouped)
-    return {name: dev.get_output(prog, name) for name, _ in prog.outputs}
-
-
 def _attention(case: Case) -> dict:
     return next(i.attrs for i in case.net.program.instrs if i.op == "FAttention")
 
@@ -281,9 +256,9 @@ def test_grouped_run_equals_op_list_and_interpretation_bit_for_bit(cases: dict[t
     assert 0 < max(g.lmem_peak_bytes for g in prog.groups) <= cfg[2]
     want = interpret(case.net.tpu, case.inputs, case.weights.__getitem__, reference=False)
     traced: dict[str, np.ndarray] = {}
-    dev = _device(case)
+    dev = load(case)
     dev.run(prog, trace=lambda loc, v: traced.__setitem__(loc, v.copy()))
-    flat = _run(case, grouped=False)
+    flat = run(case, grouped=False)
     for out, _ in prog.outputs:
         got = dev.get_output(prog, out)
         np.testing.assert_array_equal(got, flat[out], err_msg=f"{stage} {out}")
@@ -335,7 +310,7 @@ def test_flash_commands_survive_the_binary_encoding(cases: dict[tuple, Case]) ->
     prog = case.net.program
     back = decode(encode(prog))
     assert back.groups == prog.groups
-    got, want = _run(case, back), _run(case)
+    got, want = run(case, back), run(case)
     for name in want:
         np.testing.assert_array_equal(got[name], want[name])
 
@@ -380,7 +355,7 @@ def test_key_block_slots_that_coincide_fault(cases: dict[tuple, Case]) -> None:
     loads = [c.result for c in g.cmds if c.op == "Load" and c.loc == "history_k"]
     assert prog.tensors[loads[0]].address != prog.tensors[loads[1]].address
     with pytest.raises(DeviceFault, match=r"block_kv_1: group \d+: command \d+ \(Load history_k\): .*over live buffer"):
-        _run(case, _move(prog, loads[1], prog.tensors[loads[0]].address))
+        run(case, _move(prog, loads[1], prog.tensors[loads[0]].address))
 
 
 def test_the_state_over_a_live_key_block_faults(cases: dict[tuple, Case]) -> None:
@@ -390,7 +365,7 @@ def test_the_state_over_a_live_key_block_faults(cases: dict[tuple, Case]) -> Non
     block = next(c for c in g.cmds if c.attrs.get("g_flash") == "block")
     broken = _move(prog, block.result, prog.tensors[block.operands[1]].address)
     with pytest.raises(DeviceFault, match=r"writes local .* over live buffer"):
-        _run(case, broken)
+        run(case, broken)
 
 
 def test_a_key_block_never_loaded_is_an_unwritten_read(cases: dict[tuple, Case]) -> None:
@@ -401,16 +376,16 @@ def test_a_key_block_never_loaded_is_an_unwritten_read(cases: dict[tuple, Case])
     first = next(i for i, c in enumerate(cmds) if c.op == "Load" and c.loc == "history_v")
     del cmds[first]
     with pytest.raises(DeviceFault, match=r"Concat .*v_concat.*before anything in this group wrote it"):
-        _run(case, _with_cmds(prog, gi, cmds))
+        run(case, _with_cmds(prog, gi, cmds))
 
 
 def test_flash_groups_fault_past_the_end_of_local_memory(cases: dict[tuple, Case]) -> None:
     case = cases[("prefill", CONFIGS[1])]
     prog = case.net.program
     peak = max(g.lmem_peak_bytes for g in prog.groups)
-    _run(case, lmem_bytes=peak)  # exactly enough
+    run(case, lmem_bytes=peak)  # exactly enough
     with pytest.raises(DeviceFault, match="beyond local memory"):
-        _run(case, lmem_bytes=peak - 512)
+        run(case, lmem_bytes=peak - 512)
 
 
 def test_a_mask_tile_from_the_wrong_rows_gives_wrong_numbers(cases: dict[tuple, Case]) -> None:
@@ -420,7 +395,7 @@ def test_a_mask_tile_from_the_wrong_rows_gives_wrong_numbers(cases: dict[tuple, 
     cmds = list(prog.groups[gi].cmds)
     i = next(i for i, c in enumerate(cmds) if c.op == "Load" and c.attrs["axis"] == [2, 3] and c.attrs["start"][0])
     cmds[i] = dataclasses.replace(cmds[i], attrs={**cmds[i].attrs, "start": [0, cmds[i].attrs["start"][1]]})
-    got, want = _run(case, _with_cmds(prog, gi, cmds)), _run(case)
+    got, want = run(case, _with_cmds(prog, gi, cmds)), run(case)
     assert not np.array_equal(got["hidden_states"], want["hidden_states"])
 
 
@@ -433,7 +408,7 @@ def test_a_mask_tile_past_the_mask_faults(cases: dict[tuple, Case]) -> None:
     mask = prog.tensors[cmds[i].operands[0]]
     cmds[i] = dataclasses.replace(cmds[i], attrs={**cmds[i].attrs, "start": [0, mask.shape[3] - 1]})
     with pytest.raises(DeviceFault, match=r"slice .* on axis 3 .* does not match"):
-        _run(case, _with_cmds(prog, gi, cmds))
+        run(case, _with_cmds(prog, gi, cmds))
 
 
 def test_moving_the_state_to_free_bytes_changes_nothing(cases: dict[tuple, Case]) -> None:
@@ -446,7 +421,7 @@ def test_moving_the_state_to_free_bytes_changes_nothing(cases: dict[tuple, Case]
     moved = prog
     for t in states:
         moved = _move(moved, t, free)
-    got, want = _run(case, moved, lmem_bytes=free + (1 << 16)), _run(case)
+    got, want = run(case, moved, lmem_bytes=free + (1 << 16)), run(case)
     for name in want:
         np.testing.assert_array_equal(got[name], want[name])
 
@@ -534,8 +509,8 @@ def test_a_check_of_a_few_tokens_runs_only_their_row_tiles(cases: dict[tuple, Ca
     the tiles that hold them (two at least), and those rows keep the bits of the whole run."""
     case = cases[(stage, cfg)]
     prog = case.net.program
-    full = _run(case)
-    dev = _device(case)
+    full = run(case)
+    dev = load(case)
     dev.run(prog, active_rows=1)
     tiles = [g.tile_rows for g in prog.groups if g.tile_rows and g.rows > 2 * g.tile_rows]
     if not tiles:

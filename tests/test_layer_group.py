@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import random_net_inputs
+from net_cases import Case, load, run
 
 from llmbuild.build.compile_net import CompiledNet, compile_net
-from llmbuild.build.weights_blob import weight_chunk
 from llmbuild.codegen.program import Program, TensorDesc
 from llmbuild.dialects import module_text, parse_module_text
 from llmbuild.dialects.interpret import interpret
@@ -32,14 +32,6 @@ SMOLLM2 = ModelSpec("llama", 576, 30, 9, 3, 64, 1536, 49152, 1e-5, 100000.0, Tru
 SHAPES = Shapes(seq_length=64, prefill_length=16)
 HISTORY = 6
 SMALL_LMEM = 65536  # forces row tiles, weight slices and blocks of attention heads on the tiny model
-
-
-@dataclasses.dataclass
-class Case:
-    net: CompiledNet
-    plan: MemoryPlan
-    weights: dict[str, np.ndarray]
-    inputs: dict[str, np.ndarray]
 
 
 def _nets(spec: ModelSpec, shapes: Shapes, mode: str = "bf16") -> dict:
@@ -74,24 +66,6 @@ def cases(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         name: _case(compile_net(m, plan, "bf16", "bm1684x", out, lmem_bytes=request.param), plan, rng)
         for name, m in _nets(TINY, SHAPES).items()
     }
-
-
-def load(case: Case, prog: Program | None = None, lmem_bytes: int | None = None) -> Device:
-    prog = prog or case.net.program
-    plan = case.plan
-    dev = Device(plan.activation_base + prog.activation_bytes, tuple(plan.regions["weight"]), lmem_bytes)
-    base, blob = weight_chunk(plan, case.weights)
-    dev.load_bytes(base, blob)
-    for name, value in case.inputs.items():
-        dev.set_input(prog, name, value)
-    return dev
-
-
-def run(case: Case, prog: Program | None = None, grouped: bool = True, **kw) -> dict[str, np.ndarray]:
-    prog = prog or case.net.program
-    dev = load(case, prog, **kw)
-    dev.run(prog, grouped=grouped)
-    return {name: dev.get_output(prog, name) for name, _ in prog.outputs}
 
 
 # ---- the groups and their numbers ------------------------------------------------------------------

@@ -92,7 +92,7 @@ def step_resources(recipe: Recipe, spec: ModelSpec, step: str, faithful: bool = 
         per_weight = CHECK_BYTES[origin][1 if faithful else 0]
         # Live values at full rows (products and row-local ops compute the real rows, but the device's
         # static nets and a few whole-shape results stay) and the attention mask with its rounded copies.
-        activations = 3 * 4 * L * (size.hidden + size.intermediate) + 3 * 4 * L * (S + L)
+        activations = 4.5 * 4 * L * (size.hidden + size.intermediate) + 4.5 * 4 * L * (S + L)
         mb = BASE_MB["check"] + (per_weight * size.layer + activations) / MB
         minutes = 2 + billions * 3
     elif step == "head":
