@@ -22,11 +22,12 @@ class Case:
     inputs: dict[str, np.ndarray]
 
 
-def load(case: Case, prog: Program | None = None, lmem_bytes: int | None = None) -> Device:
-    """A device holding the case's weights and inputs, with `lmem_bytes` of local memory (the chip's when
-    None)."""
+def load(case: Case, prog: Program | None = None, lmem_bytes: int | None = None, extra: int = 0) -> Device:
+    """A device holding the case's weights (as the linker lays them out) and inputs, with `lmem_bytes` of
+    local memory (the chip's when None) and `extra` bytes of global memory past the activations."""
     prog = prog or case.net.program
-    dev = Device(case.plan.activation_base + prog.activation_bytes, tuple(case.plan.regions["weight"]), lmem_bytes)
+    size = case.plan.activation_base + prog.activation_bytes + extra
+    dev = Device(size, tuple(case.plan.regions["weight"]), lmem_bytes)
     base, blob = weight_chunk(case.plan, case.weights)
     dev.load_bytes(base, blob)
     for name, value in case.inputs.items():

@@ -8,30 +8,22 @@ import dataclasses
 import numpy as np
 import pytest
 from helpers import random_net_inputs
+from net_cases import Case, load, run
 
 from llmbuild import LlmbuildError
 from llmbuild.build.compile_net import CompiledNet, compile_net
-from llmbuild.build.weights_blob import weight_chunk
 from llmbuild.codegen.program import Program, TensorDesc
 from llmbuild.dialects.interpret import interpret
 from llmbuild.dialects.plain import tensor_info
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.importer.nets import ROPE_COS, ROPE_SIN, Shapes, build_block, head_nets
 from llmbuild.importer.rope import rope_tables
-from llmbuild.passes.memory_plan import MemoryPlan, make_plan
-from llmbuild.runtime.device import Device, DeviceFault
+from llmbuild.passes.memory_plan import make_plan
+from llmbuild.runtime.device import DeviceFault
 
 SPEC = ModelSpec("qwen2", 64, 2, 4, 2, 16, 128, 512, 1e-6, 10000.0, True, True, False, 256)
 SHAPES = Shapes(seq_length=16, prefill_length=4)
 HISTORY = 6  # cached rows before the prefill_kv / decode call
-
-
-@dataclasses.dataclass
-class Case:
-    net: CompiledNet
-    plan: MemoryPlan
-    weights: dict[str, np.ndarray]
-    inputs: dict[str, np.ndarray]
 
 
 def _weights(c: CompiledNet, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -70,25 +62,6 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Case]:
         c = compile_net(module, plan, "bf16", "bm1684x", out)
         result[name] = Case(c, plan, _weights(c, rng), _inputs(c, rng))
     return result
-
-
-def load(case: Case, prog: Program | None = None, extra: int = 0) -> Device:
-    """A device holding the case's weights (as the linker lays them out) and inputs."""
-    prog = prog or case.net.program
-    plan = case.plan
-    dev = Device(plan.activation_base + prog.activation_bytes + extra, tuple(plan.regions["weight"]))
-    base, blob = weight_chunk(plan, case.weights)
-    dev.load_bytes(base, blob)
-    for name, value in case.inputs.items():
-        dev.set_input(prog, name, value)
-    return dev
-
-
-def run(case: Case, prog: Program | None = None) -> dict[str, np.ndarray]:
-    prog = prog or case.net.program
-    dev = load(case, prog)
-    dev.run(prog)
-    return {name: dev.get_output(prog, name) for name, _ in prog.outputs}
 
 
 def instr(prog: Program, loc: str) -> int:
