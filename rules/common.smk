@@ -5,8 +5,18 @@ from llmbuild.recipe import list_recipes
 
 import os
 import sys
+import time
 
 BUILD = os.environ.get("LLMBUILD_BUILD_DIR", "build")
+_STARTED = time.time()
+
+
+onerror:
+    # Snakemake's report ends with the failed command; end it with the step's own one-line reason.
+    from llmbuild.build.failures import summary
+
+    if (_reasons := summary(BUILD, _STARTED)):
+        print(_reasons, file=sys.stderr)
 # Estimate-only recipes (`build: false`, e.g. real-size models whose weights are the user's) are not built.
 # Recipes whose checkpoint is not here (real-size models: the weights are the user's) keep a target that
 # fails with the loader's message saying where to put them; `all` leaves them out.

@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,7 +130,14 @@ def compile_checkpoint(req: CompileRequest) -> Path:
     env = dict(os.environ, LLMBUILD_RECIPES=str(out), LLMBUILD_BUILD_DIR=str(out.parent), HF_HUB_OFFLINE="1")
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(out),
            "--cores", str(req.cores), "--quiet", "rules", "--", name]
+    started = time.time()
     result = subprocess.run(cmd, env=env, check=False)
     if result.returncode != 0:
+        from llmbuild.build.failures import step_errors
+
+        reasons = step_errors(out.parent, started)
+        if reasons:  # the step's own message, already `llmbuild: error: ...`
+            log, message = reasons[0]
+            raise LlmbuildError(f"{message.split(': ', 2)[-1]} (the build of {recipe_path}; log: {log})")
         raise LlmbuildError(f"llmbuild compile: the build of {recipe_path} failed (logs in {out / 'logs'})")
     return out / f"{name}.llmb"

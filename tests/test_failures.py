@@ -1,0 +1,32 @@
+"""A failed step's own message, found in its log (llmbuild/build/failures.py)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from llmbuild.build.failures import step_errors, summary
+
+
+def _log(build: Path, recipe: str, step: str, text: str, mtime: float) -> Path:
+    log = build / recipe / "logs" / f"{step}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(text)
+    os.utime(log, (mtime, mtime))
+    return log
+
+
+def test_the_messages_of_this_run_oldest_first(tmp_path: Path) -> None:
+    now = time.time()
+    _log(tmp_path, "a", "prepare", "llmbuild: error: old.yaml: stale\n", now - 100)  # an earlier run
+    first = _log(tmp_path, "a", "layers_0_1", "progress\nllmbuild: error: ck/model.safetensors: tensor "
+                 "'x': truncated\n", now - 5)
+    _log(tmp_path, "b", "reference", "all went well\n", now - 4)
+    second = _log(tmp_path, "b", "verify", "llmbuild: internal error: ValueError: boom (LLMBUILD_DEBUG=1 ...)\n",
+                  now - 1)
+    found = step_errors(tmp_path, now - 10)
+    assert found == [(first, "llmbuild: error: ck/model.safetensors: tensor 'x': truncated"),
+                     (second, "llmbuild: internal error: ValueError: boom (LLMBUILD_DEBUG=1 ...)")]
+    assert summary(tmp_path, now - 10).splitlines()[0].endswith(f"(log: {first})")
+    assert summary(tmp_path, now + 10) == ""
