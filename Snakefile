@@ -25,7 +25,7 @@ for _recipe in RECIPES:
             f"{BUILD}/{_recipe}/perf.json",
 
 
-for _recipe in MISSING:
+for _recipe in [*MISSING, *BROKEN]:
 
     rule:
         name:
@@ -33,5 +33,6 @@ for _recipe in MISSING:
         params:
             recipe=_recipe,
         shell:
-            # Fails with the loader's one-line message: where the checkpoint should be.
+            # Fails with the loader's one-line message: where the checkpoint should be, or what is wrong
+            # with the recipe (file, line and field).
             "llmbuild prepare {params.recipe}"

@@ -20,11 +20,15 @@ onerror:
 # Estimate-only recipes (`build: false`, e.g. real-size models whose weights are the user's) are not built.
 # Recipes whose checkpoint is not here (real-size models: the weights are the user's) keep a target that
 # fails with the loader's message saying where to put them; `all` leaves them out.
-MISSING = dag.missing_checkpoints(list_recipes(buildable_only=True))
-RECIPES = [r for r in list_recipes(buildable_only=True) if r not in MISSING]
+# A recipe that does not load (a typo in one file) keeps a target of its own that fails with the loader's
+# one-line message; every other recipe builds.
+MISSING, BROKEN = dag.recipe_problems(list_recipes(buildable_only=True))
+RECIPES = [r for r in list_recipes(buildable_only=True) if r not in MISSING and r not in BROKEN]
 if MISSING:
     print(f"llmbuild: not building {', '.join(MISSING)} (no checkpoint here; `snakemake NAME` says where "
           "to put it)", file=sys.stderr)
+for _name, _message in BROKEN.items():
+    print(f"llmbuild: not building {_name}: {_message}", file=sys.stderr)
 
 wildcard_constraints:
     recipe="[A-Za-z0-9_]+",

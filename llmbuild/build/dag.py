@@ -64,17 +64,21 @@ STEP_DATA = {
 GENERATION_FIELDS = ("prompt", "prompt_ids", "max_new_tokens", "check_tokens")
 
 
-def missing_checkpoints(names: list[str]) -> dict[str, str]:
-    """Recipe name -> the loader's message, for recipes whose checkpoint is not on this machine."""
-    from llmbuild import MissingCheckpointError
+def recipe_problems(names: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(missing, broken): recipe name -> the loader's one-line message, for recipes whose checkpoint is not
+    on this machine and for recipes that do not load. Neither stops the workflow: each keeps a target
+    that fails with its message, and `all` builds the others."""
+    from llmbuild import LlmbuildError, MissingCheckpointError
 
-    missing = {}
+    missing, broken = {}, {}
     for name in names:
         try:
             recipe(name)
         except MissingCheckpointError as exc:
             missing[name] = str(exc)
-    return missing
+        except LlmbuildError as exc:
+            broken[name] = str(exc)
+    return missing, broken
 
 
 @cache
