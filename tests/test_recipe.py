@@ -357,6 +357,14 @@ def test_template_recipe_name(tmp_path: Path) -> None:
     ("{{ 'a' * 10**9 }}", "too large"),
     ("{{ os.system('true') }}", "'os' is undefined"),
     ("{{ oops ", "valid Jinja2 template"),
+    # the bounds of recipe/sandbox.py: nested loops, huge arguments and widths, output, recursion
+    ("{% for i in range(1000) %}{% for j in range(1000) %}{% endfor %}{% endfor %}", "loop iterations"),
+    ("{{ 'x'|center(10**9) }}", "too large"),
+    ("{{ 'x'.ljust(10**8) }}", "too large"),
+    ("{{ '%1000000000s' % 'a' }}", "format width"),
+    ("{{ '{:1000000000}'.format(1) }}", "format width"),
+    ("{% for i in range(60000) %}ab{% endfor %}", "output longer"),
+    ("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}", "RecursionError"),
 ])
 def test_template_refused(tmp_path: Path, template: str, fragment: str) -> None:
     environ = dict(os.environ)

@@ -21,10 +21,10 @@ from typing import Any
 
 import jinja2
 import yaml
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from llmbuild import LlmbuildError, MissingCheckpointError
 from llmbuild.recipe import schema_table as st
+from llmbuild.recipe.sandbox import BoundedSandbox
 from llmbuild.recipe.schema import (
     QuantConfig,
     Recipe,
@@ -40,8 +40,6 @@ MODELS_ENV = "LLMBUILD_MODELS"
 # A recipe is a few dozen values; these bounds stop alias bombs and recursive anchors early.
 _MAX_DEPTH = 32
 _MAX_VALUES = 100_000
-# Bounds on `*` and `**` inside templates: the sandbox itself does not bound them.
-_MAX_TEMPLATE_OUTPUT = 1 << 16
 # Top-level keys acted on while reading the files; they are not part of the merged recipe.
 _DIRECTIVES = frozenset({"base"})
 
@@ -258,27 +256,10 @@ class _Undefined(jinja2.StrictUndefined):
         return f"expected a template using only env and recipe, got {super()._undefined_message}"
 
 
-class _Sandbox(ImmutableSandboxedEnvironment):
-    """The Jinja2 sandbox, with `*` and `**` bounded so a template cannot exhaust memory."""
-
-    intercepted_binops = frozenset({"*", "**"})
-
-    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-        if operator == "**":
-            if isinstance(left, int) and isinstance(right, int) and left.bit_length() * right > 4096:
-                raise jinja2.sandbox.SecurityError("power too large")
-            return left**right
-        for seq, n in ((left, right), (right, left)):
-            repeated = isinstance(seq, str | list | tuple) and isinstance(n, int)
-            if repeated and len(seq) * n > _MAX_TEMPLATE_OUTPUT:
-                raise jinja2.sandbox.SecurityError("repetition too large")
-        return left * right
-
-
 _TEMPLATE_MARKERS = ("{{", "{%", "{#")
 
 
-def _render_tree(node: Node, field: str, sandbox: _Sandbox, context: dict[str, Any]) -> None:
+def _render_tree(node: Node, field: str, sandbox: BoundedSandbox, context: dict[str, Any]) -> None:
     """Render every string value in place; templates see only `env` and `recipe`."""
     if isinstance(node.value, dict):
         for key, child in node.value.items():
@@ -290,9 +271,9 @@ def _render_tree(node: Node, field: str, sandbox: _Sandbox, context: dict[str, A
         node.value = _render(node, field, sandbox, context)
 
 
-def _render(node: Node, field: str, sandbox: _Sandbox, context: dict[str, Any]) -> str:
+def _render(node: Node, field: str, sandbox: BoundedSandbox, context: dict[str, Any]) -> str:
     try:
-        return sandbox.from_string(node.value).render(context)
+        return sandbox.render_bounded(node.value, context)
     except jinja2.UndefinedError as exc:
         raise _fail(node.loc, field, str(exc)) from None
     except jinja2.sandbox.SecurityError as exc:
@@ -589,7 +570,7 @@ def load_recipe(name_or_path: str | Path, recipes_dir: Path | None = None, requi
     path = _find(name_or_path, recipes_dir)
     name = path.stem
     tree = _load_tree(path)
-    _render_tree(tree, "", _Sandbox(undefined=_Undefined, keep_trailing_newline=True),
+    _render_tree(tree, "", BoundedSandbox(undefined=_Undefined, keep_trailing_newline=True),
                  {"env": _Environ(), "recipe": name})
     out = _Checked(raw={}, given={}, sections={})
     out.raw = _check_section("", tree, out)
