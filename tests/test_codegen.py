@@ -215,9 +215,12 @@ def test_container_layout_follows_the_documentation(tmp_path: Path) -> None:
     path = tmp_path / "m.llmb"
     write_container(path, sections())
     data = path.read_bytes()
-    magic, version, count, table, reserved = struct.unpack_from("<8sIIQQ", data, 0)
-    assert (magic, version, count, reserved) == (b"LLMBUILD", 1, len(sections()), 0)
+    magic, version, count, table, checksum = struct.unpack_from("<8sIIQQ", data, 0)
+    assert (magic, version, count) == (b"LLMBUILD", 2, len(sections()))
     assert table + count * 112 == len(data)
+    # the checksum: SHA-256 of the header with the field zero, then the table; its first 8 bytes
+    expected = hashlib.sha256(struct.pack("<8sIIQQ", magic, version, count, table, 0) + data[table:]).digest()
+    assert checksum == int.from_bytes(expected[:8], "little")
     for i, (name, chunks) in enumerate(sections()):
         raw, offset, size, sha = struct.unpack_from("<64sQQ32s", data, table + 112 * i)
         assert raw == name.encode().ljust(64, b"\0")
@@ -270,6 +273,40 @@ def test_bad_magic_and_version_are_one_line_errors(tmp_path: Path) -> None:
     assert "\n" not in str(info.value)
     with pytest.raises(LlmbuildError, match="cannot open"):
         Container(tmp_path / "absent.llmb")
+
+
+@pytest.mark.parametrize("where", ["count", "table offset", "name", "offset", "size", "digest"])
+def test_a_flipped_bit_in_the_header_or_table_is_one_line_error(tmp_path: Path, where: str) -> None:
+    path = tmp_path / "m.llmb"
+    write_container(path, sections())
+    data = bytearray(path.read_bytes())
+    table = struct.unpack_from("<Q", data, 16)[0]
+    at = {"count": 12, "table offset": 16, "name": table + 112 + 3, "offset": table + 112 + 64,
+          "size": table + 112 + 72, "digest": table + 112 + 90}[where]
+    data[at] ^= 0x04
+    path.write_bytes(bytes(data))
+    with pytest.raises(LlmbuildError) as info:
+        Container(path, verify=False)  # caught before any section is read
+    message = str(info.value)
+    assert str(path) in message and "\n" not in message
+    assert "corrupt" in message
+
+
+def test_section_names_must_be_printable_even_when_signed(tmp_path: Path) -> None:
+    # A hostile writer signs its own table: the names it uses still have to be printable UTF-8.
+    path = tmp_path / "m.llmb"
+    for raw in (b"net:\nblock", b"net:\x00x", b"\xff\xfe", b"net:\x1b[2J"):
+        write_container(path, sections())
+        data = bytearray(path.read_bytes())
+        table = struct.unpack_from("<Q", data, 16)[0]
+        data[table : table + 64] = raw.ljust(64, b"\0")
+        count = struct.unpack_from("<I", data, 12)[0]
+        digest = hashlib.sha256(struct.pack("<8sIIQQ", b"LLMBUILD", 2, count, table, 0) + bytes(data[table:]))
+        struct.pack_into("<Q", data, 24, int.from_bytes(digest.digest()[:8], "little"))
+        path.write_bytes(bytes(data))
+        with pytest.raises(LlmbuildError, match="not a printable UTF-8 name") as info:
+            Container(path, verify=False)
+        assert "\n" not in str(info.value) and "\x00" not in str(info.value)
 
 
 def test_failing_section_iterator_leaves_nothing_behind(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """The section container shared by per-layer object files (.llmo) and the deployable binary (.llmb).
 
-    offset 0   header      magic "LLMBUILD", u32 version, u32 section count, u64 table offset, u64 0
+    offset 0   header      magic "LLMBUILD", u32 version, u32 section count, u64 table offset,
+                           u64 checksum of the header and the table
     ...        sections    each at a 64-byte boundary (the `weights` section at 4096)
     table      entries     per section: name (64 bytes, NUL padded), u64 offset, u64 size, sha256
 
@@ -23,8 +24,9 @@ from pathlib import Path
 from llmbuild import LlmbuildError
 
 MAGIC = b"LLMBUILD"
-VERSION = 1
+VERSION = 2  # 2: the header's last field checksums the header and the section table
 HEADER = struct.Struct("<8sIIQQ")
+MAX_SECTIONS = 1 << 16  # a binary has a few hundred (three nets a layer); more is a corrupt count
 ENTRY = struct.Struct("<64sQQ32s")
 SECTION_ALIGN = 64
 PAGE_ALIGN = 4096
@@ -69,12 +71,27 @@ def write_container(path: Path, sections: Iterable[tuple[str, Iterable[bytes]]])
             for e in entries:
                 f.write(ENTRY.pack(e.name.encode(), e.offset, e.size, e.sha256))
             f.seek(0)
-            f.write(HEADER.pack(MAGIC, VERSION, len(entries), table, 0))
+            f.write(HEADER.pack(MAGIC, VERSION, len(entries), table, _table_checksum(len(entries), table, entries)))
         os.replace(tmp, path)
     finally:
         if tmp.exists():
             tmp.unlink()
     return entries
+
+
+def _table_checksum(count: int, table: int, entries: Iterable[SectionEntry]) -> int:
+    """The first 8 bytes of the SHA-256 of the header (its checksum field zero) and the section table: a
+    flipped bit in a section's name, offset, size or digest is caught before any of them is used."""
+    digest = hashlib.sha256(HEADER.pack(MAGIC, VERSION, count, table, 0))
+    for e in entries:
+        digest.update(ENTRY.pack(e.name.encode(), e.offset, e.size, e.sha256))
+    return int.from_bytes(digest.digest()[:8], "little")
+
+
+def _printable(raw: bytes) -> str:
+    """A name from a file, safe to print in a message (no control characters, no undecodable bytes)."""
+    text = raw.decode("utf-8", errors="backslashreplace")
+    return text if text.isprintable() else repr(text)
 
 
 class Container:
@@ -99,19 +116,29 @@ class Container:
         if size < HEADER.size:
             raise LlmbuildError(f"{path}: not an llmbuild file (too short)")
         self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
-        magic, version, count, table, _ = HEADER.unpack_from(self._map, 0)
+        magic, version, count, table, checksum = HEADER.unpack_from(self._map, 0)
         if magic != MAGIC:
             raise LlmbuildError(f"{path}: not an llmbuild file (bad magic {magic!r})")
         if version != VERSION:
-            raise LlmbuildError(f"{path}: format version {version}, this llmbuild reads version {VERSION}")
-        if table + count * ENTRY.size > size:
-            raise LlmbuildError(f"{path}: truncated (section table past end of file)")
+            raise LlmbuildError(f"{path}: format version {version}, this llmbuild reads version {VERSION} "
+                                "(rebuild it)")
+        if count > MAX_SECTIONS or table < HEADER.size or table + count * ENTRY.size > size:
+            raise LlmbuildError(f"{path}: corrupted header (section table of {count} entries at {table}, "
+                                f"file of {size} bytes)")
+        table_bytes = self._map[table : table + count * ENTRY.size]
+        digest = hashlib.sha256(HEADER.pack(MAGIC, VERSION, count, table, 0) + table_bytes)
+        if int.from_bytes(digest.digest()[:8], "little") != checksum:
+            raise LlmbuildError(f"{path}: checksum mismatch in the header or the section table (file corrupted)")
         self.entries: dict[str, SectionEntry] = {}
-        for i in range(count):
-            raw_name, offset, length, sha = ENTRY.unpack_from(self._map, table + i * ENTRY.size)
-            name = raw_name.rstrip(b"\0").decode()
-            if offset + length > size:
-                raise LlmbuildError(f"{path}: section {name} runs past the end of the file")
+        for raw, offset, length, sha in ENTRY.iter_unpack(table_bytes):
+            raw = raw.rstrip(b"\0")
+            name = raw.decode("utf-8", errors="replace")
+            if not raw or not name.isprintable() or name.encode() != raw:
+                raise LlmbuildError(f"{path}: section name {_printable(raw)} is not a printable UTF-8 name")
+            if offset < HEADER.size or offset + length > size:
+                raise LlmbuildError(f"{path}: section {name} lies outside the file")
+            if name in self.entries:
+                raise LlmbuildError(f"{path}: section {name} appears twice")
             self.entries[name] = SectionEntry(name, offset, length, sha)
         if self._verify:
             self.verify()
@@ -148,7 +175,7 @@ class Container:
     def section(self, name: str) -> memoryview:
         e = self.entries.get(name)
         if e is None:
-            raise LlmbuildError(f"{self.path}: missing section {name}")
+            raise LlmbuildError(f"{self.path}: missing section {_printable(name.encode())}")
         return memoryview(self._map)[e.offset : e.offset + e.size]
 
     def names(self) -> list[str]:
