@@ -281,6 +281,14 @@ def decode_header(data: bytes | memoryview) -> tuple[str, str, int, int]:
 
 
 def decode(data: bytes | memoryview) -> Program:
+    """The program in a section; a malformed one is an LlmbuildError, whatever its bytes."""
+    try:
+        return _decode(data)
+    except (struct.error, UnicodeDecodeError, ValueError, OverflowError, MemoryError) as exc:
+        raise LlmbuildError(f"malformed program ({type(exc).__name__}: {exc})") from None
+
+
+def _decode(data: bytes | memoryview) -> Program:
     r = _Reader(data)
     if r.data[:4] == OLD_MAGIC:
         raise LlmbuildError("program format 1 (before layer groups) is no longer read: rebuild the binary")
@@ -288,12 +296,13 @@ def decode(data: bytes | memoryview) -> Program:
         raise LlmbuildError("not a program section (bad magic)")
     r.pos = 4
     net, stage = r.string(), r.string()
+    label = net if net.isprintable() else ascii(net)  # messages stay one printable line
     layer, act, lmem, n = r.take("iQQI")
     prog = Program(net, stage, layer, act, lmem_bytes=lmem)
     for _ in range(n):
         dt, rank = r.take("BB")
         if dt >= len(DTYPES):
-            raise LlmbuildError(f"program {net}: unknown dtype code {dt}")
+            raise LlmbuildError(f"program {label}: unknown dtype code {dt}")
         shape = r.take(f"{rank}I")
         addr, buffer = r.take("Qi")
         prog.tensors.append(TensorDesc(DTYPES[dt], tuple(shape), addr, buffer))
@@ -302,11 +311,11 @@ def decode(data: bytes | memoryview) -> Program:
         for _ in range(k):
             name = r.string()
             table.append((name, r.take("I")[0]))
-    prog.instrs = _r_instrs(r, net)
+    prog.instrs = _r_instrs(r, label)
     (k,) = r.take("I")
     for _ in range(k):
         index, rows, tile_rows, peak = r.take("IIIQ")
-        prog.groups.append(Group(index, rows, tile_rows, peak, _r_instrs(r, net)))
+        prog.groups.append(Group(index, rows, tile_rows, peak, _r_instrs(r, label)))
     if r.pos != len(r.data):
-        raise LlmbuildError(f"program {net}: {len(r.data) - r.pos} trailing bytes")
+        raise LlmbuildError(f"program {label}: {len(r.data) - r.pos} trailing bytes")
     return prog

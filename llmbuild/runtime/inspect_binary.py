@@ -5,24 +5,44 @@ estimates."""
 
 from __future__ import annotations
 
-import json
 import sys
 from collections import Counter
 from pathlib import Path
 
+from llmbuild import LlmbuildError
 from llmbuild.codegen import program as programs
 from llmbuild.codegen.container import Container
+from llmbuild.codegen.validate import validate_program
 from llmbuild.numerics.formats import STORAGE, itemsize
 from llmbuild.passes.memory_plan import MemoryPlan
+from llmbuild.runtime.model import read_meta
 from llmbuild.target import load_chip
 
 
 def inspect_binary(path: Path) -> dict:
+    """What `llmbuild inspect` prints; a binary it cannot describe is one LlmbuildError naming the file."""
+    try:
+        return _inspect(path)
+    except (IndexError, KeyError, TypeError, ValueError, ZeroDivisionError, OverflowError, MemoryError,
+            AttributeError, UnicodeDecodeError) as exc:
+        raise LlmbuildError(f"{path}: not a binary this llmbuild can describe ({type(exc).__name__}: {exc})") from None
+
+
+def _program(c: Container, section: str, memory_bytes: int) -> programs.Program:
+    try:
+        prog = programs.decode(c.section(section))
+        validate_program(prog, memory_bytes)
+    except LlmbuildError as exc:
+        raise LlmbuildError(f"{c.path}: section {section}: {exc}") from None
+    return prog
+
+
+def _inspect(path: Path) -> dict:
     with Container(path) as c:
-        meta = json.loads(bytes(c.section("meta")))
+        meta = read_meta(c)
         plan = MemoryPlan.from_json(bytes(c.section("plan")).decode())
         nets = []
-        progs = [programs.decode(c.section(n["section"])) for n in meta["nets"]]
+        progs = [_program(c, n["section"], meta["memory"]["total_bytes"]) for n in meta["nets"]]
         timed = _timed(meta, progs)
         for i, prog in enumerate(progs):
             net_time = timed["nets"][i] if timed else None

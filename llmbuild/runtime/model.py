@@ -25,6 +25,7 @@ from llmbuild import LlmbuildError
 from llmbuild.codegen import program as programs
 from llmbuild.codegen.container import Container
 from llmbuild.codegen.program import Program, TensorDesc
+from llmbuild.codegen.validate import validate_program
 from llmbuild.numerics import masks
 from llmbuild.passes.memory_plan import MemoryPlan, Slot
 from llmbuild.runtime.device import Device
@@ -45,15 +46,24 @@ class _Programs(dict):
     """Net name -> Program, each decoded when first asked for: a 28-layer binary holds 87 programs, and
     a conversation that never sends a second chunk never runs the prefill_kv ones."""
 
-    def __init__(self, container: Container, sections: dict[str, str]):
+    def __init__(self, container: Container, sections: dict[str, str], memory_bytes: int):
         super().__init__()
-        self._container, self._sections = container, sections
+        self._container, self._sections, self._memory = container, sections, memory_bytes
 
     def __missing__(self, net: str) -> Program:
         if net not in self._sections:
             raise KeyError(net)
-        prog = self[net] = programs.decode(self._container.section(self._sections[net]))
+        section = self._sections[net]
+        try:
+            prog = programs.decode(self._container.section(section))
+            validate_program(prog, self._memory)
+        except LlmbuildError as exc:
+            raise LlmbuildError(f"{self._container.path}: section {section}: {exc}") from None
+        self[net] = prog
         return prog
+
+    def section(self, net: str) -> str:
+        return self._sections[net]
 
     def __contains__(self, net: object) -> bool:
         return net in self._sections
@@ -63,6 +73,42 @@ class _Programs(dict):
 
     def __len__(self) -> int:
         return len(self._sections)
+
+
+META_FIELDS = {"spec": dict, "seq_length": int, "prefill_length": int, "nets": list, "memory": dict, "chip": str}
+
+
+def read_meta(container: Container) -> dict[str, Any]:
+    """The `meta` section, checked for the fields and types the runtime reads."""
+    where = f"{container.path}: section meta"
+    try:
+        meta = json.loads(bytes(container.section("meta")))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise LlmbuildError(f"{where}: not JSON ({exc})") from None
+    if not isinstance(meta, dict):
+        raise LlmbuildError(f"{where}: expected a JSON object")
+    for key, kind in META_FIELDS.items():
+        if not isinstance(meta.get(key), kind) or isinstance(meta.get(key), bool):
+            raise LlmbuildError(f"{where}: field {key}: expected {kind.__name__}, got {type(meta.get(key)).__name__}")
+    ok_nets = all(isinstance(n, dict) and isinstance(n.get("name"), str) and isinstance(n.get("section"), str)
+                  for n in meta["nets"])
+    total = meta["memory"].get("total_bytes")
+    if not ok_nets or not isinstance(total, int) or not 0 < total <= 1 << 40:
+        raise LlmbuildError(f"{where}: fields nets (name and section strings) or memory.total_bytes are not valid")
+    if not isinstance(meta["spec"].get("num_layers"), int) or not 0 < meta["spec"]["num_layers"] <= 1024:
+        raise LlmbuildError(f"{where}: field spec.num_layers: expected 1..1024, got {meta['spec'].get('num_layers')!r}")
+    if not 0 < meta["prefill_length"] <= meta["seq_length"] <= 1 << 20:
+        raise LlmbuildError(f"{where}: fields prefill_length and seq_length are not 0 < L <= S <= 2^20")
+    layers = meta["spec"]["num_layers"]
+    expected = {"embedding", "embedding_cache", "lm_head"} | {
+        f"{kind}_{i}" for i in range(layers) for kind in ("block", "block_kv", "block_cache")}
+    names = [n["name"] for n in meta["nets"]]
+    if sorted(names) != sorted(expected):
+        raise LlmbuildError(f"{where}: field nets: expected the {len(expected)} nets of {layers} layers, once each")
+    absent = [n["section"] for n in meta["nets"] if n["section"] not in container.entries]
+    if absent:
+        raise LlmbuildError(f"{where}: field nets: section {absent[0]!r} is not in the file")
+    return meta
 
 
 class CacheFullError(LlmbuildError):
@@ -100,15 +146,18 @@ class CompiledModel:
         self.path = Path(path)
         self.faithful = faithful
         self.container = Container(self.path)
-        self.meta = json.loads(bytes(self.container.section("meta")))
-        self.plan = MemoryPlan.from_json(bytes(self.container.section("plan")).decode())
-        self.num_layers = int(self.meta["spec"]["num_layers"])
-        self.S = int(self.meta["seq_length"])
-        self.L = int(self.meta["prefill_length"])
-        self._kv = {
-            (i, which): _desc(self.plan.kv[f"layers.{i}.{which}"]) for i in range(self.num_layers) for which in "kv"
-        }
-        weight_region = tuple(self.plan.regions["weight"])
+        self.meta = read_meta(self.container)
+        try:
+            self.plan = MemoryPlan.from_json(bytes(self.container.section("plan")).decode())
+            self.num_layers = int(self.meta["spec"]["num_layers"])
+            self.S = int(self.meta["seq_length"])
+            self.L = int(self.meta["prefill_length"])
+            self._kv = {(i, which): _desc(self.plan.kv[f"layers.{i}.{which}"])
+                        for i in range(self.num_layers) for which in "kv"}
+            weight_region = tuple(int(x) for x in self.plan.regions["weight"])
+        except (KeyError, TypeError, ValueError, UnicodeDecodeError, AttributeError) as exc:
+            raise LlmbuildError(f"{self.path}: section plan: not the plan this binary's nets need "
+                                f"({type(exc).__name__}: {exc})") from None
         self.device: Executor
         if faithful:
             from llmbuild.target import load_chip
@@ -125,7 +174,8 @@ class CompiledModel:
             host = HostExecutor(image, weight_region, self._kv.values(), self.L, cache_bytes=cache_bytes)
             host.half = _decoded_bytes(self.plan) > host.cache_bytes
             self.device = host
-        self.nets = _Programs(self.container, {n["name"]: n["section"] for n in self.meta["nets"]})
+        self.nets = _Programs(self.container, {n["name"]: n["section"] for n in self.meta["nets"]},
+                              int(self.meta["memory"]["total_bytes"]))
         self.history = 0  # rows of the KV cache that hold real tokens
         self.counts = StageCounts()
 
@@ -144,12 +194,18 @@ class CompiledModel:
         """`rows`: the real tokens of a prefill chunk; the host path computes only their row tiles (the
         simulated device runs the static net whole, as the chip does)."""
         prog = self.nets[net]
-        for name, value in inputs.items():
-            self.device.set_input(prog, name, value)
-        if rows is not None and not self.faithful:
-            self.device.run(prog, active_rows=rows)  # type: ignore[call-arg]
-        else:
-            self.device.run(prog)  # the simulated device runs the static net whole, as the chip does
+        try:
+            for name, value in inputs.items():
+                self.device.set_input(prog, name, value)
+            if rows is not None and not self.faithful:
+                self.device.run(prog, active_rows=rows)  # type: ignore[call-arg]
+            else:
+                self.device.run(prog)  # the simulated device runs the static net whole, as the chip does
+        except (IndexError, KeyError, TypeError, ValueError, ZeroDivisionError, OverflowError, MemoryError) as exc:
+            # validate_program checked the program's structure; what its attributes ask of a kernel is only
+            # known when it runs (a binary from a buggy or hostile writer): one error naming the section.
+            raise LlmbuildError(f"{self.path}: section {self.nets.section(net)}: the program cannot run "
+                                f"({type(exc).__name__}: {exc})") from None
         return prog
 
     def _store_kv(self, layer: int, prog: Program, rows: int) -> None:
@@ -248,10 +304,16 @@ def load_tokenizer(model: CompiledModel):
     from llmbuild.runtime.tokenizer import BinaryTokenizer
 
     meta = model.meta
-    return BinaryTokenizer(
-        bytes(model.container.section("tokenizer")).decode(),
-        meta.get("chat_template"),
-        meta.get("bos_token_id"),
-        list(meta.get("eos_token_ids") or []),
-        meta.get("special_tokens"),
-    )
+    try:
+        return BinaryTokenizer(
+            bytes(model.container.section("tokenizer")).decode(),
+            meta.get("chat_template"),
+            meta.get("bos_token_id"),
+            list(meta.get("eos_token_ids") or []),
+            meta.get("special_tokens"),
+        )
+    except LlmbuildError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the tokenizers library raises plain Exceptions for bad JSON
+        raise LlmbuildError(f"{model.path}: section tokenizer: not a tokenizer this runtime reads "
+                            f"({type(exc).__name__}: {str(exc)[:200]})") from None
