@@ -84,6 +84,18 @@ class HFSource:
     def names(self) -> list[str]:
         return [name for name in self._shapes if name in self._entries]
 
+    def expected_names(self) -> list[str]:
+        """Every tensor config.json implies for this architecture."""
+        return list(self._shapes)
+
+    def check_entry(self, name: str) -> None:
+        """Present, with the expected shape and a float dtype: one LlmbuildError naming file and tensor."""
+        self._entry(name)
+
+    def entries(self) -> list[_Entry]:
+        """Every tensor of the checkpoint's files, as listed by their headers."""
+        return list(self._entries.values())
+
     def tensor(self, name: str) -> np.ndarray:
         entry = self._entry(name)
         array = self._read(entry)
