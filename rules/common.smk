@@ -31,7 +31,7 @@ for _name, _message in BROKEN.items():
     print(f"llmbuild: not building {_name}: {_message}", file=sys.stderr)
 
 wildcard_constraints:
-    recipe="[A-Za-z0-9_]+",
+    recipe="[A-Za-z0-9_-]+",
     layer="[0-9]+",
 
 

@@ -22,7 +22,9 @@ from llmbuild import LlmbuildError
 from llmbuild.recipe.schema import LIBRARY_METHODS, MODE_CHOICES
 
 SNAKEFILE = Path(__file__).resolve().parent.parent.parent / "Snakefile"
-NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+# The output folder's name is the recipe's name (and so its Snakemake target and build directory):
+# letters, digits, underscores and hyphens, as folders are usually named.
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,8 @@ def recipe_for(req: CompileRequest) -> tuple[str, str]:
     name = req.out.name
     if not NAME.match(name):
         raise LlmbuildError(f"-o {req.out}: the output directory's name becomes the recipe name and must be "
-                            f"letters, digits and underscores (e.g. {re.sub(r'[^A-Za-z0-9_]', '_', name) or 'model'})")
+                            "letters, digits, underscores and hyphens "
+                            f"(e.g. {re.sub(r'[^A-Za-z0-9_-]', '_', name).strip('_-') or 'model'})")
     if req.quantize not in MODE_CHOICES:
         raise LlmbuildError(f"--quantize: expected one of {', '.join(MODE_CHOICES)}, got {req.quantize}")
     checkpoint = req.checkpoint.expanduser().resolve()
