@@ -578,7 +578,64 @@ def load_recipe(name_or_path: str | Path, recipes_dir: Path | None = None, requi
     checkpoint = _locate_checkpoint(out, require_checkpoint)
     config_file = _config_file(out)
     quant = _resolve_quantization(out, checkpoint, config_file)
-    return _build(name, path, out.raw, checkpoint, config_file, quant)
+    recipe = _build(name, path, out.raw, checkpoint, config_file, quant)
+    _check_model(recipe, out)
+    return recipe
+
+
+MAX_VOCAB = 1 << 21  # far above any released vocabulary (Gemma's 262k); beyond it a build runs out of memory
+
+
+def _check_model(recipe: Recipe, out: _Checked) -> None:
+    """What the model's shape must satisfy for this recipe, checked at load rather than at `plan` or in a
+    layer job: the config itself (a synthetic source's fields are the recipe's, so they get its lines),
+    head ratios, the vocabulary, and quantization groups against every projection's input size. GGUF
+    files are checked when prepare reads them."""
+    from llmbuild.frontend.config_spec import spec_without_weights
+    from llmbuild.quant.scheme import recipe_scheme
+
+    source = recipe.source
+    if source.kind == "gguf" or (source.kind == "hf" and not _has_config(source)):
+        return
+    config_node = out.given.get("source.config") or out.sections["source"]
+    try:
+        spec = spec_without_weights(source)
+    except LlmbuildError as exc:
+        if source.kind != "synthetic":
+            raise  # names the checkpoint's config.json and the field
+        raise _fail(config_node.loc, "source.config", str(exc).removeprefix("source.config: ")) from None
+    origin = "source.config" if source.kind == "synthetic" else "config.json"
+    if spec.num_heads % spec.num_kv_heads:
+        _model_error(recipe, config_node, f"{origin}: num_attention_heads {spec.num_heads} is not a multiple of "
+                     f"num_key_value_heads {spec.num_kv_heads}")
+    if spec.vocab_size > MAX_VOCAB:
+        _model_error(recipe, config_node, f"{origin}: vocab_size {spec.vocab_size}: expected at most {MAX_VOCAB}")
+    scheme = recipe_scheme(recipe.quantization)
+    if scheme is None:
+        return
+    inputs = {"hidden_size": spec.hidden_size, "intermediate_size": spec.intermediate_size,
+              "num_attention_heads x head_dim": spec.num_heads * spec.head_dim}
+    for what, k in inputs.items():
+        try:
+            scheme.group_for(k)
+        except LlmbuildError:
+            node = out.given.get("quantization.group_size") or out.given.get("quantization.mode") \
+                or out.sections["quantization"]
+            raise _fail(node.loc, "quantization.group_size", f"expected a group size dividing every projection's "
+                        f"inputs, got {scheme.group_size}, which does not divide {what} {k}") from None
+
+
+def _has_config(source: SourceConfig) -> bool:
+    return bool((source.path and (Path(source.path) / "config.json").is_file()) or source.config_file)
+
+
+def _model_error(recipe: Recipe, config_node: Node, message: str) -> None:
+    """A fault of the model's configuration: at the recipe's line for a synthetic source, else the file's."""
+    if recipe.source.kind == "synthetic":
+        raise _fail(config_node.loc, "source.config", message.removeprefix("source.config: "))
+    config = Path(recipe.source.path or "") / "config.json"
+    where = config if config.is_file() else Path(recipe.source.config_file or "config.json")
+    raise LlmbuildError(f"{where}: {message.removeprefix('config.json: ')}")
 
 
 def _resolve_quantization(out: _Checked, checkpoint: Path | None, config_file: Path | None) -> dict[str, Any]:
