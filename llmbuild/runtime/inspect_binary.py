@@ -15,7 +15,7 @@ from llmbuild.codegen.container import Container
 from llmbuild.codegen.validate import validate_program
 from llmbuild.numerics.formats import STORAGE, itemsize
 from llmbuild.passes.memory_plan import MemoryPlan
-from llmbuild.runtime.model import read_meta
+from llmbuild.runtime.model import BINARY_FAULTS, one_line, read_meta
 from llmbuild.target import load_chip
 
 
@@ -23,9 +23,9 @@ def inspect_binary(path: Path) -> dict:
     """What `llmbuild inspect` prints; a binary it cannot describe is one LlmbuildError naming the file."""
     try:
         return _inspect(path)
-    except (IndexError, KeyError, TypeError, ValueError, ZeroDivisionError, OverflowError, MemoryError,
-            AttributeError, UnicodeDecodeError) as exc:
-        raise LlmbuildError(f"{path}: not a binary this llmbuild can describe ({type(exc).__name__}: {exc})") from None
+    except (*BINARY_FAULTS, UnicodeDecodeError) as exc:
+        raise LlmbuildError(f"{path}: not a binary this llmbuild can describe "
+                            f"({type(exc).__name__}: {one_line(str(exc))})") from None
 
 
 def _program(c: Container, section: str, memory_bytes: int) -> programs.Program:

@@ -115,14 +115,31 @@ class CacheFullError(LlmbuildError):
     """The KV cache cannot take the tokens asked for (a conversation reached the capacity S)."""
 
 
+# What running a validated program can still raise when the binary's writer was buggy or hostile (an
+# attribute a kernel cannot honour, outputs renamed, a plan whose shapes disagree with the programs).
+BINARY_FAULTS = (IndexError, KeyError, TypeError, ValueError, ZeroDivisionError, OverflowError, MemoryError,
+                 NotImplementedError, AttributeError)
+
+
+def one_line(text: str) -> str:
+    """`text` safe for a one-line message: control and other unprintable characters escaped."""
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}"
+                   for c in text)
+
+
 def _quiet(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
     """Overflow to inf and underflow to 0 are the f32 arithmetic the chip does, not errors (silu's exp,
-    masked softmax); one errstate per chunk or token, which costs less than one per net."""
+    masked softmax); one errstate per chunk or token, which costs less than one per net. A fault of the
+    binary that only shows while it runs is one LlmbuildError naming the file."""
 
     @functools.wraps(fn)
-    def run(*args: Any) -> np.ndarray:
+    def run(model: CompiledModel, *args: Any) -> np.ndarray:
         with np.errstate(over="ignore", under="ignore"):
-            return fn(*args)
+            try:
+                return fn(model, *args)
+            except BINARY_FAULTS as exc:
+                raise LlmbuildError(f"{model.path}: the binary's programs and plan do not fit together "
+                                    f"({type(exc).__name__}: {one_line(str(exc))})") from None
 
     return run
 
@@ -201,11 +218,11 @@ class CompiledModel:
                 self.device.run(prog, active_rows=rows)  # type: ignore[call-arg]
             else:
                 self.device.run(prog)  # the simulated device runs the static net whole, as the chip does
-        except (IndexError, KeyError, TypeError, ValueError, ZeroDivisionError, OverflowError, MemoryError) as exc:
+        except BINARY_FAULTS as exc:
             # validate_program checked the program's structure; what its attributes ask of a kernel is only
             # known when it runs (a binary from a buggy or hostile writer): one error naming the section.
             raise LlmbuildError(f"{self.path}: section {self.nets.section(net)}: the program cannot run "
-                                f"({type(exc).__name__}: {exc})") from None
+                                f"({type(exc).__name__}: {one_line(str(exc))})") from None
         return prog
 
     def _store_kv(self, layer: int, prog: Program, rows: int) -> None:
@@ -316,4 +333,4 @@ def load_tokenizer(model: CompiledModel):
         raise
     except Exception as exc:  # noqa: BLE001 - the tokenizers library raises plain Exceptions for bad JSON
         raise LlmbuildError(f"{model.path}: section tokenizer: not a tokenizer this runtime reads "
-                            f"({type(exc).__name__}: {str(exc)[:200]})") from None
+                            f"({type(exc).__name__}: {one_line(str(exc)[:200])})") from None
