@@ -4,12 +4,17 @@ layer-group and flash-attention tests."""
 from __future__ import annotations
 
 import dataclasses
+import shutil
+import subprocess
 
 import numpy as np
+import pytest
 
 from llmbuild.build.compile_net import CompiledNet
 from llmbuild.build.weights_blob import weight_chunk
 from llmbuild.codegen.program import Program
+from llmbuild.dialects import module_text, parse_module_text
+from llmbuild.dialects.interpret import Execution, interpret
 from llmbuild.passes.memory_plan import MemoryPlan
 from llmbuild.runtime.device import Device
 
@@ -41,3 +46,33 @@ def run(case: Case, prog: Program | None = None, grouped: bool = True, **kw) -> 
     dev = load(case, prog, **kw)
     dev.run(prog, grouped=grouped)
     return {name: dev.get_output(prog, name) for name, _ in prog.outputs}
+
+
+def assert_grouped_run_is_exact(case: Case, label: str) -> Execution:
+    """The program's layer groups on the device give, bit for bit, its op list run flat and the `tpu`
+    module's interpretation, for every output and every op (reassembled from tiles and key blocks).
+    Returns the interpretation."""
+    prog = case.net.program
+    want = interpret(case.net.tpu, case.inputs, case.weights.__getitem__, reference=False)
+    traced: dict[str, np.ndarray] = {}
+    dev = load(case)
+    dev.run(prog, trace=lambda loc, v: traced.__setitem__(loc, v.copy()))
+    flat = run(case, grouped=False)
+    for out, _ in prog.outputs:
+        got = dev.get_output(prog, out)
+        np.testing.assert_array_equal(got, flat[out], err_msg=f"{label} {out}")
+        np.testing.assert_array_equal(got, want.outputs[out], err_msg=f"{label} {out}")
+    assert list(traced) == [i.loc for i in prog.instrs]
+    for loc, value in traced.items():
+        np.testing.assert_array_equal(value, want.by_loc[loc], err_msg=f"{label} {loc}")
+    return want
+
+
+def assert_round_trips_and_mlir_opt_parses(text: str) -> None:
+    """Grouped IR text parses back to itself, and upstream mlir-opt parses it (skipped without mlir-opt)."""
+    assert module_text(parse_module_text(text, "grouped.mlir")) == text
+    tool = shutil.which("mlir-opt-22") or shutil.which("mlir-opt")
+    if tool is None:
+        pytest.skip("mlir-opt not installed")
+    r = subprocess.run([tool, "--allow-unregistered-dialect"], input=text, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[:2000]
