@@ -327,22 +327,18 @@ def test_quantization_fields(tmp_path: Path) -> None:
 
 
 def test_quantized_build_with_bad_group_size_fails_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from llmbuild.build.plan import plan
-    from llmbuild.build.prepare import prepare
-
+    # Refused when the recipe loads, at its line: before prepare or plan write anything.
     shutil.copy(RECIPES / "_tiny_common.yaml", tmp_path)
     path = tmp_path / "tiny_w4.yaml"
     text = (RECIPES / "qwen2_tiny_f32.yaml").read_text()
     path.write_text(text.replace("mode: f32", "mode: w4bf16\n  group_size: 48"))
     monkeypatch.setenv("LLMBUILD_BUILD_DIR", str(tmp_path / "build"))
-    recipe = load_recipe(path)
-    prepare(recipe)
     with pytest.raises(LlmbuildError) as info:
-        plan(recipe)
+        load_recipe(path)
     message = str(info.value)
-    assert "\n" not in message
-    assert "quantization.group_size: 48 does not divide in_features 64" in message
-    assert not (tmp_path / "build" / "tiny_w4" / "plan.json").exists()
+    assert "\n" not in message and message.startswith(f"{path}:")
+    assert "quantization.group_size: expected a group size dividing every projection's inputs, got 48" in message
+    assert not (tmp_path / "build").exists()
 
 
 # --- chips -----------------------------------------------------------------------------------
