@@ -34,11 +34,13 @@ def test_a_broken_recipe_fails_alone(tmp_path: Path) -> None:
     ("quantization:\n  mode: w4bf16\n  group_size: 48\n", 4,
      "quantization.group_size: expected a group size dividing every projection's inputs, got 48, which does "
      "not divide hidden_size 64"),
-    ("source:\n  config:\n    num_key_value_heads: 3\n", 3,
-     "source.config: num_attention_heads 4 is not a multiple of num_key_value_heads 3"),
-    ("source:\n  config:\n    hidden_size: big\n", 3, "source.config: hidden_size must be a positive integer"),
-    ("source:\n  config:\n    num_hidden_layers: -1\n", 3, "source.config: num_hidden_layers must be a positive"),
-    ("source:\n  config:\n    vocab_size: 100000000000\n", 3, "source.config: vocab_size 100000000000: expected at"),
+    ("source:\n  config:\n    num_key_value_heads: 3\n", 4,
+     "source.config.num_key_value_heads: num_attention_heads 4 is not a multiple of num_key_value_heads 3"),
+    ("source:\n  config:\n    hidden_size: big\n", 4, "source.config.hidden_size: hidden_size must be a positive"),
+    ("source:\n  config:\n    num_hidden_layers: -1\n", 4,
+     "source.config.num_hidden_layers: num_hidden_layers must be a positive"),
+    ("source:\n  config:\n    vocab_size: 100000000000\n", 4,
+     "source.config.vocab_size: vocab_size 100000000000: expected at"),
 ])
 def test_model_faults_are_load_time_errors_at_the_recipe_line(tmp_path: Path, body: str, line: int,
                                                                expected: str) -> None:

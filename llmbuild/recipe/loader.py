@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import jinja2
 import yaml
@@ -605,7 +605,7 @@ def _check_model(recipe: Recipe, out: _Checked) -> None:
             return  # an incomplete config: prepare names the field when it builds the model's shape
         if source.kind != "synthetic":
             raise  # names the checkpoint's config.json and the field
-        raise _fail(config_node.loc, "source.config", str(exc).removeprefix("source.config: ")) from None
+        _model_error(recipe, config_node, str(exc))
     origin = "source.config" if source.kind == "synthetic" else "config.json"
     if spec.num_heads % spec.num_kv_heads:
         _model_error(recipe, config_node, f"{origin}: num_attention_heads {spec.num_heads} is not a multiple of "
@@ -631,10 +631,17 @@ def _has_config(source: SourceConfig) -> bool:
     return bool((source.path and (Path(source.path) / "config.json").is_file()) or source.config_file)
 
 
-def _model_error(recipe: Recipe, config_node: Node, message: str) -> None:
-    """A fault of the model's configuration: at the recipe's line for a synthetic source, else the file's."""
+def _model_error(recipe: Recipe, config_node: Node, message: str) -> NoReturn:
+    """A fault of the model's configuration: at the recipe's line for a synthetic source (the line of the
+    config field the message names, the last one named when several are), else the checkpoint's file."""
+    message = message.removeprefix("source.config: ")
     if recipe.source.kind == "synthetic":
-        raise _fail(config_node.loc, "source.config", message.removeprefix("source.config: "))
+        fields = config_node.value if isinstance(config_node.value, dict) else {}
+        named = [(message.rfind(key), key) for key in fields if re.search(rf"\b{re.escape(key)}\b", message)]
+        if named:
+            key = max(named)[1]
+            raise _fail(fields[key].loc, f"source.config.{key}", message)
+        raise _fail(config_node.loc, "source.config", message)
     config = Path(recipe.source.path or "") / "config.json"
     where = config if config.is_file() else Path(recipe.source.config_file or "config.json")
     raise LlmbuildError(f"{where}: {message.removeprefix('config.json: ')}")
