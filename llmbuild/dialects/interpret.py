@@ -17,7 +17,7 @@ from xdsl.ir import Operation, SSAValue
 
 from llmbuild.dialects.plain import main_func, op_attrs, string_list, tensor_info
 from llmbuild.numerics.formats import round_to
-from llmbuild.numerics.kernels import KERNELS
+from llmbuild.numerics.kernels import KERNELS, ROW_LOCAL, ROW_SKIPPING
 from llmbuild.numerics.stored import RowReader
 
 WeightLookup = Callable[[str], np.ndarray]
@@ -28,14 +28,6 @@ class Execution:
     outputs: dict[str, np.ndarray]
     by_loc: dict[str, np.ndarray] = field(default_factory=dict)  # every op's result, keyed by `loc`
     order: list[str] = field(default_factory=list)  # locs in execution order
-
-
-# Ops whose cost grows with the rows of their activation; they skip rows >= active_rows.
-ROW_SKIPPING = frozenset({"MatMul", "A16MatMul", "FAttention"})
-# Ops that compute each token's row from that row alone: with active_rows, only those rows are computed
-# (the rest stay zero, as the products leave them): a 2048-row prefill checked on 64 tokens would
-# otherwise spend most of its time on the SiLU of padding.
-ROW_LOCAL = frozenset({"Add", "Mul", "Active", "SiLU", "RMSNorm", "Cast", "Rope", "Gather"})
 
 
 def interpret(
@@ -86,6 +78,8 @@ def interpret(
                 if kind in ("MatMul", "A16MatMul") and not module.attributes.get("tpu.groups"):
                     attrs["untiled"] = True  # TopOp: no device tiles whose sums to reproduce
                 rows = info.shape[1] if len(info.shape) >= 2 else 0
+                # Row-local ops on the real rows only: a 2048-row prefill checked on 64 tokens would
+                # otherwise spend most of its time on the SiLU of padding.
                 if active_rows is not None and kind in ROW_LOCAL and active_rows < rows:
                     cut = [a[:, :active_rows] if v not in from_weights and a.ndim >= 2 and a.shape[1] == rows else a
                            for v, a in zip(op.operands, args, strict=True)]

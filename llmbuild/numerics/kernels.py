@@ -48,6 +48,13 @@ def rms_norm(attrs: dict[str, Any], x: np.ndarray, gamma: np.ndarray) -> np.ndar
 # Rows per tile of a product the layer-group pass did not tile by rows: a fixed size, so that the tiles,
 # and with them the bits, do not depend on how many threads run them (numerics/parallel.py).
 ROW_TILE = 32
+# Ops whose cost grows with the rows of their activation: given `active_rows`, they compute the row tiles
+# holding the real tokens and leave zeros after them.
+ROW_SKIPPING = frozenset({"MatMul", "A16MatMul", "FAttention"})
+# Ops that compute each token's row from that row alone: an executor may compute (and round) the real rows
+# only and leave zeros after them (what a product of those rows reads; a row's bits in a product do not
+# depend on the other rows' values). Shared by the interpreter and the host path.
+ROW_LOCAL = frozenset({"Add", "Mul", "Active", "SiLU", "RMSNorm", "Cast", "Rope", "Gather"})
 LAZY_WHOLE_BYTES = 64 << 20  # build/resources.py: TABLE_BLOCK
 PARALLEL_MIN_MACS = 1 << 24  # below this a column of tiles runs on the calling thread (same bits either way)
 

@@ -31,7 +31,14 @@ import numpy as np
 from llmbuild import LlmbuildError
 from llmbuild.codegen.program import Instr, Program, TensorDesc
 from llmbuild.numerics.formats import STORAGE, decode, round_to
-from llmbuild.numerics.kernels import KERNELS, dequantize_bf16_bits, dequantize_uncached, tiled_product
+from llmbuild.numerics.kernels import (
+    KERNELS,
+    ROW_LOCAL,
+    ROW_SKIPPING,
+    dequantize_bf16_bits,
+    dequantize_uncached,
+    tiled_product,
+)
 from llmbuild.numerics.stored import StoredTensor
 from llmbuild.runtime.blas import ThreadChoice, one_thread, vector_only
 from llmbuild.runtime.weight_image import FlatImage, WeightImage
@@ -45,12 +52,6 @@ Run = Callable[[], None]
 DEFAULT_CACHE_BYTES = 3 << 30
 # Smaller weights (norms, biases, scales) are always decoded: a lazy read of them costs more than it saves.
 ALWAYS_DECODED_BYTES = 1 << 20
-# Ops whose cost grows with the rows of their activation and that skip rows >= active_rows.
-_ROW_SKIPPING = frozenset({"MatMul", "A16MatMul", "FAttention"})
-# Ops that compute each token's row from that row alone: with active_rows, the host computes (and rounds)
-# the active rows only and leaves zeros after them (what a product of those rows reads; a row's bits in a
-# product do not depend on the other rows' values).
-_ROW_ELEMENTWISE = frozenset({"Add", "Mul", "Active", "SiLU", "RMSNorm", "Cast", "Rope", "Gather"})
 
 # Ops that only move values: a result whose every value operand already has the result's precision needs
 # no rounding (rounding a bf16 value to bf16 is the identity).
@@ -182,7 +183,7 @@ class _HostProgram:
         fn: Callable = KERNELS[ins.op]
         store = _rounder(out.dtype, exact)
         attrs = ins.attrs
-        if ins.op in _ROW_SKIPPING:
+        if ins.op in ROW_SKIPPING:
             attrs = dict(attrs)  # this program's own copy: `active_rows` is set on it per run
             self._row_attrs.append(attrs)
         if ins.op == "Concat" and exact and ins.attrs["axis"] == 1 and len(ins.operands) == 2:
@@ -190,9 +191,9 @@ class _HostProgram:
             if in_place is not None:
                 fn, store = in_place, _same
         tokens = self.tokens
-        if ins.op in _ROW_SKIPPING and tokens > 1 and len(out.shape) >= 2 and out.shape[1] == tokens:
+        if ins.op in ROW_SKIPPING and tokens > 1 and len(out.shape) >= 2 and out.shape[1] == tokens:
             store = _store_active_rows(store, self.active)
-        if ins.op in _ROW_ELEMENTWISE and tokens > 1 and len(out.shape) >= 2 and out.shape[1] == tokens:
+        if ins.op in ROW_LOCAL and tokens > 1 and len(out.shape) >= 2 and out.shape[1] == tokens:
             rows = [not host.in_weights(tensors[t]) and len(tensors[t].shape) >= 2 and tensors[t].shape[1] == tokens
                     for t in ins.operands]
             fn, store = _active_rows_only(fn, store, out.shape, rows, self.active), _same
