@@ -11,5 +11,12 @@ class LlmbuildError(Exception):
 
 
 
+def one_line(text: str) -> str:
+    """`text` safe inside a one-line message: control and other unprintable characters escaped (names
+    read from a corrupted or hostile file)."""
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}"
+                   for c in text)
+
+
 class MissingCheckpointError(LlmbuildError):
     """A recipe's checkpoint is not on this machine (the weights are the user's to download)."""

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmbuild import LlmbuildError
+from llmbuild import LlmbuildError, one_line
 
 MAGIC = b"LLMBUILD"
 VERSION = 2  # 2: the header's last field checksums the header and the section table
@@ -88,12 +88,6 @@ def _table_checksum(count: int, table: int, entries: Iterable[SectionEntry]) -> 
     return int.from_bytes(digest.digest()[:8], "little")
 
 
-def _printable(raw: bytes) -> str:
-    """A name from a file, safe to print in a message (no control characters, no undecodable bytes)."""
-    text = raw.decode("utf-8", errors="backslashreplace")
-    return text if text.isprintable() else repr(text)
-
-
 class Container:
     """A read-only, memory-mapped view of a container file."""
 
@@ -134,7 +128,8 @@ class Container:
             raw = raw.rstrip(b"\0")
             name = raw.decode("utf-8", errors="replace")
             if not raw or not name.isprintable() or name.encode() != raw:
-                raise LlmbuildError(f"{path}: section name {_printable(raw)} is not a printable UTF-8 name")
+                shown = one_line(raw.decode("utf-8", errors="backslashreplace"))
+                raise LlmbuildError(f"{path}: section name '{shown}' is not a printable UTF-8 name")
             if offset < HEADER.size or offset + length > size:
                 raise LlmbuildError(f"{path}: section {name} lies outside the file")
             if name in self.entries:
@@ -175,7 +170,7 @@ class Container:
     def section(self, name: str) -> memoryview:
         e = self.entries.get(name)
         if e is None:
-            raise LlmbuildError(f"{self.path}: missing section {_printable(name.encode())}")
+            raise LlmbuildError(f"{self.path}: missing section {one_line(name)}")
         return memoryview(self._map)[e.offset : e.offset + e.size]
 
     def names(self) -> list[str]:

@@ -28,7 +28,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
 
-from llmbuild import LlmbuildError
+from llmbuild import LlmbuildError, one_line
 from llmbuild.dialects.plain import main_func, op_attrs, string_list, tensor_info
 
 OPCODES = (
@@ -284,7 +284,7 @@ def decode(data: bytes | memoryview) -> Program:
     """The program in a section; a malformed one is an LlmbuildError, whatever its bytes."""
     try:
         return _decode(data)
-    except (struct.error, UnicodeDecodeError, ValueError, OverflowError, MemoryError) as exc:
+    except (struct.error, ValueError, OverflowError, MemoryError) as exc:  # UnicodeDecodeError is a ValueError
         raise LlmbuildError(f"malformed program ({type(exc).__name__}: {exc})") from None
 
 
@@ -296,7 +296,7 @@ def _decode(data: bytes | memoryview) -> Program:
         raise LlmbuildError("not a program section (bad magic)")
     r.pos = 4
     net, stage = r.string(), r.string()
-    label = net if net.isprintable() else ascii(net)  # messages stay one printable line
+    label = one_line(net)  # messages stay one printable line
     layer, act, lmem, n = r.take("iQQI")
     prog = Program(net, stage, layer, act, lmem_bytes=lmem)
     for _ in range(n):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from llmbuild import LlmbuildError
+from llmbuild import LlmbuildError, one_line
 from llmbuild.codegen.program import Instr, Program
 from llmbuild.numerics.formats import STORAGE
 
@@ -18,13 +18,9 @@ MAX_LOCAL_BYTES = 1 << 30  # far above any chip's local memory (the BM1684X has 
 MAX_RANK = 8
 
 
-def _printable(text: str) -> str:
-    return text if text.isprintable() else repr(text)
-
-
 def validate_program(prog: Program, memory_bytes: int) -> None:
     """Raise LlmbuildError if `prog` is not a program a device of `memory_bytes` could run."""
-    where = f"program {_printable(prog.net)}"
+    where = f"program {one_line(prog.net)}"
     if not (prog.net.isprintable() and prog.stage.isprintable()):
         raise LlmbuildError(f"{where}: net or stage name is not printable")
     if not 0 <= prog.activation_bytes <= memory_bytes:
@@ -44,7 +40,7 @@ def validate_program(prog: Program, memory_bytes: int) -> None:
     count = len(prog.tensors)
     for name, index in (*prog.inputs, *prog.outputs):
         if not name.isprintable() or not 0 <= index < count:
-            raise LlmbuildError(f"{where}: input or output {_printable(name)} names tensor {index} of {count}")
+            raise LlmbuildError(f"{where}: input or output {one_line(name)} names tensor {index} of {count}")
     _check_instrs(where, prog.instrs, count)
     for g in prog.groups:
         if g.rows < 0 or g.tile_rows < 0 or g.lmem_peak_bytes > max(prog.lmem_bytes, 0):
@@ -56,12 +52,12 @@ def validate_program(prog: Program, memory_bytes: int) -> None:
 def _check_instrs(where: str, instrs: list[Instr], count: int) -> None:
     for ins in instrs:
         if not ins.loc.isprintable():
-            raise LlmbuildError(f"{where}: an instruction's location {_printable(ins.loc)} is not printable")
+            raise LlmbuildError(f"{where}: an instruction's location {one_line(ins.loc)} is not printable")
         for index in (*ins.operands, ins.result):
             if not 0 <= index < count:
                 raise LlmbuildError(f"{where}: {ins.op} at {ins.loc} names tensor {index} of {count}")
         for key, value in ins.attrs.items():
             if not key.isprintable():
-                raise LlmbuildError(f"{where}: {ins.op} at {ins.loc}: attribute name {_printable(key)}")
+                raise LlmbuildError(f"{where}: {ins.op} at {ins.loc}: attribute name {one_line(key)}")
             if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 1 << 48:
                 raise LlmbuildError(f"{where}: {ins.op} at {ins.loc}: attribute {key} = {value} is not plausible")

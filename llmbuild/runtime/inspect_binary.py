@@ -9,13 +9,13 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from llmbuild import LlmbuildError
+from llmbuild import LlmbuildError, one_line
 from llmbuild.codegen import program as programs
 from llmbuild.codegen.container import Container
 from llmbuild.codegen.validate import validate_program
 from llmbuild.numerics.formats import STORAGE, itemsize
 from llmbuild.passes.memory_plan import MemoryPlan
-from llmbuild.runtime.model import BINARY_FAULTS, one_line, read_meta
+from llmbuild.runtime.model import BINARY_FAULTS, read_meta
 from llmbuild.target import load_chip
 
 
@@ -23,7 +23,7 @@ def inspect_binary(path: Path) -> dict:
     """What `llmbuild inspect` prints; a binary it cannot describe is one LlmbuildError naming the file."""
     try:
         return _inspect(path)
-    except (*BINARY_FAULTS, UnicodeDecodeError) as exc:
+    except BINARY_FAULTS as exc:  # UnicodeDecodeError is a ValueError
         raise LlmbuildError(f"{path}: not a binary this llmbuild can describe "
                             f"({type(exc).__name__}: {one_line(str(exc))})") from None
 

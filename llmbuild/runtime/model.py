@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from llmbuild import LlmbuildError
+from llmbuild import LlmbuildError, one_line
 from llmbuild.codegen import program as programs
 from llmbuild.codegen.container import Container
 from llmbuild.codegen.program import Program, TensorDesc
@@ -121,12 +121,6 @@ BINARY_FAULTS = (IndexError, KeyError, TypeError, ValueError, ZeroDivisionError,
                  NotImplementedError, AttributeError)
 
 
-def one_line(text: str) -> str:
-    """`text` safe for a one-line message: control and other unprintable characters escaped."""
-    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}"
-                   for c in text)
-
-
 def _quiet(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
     """Overflow to inf and underflow to 0 are the f32 arithmetic the chip does, not errors (silu's exp,
     masked softmax); one errstate per chunk or token, which costs less than one per net. A fault of the
@@ -172,9 +166,9 @@ class CompiledModel:
             self._kv = {(i, which): _desc(self.plan.kv[f"layers.{i}.{which}"])
                         for i in range(self.num_layers) for which in "kv"}
             weight_region = tuple(int(x) for x in self.plan.regions["weight"])
-        except (KeyError, TypeError, ValueError, UnicodeDecodeError, AttributeError) as exc:
+        except BINARY_FAULTS as exc:
             raise LlmbuildError(f"{self.path}: section plan: not the plan this binary's nets need "
-                                f"({type(exc).__name__}: {exc})") from None
+                                f"({type(exc).__name__}: {one_line(str(exc))})") from None
         self.device: Executor
         if faithful:
             from llmbuild.target import load_chip
