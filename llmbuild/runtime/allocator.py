@@ -4,14 +4,14 @@ glibc hands every block above its mmap threshold (128 KiB, adapted upward as blo
 mapping and returns freed heap above 128 KiB to the kernel, so each of the thousands of layer-sized
 temporaries a build step makes is paid again in page faults: on these machines a fault costs tens of
 microseconds, and a check job spent 40% of its time in the kernel. Raising both thresholds keeps freed
-blocks up to 32 MiB (glibc's largest mmap threshold) in the heap for reuse. The peak resident memory is
-unchanged (measured: a 1.5B layer shard's check, 1.30 GB either way, 6.3 s -> 5.1 s).
+blocks up to 32 MiB (glibc's largest mmap threshold) in the heap for reuse. Measured on a 1.5B layer
+shard's check with the same settings given as glibc's environment variables: 6.3 s -> 5.1 s and a third
+fewer page faults, peak resident memory 1.30 GB either way (single runs; these shared VMs vary by 20%).
 """
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -20,13 +20,9 @@ _TRIM_THRESHOLD = 1 << 30
 
 
 def reuse_freed_memory() -> bool:
-    """Apply the settings; False where the C library is not glibc (nothing changes there)."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
+    """Apply the settings; False where the C library has no mallopt (not glibc: nothing changes there)."""
     try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
+        mallopt = ctypes.CDLL(None).mallopt  # the C library already loaded into this process
     except (OSError, AttributeError):
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
