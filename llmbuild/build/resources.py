@@ -20,15 +20,13 @@ from dataclasses import dataclass, replace
 from llmbuild.frontend.arch.base import expected_shapes
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.recipe.schema import Recipe
+from llmbuild.verify import reference_memory
 
 MB = 1 << 20
 # Resident size of a step's process before it touches the model: Python, numpy, xDSL and llmbuild; torch
 # and transformers on top for the reference.
 BASE_MB = {"compile": 180, "check": 300, "runtime": 150, "torch": 600, "light": 150}
 HOST_CACHE = 3 << 30  # verify/e2e.py: E2E_CACHE_BYTES
-REFERENCE_LAYERS = 128 << 20  # verify/stream_model.py: DEFAULT_CACHE_BYTES
-REFERENCE_LEVELS = 3 << 29  # verify/stream_weights.py: LEVELS_CACHE_BYTES
-REFERENCE_LEVELS_AND_LAYER = 11 << 28  # verify/stream_weights.py: LEVELS_AND_LAYER_BYTES
 TABLE_BLOCK = 64 << 20  # build/weight_file.py and the kernels read big tables in blocks of about this
 
 
@@ -108,9 +106,9 @@ def step_resources(recipe: Recipe, spec: ModelSpec, step: str, faithful: bool = 
     elif step == "reference":
         # transformers streaming layers: the resident layers, the cached levels of quantized layers, the
         # layer being made and its reads, T tokens' activations and their logits.
-        budget = max(0, min(REFERENCE_LEVELS, REFERENCE_LEVELS_AND_LAYER - 2.5 * 4 * size.layer))
+        budget = reference_memory.levels_budget(size.layer)
         levels = 0 if origin == "float" else min(budget, 1.1 * size.layer * size.layers)
-        layers = min(REFERENCE_LAYERS, 4 * size.layer * size.layers)
+        layers = min(reference_memory.LAYER_CACHE_BYTES, 4 * size.layer * size.layers)
         work = 2.6 * 4 * size.layer + 4 * T * (4 * (size.hidden + size.intermediate) + size.vocab)
         mb = BASE_MB["torch"] + (layers + levels + work) / MB + 100
         minutes = 5 + billions * 20

@@ -24,10 +24,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from llmbuild.verify.reference_memory import LAYER_CACHE_BYTES
 from llmbuild.verify.stream_weights import ReferenceWeights
 
 HEAD_ROW_BLOCK = 8192  # lm_head rows per block: 117 MB of float32 at hidden 3584
-DEFAULT_CACHE_BYTES = 128 << 20
+DEFAULT_CACHE_BYTES = LAYER_CACHE_BYTES
 _ALIGN = 64  # bytes: torch's CPU allocator's alignment
 
 

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from llmbuild import LlmbuildError
+from llmbuild.verify import reference_memory
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -190,31 +191,20 @@ class QuantizedWeights(HFWeights):
         return state
 
 
-# Quantized levels kept between passes (a pass streams every layer; greedy generation makes one pass per
-# new token): unpacking a checkpoint's words, or rounding a float layer to nearest, costs several times the
-# dequantization that follows it, and the levels are a byte a weight, a quarter of the layer in float32.
-LEVELS_CACHE_BYTES = 3 << 29
-# The cached levels and the float32 work of making one layer (the layer, its reads and the dequantization's
-# buffers: 2.5 times its float32 size) share this: a 1.5B model's levels all stay (1.3 GB), a 7B or 8B
-# keeps 0.5-0.6 GB of them, and its reference stays under 4 GiB (Llama-3-8B peaked at 4.45 GiB with
-# 1.5 GiB of levels beside its 0.87 GB layers).
-LEVELS_AND_LAYER_BYTES = 11 << 28
-
-
 def levels_budget(config: Any) -> int:
-    """The levels cache's budget for a model of this config: LEVELS_CACHE_BYTES at most."""
+    """The levels cache's budget for a model of this transformers config (reference_memory.py)."""
     hidden, heads = config.hidden_size, config.num_attention_heads
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     head_dim = getattr(config, "head_dim", None) or hidden // heads
     layer = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim + 3 * hidden * config.intermediate_size
-    return max(0, min(LEVELS_CACHE_BYTES, LEVELS_AND_LAYER_BYTES - int(2.5 * 4 * layer)))
+    return reference_memory.levels_budget(layer)
 
 
 class LevelsCache:
     """QuantizedLinears by name, kept while they fit a fixed budget (the first ones made: layers are visited
     in order, so an LRU would evict each just before its reuse); memory stays bounded whatever the model."""
 
-    def __init__(self, budget_bytes: int = LEVELS_CACHE_BYTES) -> None:
+    def __init__(self, budget_bytes: int = reference_memory.LEVELS_CACHE_BYTES) -> None:
         self.budget, self.used = budget_bytes, 0
         self.kept: dict[str, Any] = {}
 
