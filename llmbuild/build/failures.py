@@ -20,14 +20,15 @@ def step_errors(build_dir: Path, since: float) -> list[tuple[Path, str]]:
     found = []
     for log in Path(build_dir).glob("*/logs/*.log"):
         try:
-            if log.stat().st_mtime < since:
+            written = log.stat().st_mtime
+            if written < since:
                 continue
             lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
         except OSError:
             continue
         message = next((line.strip() for line in reversed(lines) if line.startswith(MARKERS)), None)
         if message is not None:
-            found.append((log.stat().st_mtime, log, message))
+            found.append((written, log, message))
     return [(log, message) for _, log, message in sorted(found)]
 
 

@@ -96,8 +96,13 @@ def _source(checkpoint: Path) -> tuple[dict, str]:
 
 def _prompt_kind(checkpoint: Path) -> str:
     """Which prompt the reference will use (verify/reference.py: prompt_ids_for), said in the recipe."""
+    from llmbuild.verify.reference import DEFAULT_PROMPT, has_tokenizer
+
+    hello = f"{DEFAULT_PROMPT!r}"
     if checkpoint.is_file():
-        return "'Hello' through the GGUF file's chat template, or as plain text when it has none"
+        return f"{hello} through the GGUF file's chat template, or as plain text when it has none"
+    if not has_tokenizer(checkpoint):
+        return "fixed token ids (the checkpoint has no tokenizer; set verify.prompt_ids to change them)"
     config = checkpoint / "tokenizer_config.json"
     template = (checkpoint / "chat_template.jinja").is_file() or (checkpoint / "chat_template.json").is_file()
     if config.is_file():
@@ -107,10 +112,8 @@ def _prompt_kind(checkpoint: Path) -> str:
             fields = None  # the reference step names the unreadable file
         template = template or (isinstance(fields, dict) and bool(fields.get("chat_template")))
     if template:
-        return "'Hello' through the checkpoint's chat template (set verify.prompt or verify.prompt_ids to change it)"
-    if config.is_file() or (checkpoint / "tokenizer.json").is_file():
-        return "'Hello' as plain text (the checkpoint has no chat template; set verify.prompt to change it)"
-    return "fixed token ids (the checkpoint has no tokenizer; set verify.prompt_ids to change them)"
+        return f"{hello} through the checkpoint's chat template (set verify.prompt or verify.prompt_ids to change it)"
+    return f"{hello} as plain text (the checkpoint has no chat template; set verify.prompt to change it)"
 
 
 def compile_checkpoint(req: CompileRequest) -> Path:

@@ -36,6 +36,7 @@ def verification_ids(vocab: int, count: int) -> np.ndarray:
 
 
 FIXED_PROMPT_LENGTH = 8  # ids of the end-to-end prompt of a checkpoint without a tokenizer
+DEFAULT_PROMPT = "Hello"  # the end-to-end prompt's text when the recipe gives none
 
 
 def prompt_ids_for(recipe: Recipe, tokenizer: Any, vocab: int) -> list[int]:
@@ -46,7 +47,7 @@ def prompt_ids_for(recipe: Recipe, tokenizer: Any, vocab: int) -> list[int]:
         return list(recipe.verify.prompt_ids)
     if tokenizer is None:
         return [int(i) for i in verification_ids(vocab, FIXED_PROMPT_LENGTH)]
-    text = recipe.verify.prompt or "Hello"
+    text = recipe.verify.prompt or DEFAULT_PROMPT
     if getattr(tokenizer, "chat_template", None):
         ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
                                             tokenize=True)
@@ -178,6 +179,11 @@ def greedy(model: Any, prompt: list[int], max_new_tokens: int, eos: tuple[int, .
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 
 
+def has_tokenizer(directory: Path) -> bool:
+    """Whether a checkpoint directory has tokenizer files (else the end-to-end prompt is fixed ids)."""
+    return any((directory / name).is_file() for name in TOKENIZER_FILES)
+
+
 def _tokenizer(recipe: Recipe, paths: BuildPaths) -> Any:
     """transformers' tokenizer of the build's tokenizer files, only when the prompt is text; None when the
     checkpoint has no tokenizer files. For GGUF those are the files llmbuild extracted
@@ -185,7 +191,7 @@ def _tokenizer(recipe: Recipe, paths: BuildPaths) -> Any:
     if recipe.verify.prompt_ids:
         return None
     directory = tokenizer_dir(recipe, paths)
-    if not any((directory / name).is_file() for name in TOKENIZER_FILES):
+    if not has_tokenizer(directory):
         return None
     import transformers
 
