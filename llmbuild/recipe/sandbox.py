@@ -50,9 +50,8 @@ def _bounded_filter(name: str, fn: Callable) -> Callable:
             _check_widths(args[0])
         return fn(*args, **kwargs)
 
-    for attr in ("jinja_pass_arg",):  # keep how Jinja passes the context/environment to the filter
-        if hasattr(fn, attr):
-            setattr(run, attr, getattr(fn, attr))
+    if hasattr(fn, "jinja_pass_arg"):  # keep how Jinja passes the context or environment to the filter
+        run.jinja_pass_arg = fn.jinja_pass_arg  # type: ignore[attr-defined]
     return run
 
 
