@@ -595,7 +595,7 @@ def _check_model(recipe: Recipe, out: _Checked) -> None:
     from llmbuild.quant.scheme import recipe_scheme
 
     source = recipe.source
-    if source.kind == "gguf" or (source.kind == "hf" and not _has_config(source)):
+    if source.kind == "gguf" or (source.kind == "hf" and _config_json(source.path, source.config_file) is None):
         return
     config_node = out.given.get("source.config") or out.sections["source"]
     try:
@@ -627,8 +627,11 @@ def _check_model(recipe: Recipe, out: _Checked) -> None:
                         f"inputs, got {scheme.group_size}, which does not divide {what} {k}") from None
 
 
-def _has_config(source: SourceConfig) -> bool:
-    return bool((source.path and (Path(source.path) / "config.json").is_file()) or source.config_file)
+def _config_json(checkpoint: str | Path | None, config_file: str | Path | None) -> Path | None:
+    """The config.json a model's shape comes from: the checkpoint's own, else the recipe's shipped copy."""
+    if checkpoint and (Path(checkpoint) / "config.json").is_file():
+        return Path(checkpoint) / "config.json"
+    return Path(config_file) if config_file else None
 
 
 def _model_error(recipe: Recipe, config_node: Node, message: str) -> NoReturn:
@@ -642,8 +645,7 @@ def _model_error(recipe: Recipe, config_node: Node, message: str) -> NoReturn:
             key = max(named)[1]
             raise _fail(fields[key].loc, f"source.config.{key}", message)
         raise _fail(config_node.loc, "source.config", message)
-    config = Path(recipe.source.path or "") / "config.json"
-    where = config if config.is_file() else Path(recipe.source.config_file or "config.json")
+    where = _config_json(recipe.source.path, recipe.source.config_file) or "config.json"
     raise LlmbuildError(f"{where}: {message.removeprefix('config.json: ')}")
 
 
@@ -653,11 +655,7 @@ def _resolve_quantization(out: _Checked, checkpoint: Path | None, config_file: P
     q = dict(out.raw["quantization"])
     if "quantization.calibration" in out.given:
         q["calibration"] = str(_resolve_path(out.given["quantization.calibration"]))
-    config_path = None
-    if checkpoint is not None and (checkpoint / "config.json").is_file():
-        config_path = checkpoint / "config.json"
-    elif config_file is not None:
-        config_path = config_file
+    config_path = _config_json(checkpoint, config_file)
 
     def fail(field: str, message: str) -> LlmbuildError:
         node = out.given.get(field) or out.given.get("quantization.mode") or out.sections["quantization"]
