@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 from xdsl.dialects import func
@@ -17,7 +18,7 @@ from xdsl.ir import Operation, SSAValue
 
 from llmbuild.dialects.plain import main_func, op_attrs, string_list, tensor_info
 from llmbuild.numerics.formats import round_to
-from llmbuild.numerics.kernels import KERNELS, ROW_LOCAL, ROW_SKIPPING
+from llmbuild.numerics.kernels import KERNELS, ROW_LOCAL, ROW_SKIPPING, on_real_rows
 from llmbuild.numerics.stored import RowReader
 
 WeightLookup = Callable[[str], np.ndarray]
@@ -81,14 +82,12 @@ def interpret(
                 # Row-local ops on the real rows only: a 2048-row prefill checked on 64 tokens would
                 # otherwise spend most of its time on the SiLU of padding.
                 if active_rows is not None and kind in ROW_LOCAL and active_rows < rows:
-                    cut = [a[:, :active_rows] if v not in from_weights and a.ndim >= 2 and a.shape[1] == rows else a
+                    cut = [v not in from_weights and a.ndim >= 2 and a.shape[1] == rows
                            for v, a in zip(op.operands, args, strict=True)]
-                    part = _to_compute(KERNELS[kind](attrs, *cut), info.dtype, compute, reference)
-                    result = np.zeros(info.shape, dtype=part.dtype)
-                    result[:, :active_rows] = part
+                    result = on_real_rows(partial(_kernel, kind, attrs, info.dtype, compute, reference), args, cut,
+                                          info.shape, active_rows)
                 else:
-                    result = KERNELS[kind](attrs, *args)
-                    result = _to_compute(result, info.dtype, compute, reference)
+                    result = _kernel(kind, attrs, info.dtype, compute, reference, *args)
             env[op.results[0]] = result
             loc = op.attributes["loc"].data
             run.by_loc[loc] = result if record is None else record(result)
@@ -97,6 +96,11 @@ def interpret(
                 if last_use.get(v) is op:
                     env.pop(v, None)
     return run
+
+
+def _kernel(kind: str, attrs: dict, dtype: str, compute: type, reference: bool, *args: np.ndarray) -> np.ndarray:
+    """One op's kernel, its result in the compute type and rounded to the op's element type."""
+    return _to_compute(KERNELS[kind](attrs, *args), dtype, compute, reference)
 
 
 def _to_compute(x: np.ndarray, dtype: str, compute: type, reference: bool) -> np.ndarray:

@@ -7,7 +7,7 @@ to the stored element type is the caller's business (see llmbuild.numerics.forma
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -55,6 +55,16 @@ ROW_SKIPPING = frozenset({"MatMul", "A16MatMul", "FAttention"})
 # only and leave zeros after them (what a product of those rows reads; a row's bits in a product do not
 # depend on the other rows' values). Shared by the interpreter and the host path.
 ROW_LOCAL = frozenset({"Add", "Mul", "Active", "SiLU", "RMSNorm", "Cast", "Rope", "Gather"})
+
+
+def on_real_rows(compute: Callable[..., np.ndarray], xs: Sequence[np.ndarray], cut: Sequence[bool],
+                 shape: tuple[int, ...], n: int) -> np.ndarray:
+    """A ROW_LOCAL op on the first `n` rows (axis 1) only: the operands flagged in `cut` are cut to them,
+    the result of the full `shape` is zero after them."""
+    part = compute(*[x[:, :n] if c else x for x, c in zip(xs, cut, strict=True)])
+    out = np.zeros(shape, dtype=part.dtype)
+    out[:, :n] = part
+    return out
 LAZY_WHOLE_BYTES = 64 << 20  # build/resources.py: TABLE_BLOCK
 PARALLEL_MIN_MACS = 1 << 24  # below this a column of tiles runs on the calling thread (same bits either way)
 

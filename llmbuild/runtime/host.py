@@ -15,7 +15,8 @@ cannot change it, the Concat of a layer's whole cache with the new rows (every l
 writes the rows after the cache, in place, instead of copying the cache, and a prefill of n tokens
 computes only the row tiles that hold them (`active_rows`: the same tiles, so the same bits).
 
-Memory: weights stay in the binary's format, in its memory map. Decoded copies (float32; a 4-bit matrix
+Memory: weights stay in the binary's format, in the file (read as they are used: runtime/weight_image.py),
+or in a build job's weight file. Decoded copies (float32; a 4-bit matrix
 dequantized) are kept while they fit `cache_bytes`; the rest is handed to the kernels as `StoredTensor`s
 and decoded tile by tile as products read them, so a 7B w4 binary runs in about its own size plus the
 cache, and SmolLM2 still keeps every weight decoded.
@@ -37,6 +38,7 @@ from llmbuild.numerics.kernels import (
     ROW_SKIPPING,
     dequantize_bf16_bits,
     dequantize_uncached,
+    on_real_rows,
     tiled_product,
 )
 from llmbuild.numerics.stored import StoredTensor
@@ -247,10 +249,7 @@ def _active_rows_only(fn: Callable, store: Callable, shape: tuple[int, ...], row
         n = active[0]
         if n is None or n >= shape[1]:
             return store(fn(attrs, *xs))
-        part = store(fn(attrs, *[x[:, :n] if cut else x for x, cut in zip(xs, rows, strict=True)]))
-        out = np.zeros(shape, dtype=part.dtype)
-        out[:, :n] = part
-        return out
+        return on_real_rows(lambda *cut: store(fn(attrs, *cut)), xs, rows, shape, n)
 
     return run
 
