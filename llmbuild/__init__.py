@@ -10,12 +10,20 @@ class LlmbuildError(Exception):
     """
 
 
-
 def one_line(text: str) -> str:
     """`text` safe inside a one-line message: control and other unprintable characters escaped (names
     read from a corrupted or hostile file)."""
     return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}"
                    for c in text)
+
+
+class ConfigFieldError(LlmbuildError):
+    """A model configuration field at fault: `field` is its key (with an index, `layer_types[1]`), so a
+    recipe that spells the configuration out can point at that field's line."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class MissingCheckpointError(LlmbuildError):

@@ -34,6 +34,7 @@ def cmd_plan(args: argparse.Namespace) -> None:
 
 
 def cmd_compile(args: argparse.Namespace) -> None:
+    import shlex
     from pathlib import Path
 
     from llmbuild.build.oneshot import CompileRequest, compile_checkpoint
@@ -43,7 +44,7 @@ def cmd_compile(args: argparse.Namespace) -> None:
         seq_length=args.seq_length, prefill_length=args.prefill_length, method=args.method,
         group_size=args.group_size, cores=args.cores,
     ))
-    print(f"{binary} (recipe beside it); run it with: llmbuild run {args.output} --prompt 'Hello'")
+    print(f"{binary} (recipe beside it); run it with: llmbuild run {shlex.quote(args.output)} --prompt 'Hello'")
 
 
 def cmd_quantize(args: argparse.Namespace) -> None:

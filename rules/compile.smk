@@ -38,7 +38,7 @@ for _recipe in RECIPES:
             log:
                 f"{BUILD}/{_recipe}/logs/layers_{_span}.log",
             shell:
-                "llmbuild layer {params.recipe} --layer {params.layers} > {log} 2>&1"
+                "llmbuild layer {params.recipe} --layer {params.layers} > {log:q} 2>&1"
 
 
 rule head:
@@ -58,7 +58,7 @@ rule head:
     log:
         f"{BUILD}/{{recipe}}/logs/head.log",
     shell:
-        "llmbuild head {wildcards.recipe} > {log} 2>&1"
+        "llmbuild head {wildcards.recipe} > {log:q} 2>&1"
 
 
 rule link:
@@ -79,4 +79,4 @@ rule link:
     log:
         f"{BUILD}/{{recipe}}/logs/link.log",
     shell:
-        "llmbuild link {wildcards.recipe} > {log} 2>&1"
+        "llmbuild link {wildcards.recipe} > {log:q} 2>&1"

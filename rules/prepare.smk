@@ -13,7 +13,7 @@ rule prepare:
     log:
         f"{BUILD}/{{recipe}}/logs/prepare.log",
     shell:
-        "llmbuild prepare {wildcards.recipe} > {log} 2>&1"
+        "llmbuild prepare {wildcards.recipe} > {log:q} 2>&1"
 
 
 rule plan:
@@ -31,4 +31,4 @@ rule plan:
     log:
         f"{BUILD}/{{recipe}}/logs/plan.log",
     shell:
-        "llmbuild plan {wildcards.recipe} > {log} 2>&1"
+        "llmbuild plan {wildcards.recipe} > {log:q} 2>&1"

@@ -18,4 +18,4 @@ rule reference:
     log:
         f"{BUILD}/{{recipe}}/logs/reference.log",
     shell:
-        "HF_HUB_OFFLINE=1 llmbuild reference {wildcards.recipe} > {log} 2>&1"
+        "HF_HUB_OFFLINE=1 llmbuild reference {wildcards.recipe} > {log:q} 2>&1"

@@ -30,7 +30,7 @@ for _recipe in RECIPES:
             log:
                 f"{BUILD}/{_recipe}/logs/checks_{_span}.log",
             shell:
-                "llmbuild check {params.recipe} --layer {params.layers} > {log} 2>&1"
+                "llmbuild check {params.recipe} --layer {params.layers} > {log:q} 2>&1"
 
 
 rule head_check:
@@ -52,7 +52,7 @@ rule head_check:
     log:
         f"{BUILD}/{{recipe}}/logs/head_check.log",
     shell:
-        "llmbuild check {wildcards.recipe} --head > {log} 2>&1"
+        "llmbuild check {wildcards.recipe} --head > {log:q} 2>&1"
 
 
 rule e2e:
@@ -71,7 +71,7 @@ rule e2e:
     log:
         f"{BUILD}/{{recipe}}/logs/e2e.log",
     shell:
-        "llmbuild e2e {wildcards.recipe} > {log} 2>&1"
+        "llmbuild e2e {wildcards.recipe} > {log:q} 2>&1"
 
 
 rule verify:
@@ -90,4 +90,4 @@ rule verify:
     log:
         f"{BUILD}/{{recipe}}/logs/verify.log",
     shell:
-        "llmbuild verify {wildcards.recipe} > {log} 2>&1"
+        "llmbuild verify {wildcards.recipe} > {log:q} 2>&1"

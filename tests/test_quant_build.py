@@ -213,14 +213,14 @@ def test_compile_one_command_writes_recipe_beside_binary_and_runs(tmp_path):
     config = json.loads((checkpoint / "tokenizer_config.json").read_text())
     config.pop("chat_template")
     (checkpoint / "tokenizer_config.json").write_text(json.dumps(config))
-    out = tmp_path / "gptq-tiny"  # a folder named as users name them
+    out = tmp_path / "gptq-tiny v1.0"  # a folder named as users name them: hyphens, a space, a dot
     cmd = [sys.executable, "-m", "llmbuild.cli", "compile", str(checkpoint), "--quantize", "auto",
            "--chip", "bm1688", "--seq-length", "64", "-o", str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert (out / "gptq-tiny.llmb").is_file() and (out / "gptq-tiny.yaml").is_file()
-    assert "as plain text (the checkpoint has no chat template" in (out / "gptq-tiny.yaml").read_text()
-    recipe = load_recipe("gptq-tiny", out)
+    assert (out / "gptq-tiny_v1_0.llmb").is_file() and (out / "gptq-tiny_v1_0.yaml").is_file()
+    assert "as plain text (the checkpoint has no chat template" in (out / "gptq-tiny_v1_0.yaml").read_text()
+    recipe = load_recipe("gptq-tiny_v1_0", out)
     assert (recipe.quantization.mode, recipe.target.chip, recipe.stages.seq_length) == ("w4bf16", "bm1688", 64)
     assert json.loads((out / "verify.json").read_text())["passed"]
     run = subprocess.run([sys.executable, "-m", "llmbuild.cli", "run", str(out), "--prompt-ids", "1,5,9",
@@ -228,19 +228,20 @@ def test_compile_one_command_writes_recipe_beside_binary_and_runs(tmp_path):
     assert run.returncode == 0, run.stderr
     assert len(json.loads(run.stdout)["ids"]) == 4
     # A second compile finds everything up to date: nothing is rebuilt.
-    before = (out / "gptq-tiny.llmb").stat().st_mtime_ns
+    before = (out / "gptq-tiny_v1_0.llmb").stat().st_mtime_ns
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0 and (out / "gptq-tiny.llmb").stat().st_mtime_ns == before
+    assert again.returncode == 0 and (out / "gptq-tiny_v1_0.llmb").stat().st_mtime_ns == before
 
 
-def test_compile_rejects_an_output_name_that_cannot_name_a_recipe(tmp_path):
-    from llmbuild.build.oneshot import CompileRequest, recipe_for
+def test_compile_derives_the_recipe_name_from_any_folder_name(tmp_path):
+    from llmbuild.build.oneshot import CompileRequest, build_dir_for, recipe_for
 
-    with pytest.raises(LlmbuildError, match=r"-o .*my model\.v2: .*letters, digits, underscores and hyphens "
-                                            r"\(e.g. my_model_v2\)"):
-        recipe_for(CompileRequest(FIXTURES / "awq_gemm_g32", tmp_path / "my model.v2", "auto", "bm1684x", 64))
     name, _ = recipe_for(CompileRequest(FIXTURES / "awq_gemm_g32", tmp_path / "qwen2-7b", "auto", "bm1684x", 64))
     assert name == "qwen2-7b"  # folders are named with hyphens
+    out = tmp_path / "my model.v2"
+    name, text = recipe_for(CompileRequest(FIXTURES / "awq_gemm_g32", out, "auto", "bm1684x", 64))
+    assert name == "my_model_v2" and build_dir_for(out, name) == out / ".llmbuild"
+    assert f"LLMBUILD_BUILD_DIR={out / '.llmbuild'} snakemake my_model_v2" in text
 
 
 def test_recipe_quantization_fields_are_checked_when_loading(tmp_path):

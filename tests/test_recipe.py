@@ -15,6 +15,7 @@ import pytest
 from llmbuild import LlmbuildError
 from llmbuild.recipe import list_recipes, load_recipe, schema_markdown, section_digest
 from llmbuild.recipe.schema_table import FIELDS
+from llmbuild.recipe.tolerances import DEFAULTS, KINDS, MEASURED, activation_dtype, derive
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPES = REPO / "recipes"
@@ -128,10 +129,38 @@ def test_packaged_gguf_recipe_points_at_the_file() -> None:
     assert recipe.raw["source"]["path"] is None  # the digest does not depend on site-packages
 
 
+@pytest.mark.parametrize(("mode", "dtype"), [("f32", "f32"), ("bf16", "bf16"), ("f16", "f16"), ("w4bf16", "bf16"),
+                                           ("w8f16", "f16")])
+def test_absent_tolerances_are_the_mode_defaults(tmp_path: Path, mode: str, dtype: str) -> None:
+    recipe = load_recipe(write(tmp_path, "m", VALID.replace("stages:", f"quantization:\n  mode: {mode}\nstages:")))
+    for kind in KINDS:
+        expected = 0.99 if kind == "top_cosine" else DEFAULTS[dtype][kind]
+        assert getattr(recipe.verify, kind) == expected, kind
+
+
+def test_default_tolerances_follow_the_rule_from_the_measured_margins() -> None:
+    """The rule of llmbuild/recipe/tolerances.py on hand-computed cases: 4x the cosine error and 2x the
+    euclid error, one significant digit rounded up, floors 1e-5 and 1e-4."""
+    assert derive("tpu_cosine", 0.9995365) == 0.998  # 4 x 4.6e-4 = 1.85e-3 -> 2e-3
+    assert derive("tpu_euclid", 0.9661107) == 0.93  # 2 x 0.0339 = 0.068 -> 0.07
+    assert derive("logits_cosine", 0.9992981) == 0.997  # 4 x 7.0e-4 = 2.8e-3 -> 3e-3
+    assert derive("tpu_cosine", 1.0) == 0.99999 and derive("top_euclid", 0.9999985) == 0.9999  # floors
+    for dtype, measured in MEASURED.items():  # the measured builds pass the defaults made from them
+        for kind, worst in measured.items():
+            assert DEFAULTS[dtype][kind] <= worst, (dtype, kind)
+    # A tighter activation dtype never gets a looser default.
+    for kind in KINDS:
+        assert DEFAULTS["f32"][kind] >= DEFAULTS["f16"][kind] >= DEFAULTS["bf16"][kind], kind
+    assert activation_dtype("w4bf16") == "bf16" and activation_dtype("w8f16") == "f16"
+
+
 def test_defaults_are_filled(tmp_path: Path) -> None:
     recipe = load_recipe(write(tmp_path, "ok", VALID))
     assert recipe.quantization.mode == "f32" and recipe.target.chip == "bm1684x"
-    assert recipe.verify.tpu_euclid == 0.90 and recipe.verify.prompt_ids == (1, 2)
+    assert recipe.verify.prompt_ids == (1, 2)
+    # f32: the f32 defaults (llmbuild/recipe/tolerances.py), the recipe's own top_cosine kept.
+    assert recipe.verify.top_cosine == 0.99 and recipe.verify.tpu_cosine == DEFAULTS["f32"]["tpu_cosine"]
+    assert recipe.raw["verify"]["tpu_cosine"] is None  # absent in the recipe: the digest says so
     for f in FIELDS:
         if f.path != "base":
             section, _, key = f.path.rpartition(".")

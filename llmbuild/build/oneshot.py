@@ -22,9 +22,18 @@ from llmbuild import LlmbuildError
 from llmbuild.recipe.schema import LIBRARY_METHODS, MODE_CHOICES
 
 SNAKEFILE = Path(__file__).resolve().parent.parent.parent / "Snakefile"
-# The output folder's name is the recipe's name (and so its Snakemake target and build directory):
-# letters, digits, underscores and hyphens, as folders are usually named.
+# A recipe's name is its Snakemake target and its build directory's name: letters, digits, underscores
+# and hyphens. The output folder's name is used as it is when it is one, else a name derived from it.
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+# Where the DAG's build directory points when the folder's name is not the recipe's: a link back to OUT.
+LINK_FOLDER = ".llmbuild"
+
+
+def recipe_name(folder: str) -> str:
+    """`qwen2-7b` stays; `my model.v2` becomes `my_model_v2`."""
+    if NAME.match(folder):
+        return folder
+    return re.sub(r"[^A-Za-z0-9_-]+", "_", folder).strip("_-") or "model"
 
 
 @dataclass(frozen=True)
@@ -42,11 +51,7 @@ class CompileRequest:
 
 def recipe_for(req: CompileRequest) -> tuple[str, str]:
     """(recipe name, recipe YAML) for the request; the checkpoint is inspected, never loaded."""
-    name = req.out.name
-    if not NAME.match(name):
-        raise LlmbuildError(f"-o {req.out}: the output directory's name becomes the recipe name and must be "
-                            "letters, digits, underscores and hyphens "
-                            f"(e.g. {re.sub(r'[^A-Za-z0-9_-]', '_', name).strip('_-') or 'model'})")
+    name = recipe_name(req.out.name)
     if req.quantize not in MODE_CHOICES:
         raise LlmbuildError(f"--quantize: expected one of {', '.join(MODE_CHOICES)}, got {req.quantize}")
     checkpoint = req.checkpoint.expanduser().resolve()
@@ -68,7 +73,8 @@ def recipe_for(req: CompileRequest) -> tuple[str, str]:
     }
     header = (f"# Written by `llmbuild compile {checkpoint} --quantize {req.quantize} --chip {req.chip} "
               f"--seq-length {req.seq_length} -o {req.out}`.\n# Edit it and run the same command (or "
-              f"`LLMBUILD_RECIPES={req.out} LLMBUILD_BUILD_DIR={req.out.parent} snakemake {name}`) to rebuild.\n"
+              f"`LLMBUILD_RECIPES={req.out} LLMBUILD_BUILD_DIR={build_dir_for(req.out, name)} snakemake {name}`) "
+              "to rebuild.\n"
               f"# The end-to-end check's prompt: {_prompt_kind(checkpoint)}.\n")
     # JSON is YAML: one value per line, no YAML writer needed, and nothing a template engine would expand.
     body = "\n".join(f"{key}: {json.dumps(value)}" for key, value in recipe.items())
@@ -116,6 +122,23 @@ def _prompt_kind(checkpoint: Path) -> str:
     return f"{hello} as plain text (the checkpoint has no chat template; set verify.prompt to change it)"
 
 
+def build_dir_for(out: Path, name: str) -> Path:
+    """The build directory D with D/<name> = OUT: OUT's parent, or OUT/.llmbuild (holding a link <name> ->
+    OUT, made by `_link_build_dir`) when the folder's name is not the recipe's; every artifact lands in OUT."""
+    return out.parent if out.name == name else out / LINK_FOLDER
+
+
+def _link_build_dir(out: Path, name: str) -> Path:
+    folder = build_dir_for(out, name)
+    if out.name != name:
+        folder.mkdir(exist_ok=True)
+        link = folder / name
+        if not link.is_symlink():
+            link.unlink(missing_ok=True)
+            link.symlink_to("..", target_is_directory=True)
+    return folder
+
+
 def compile_checkpoint(req: CompileRequest) -> Path:
     """Write the recipe, check it loads (every recipe error before any work), run the DAG; the binary."""
     from llmbuild.recipe import load_recipe
@@ -133,7 +156,9 @@ def compile_checkpoint(req: CompileRequest) -> Path:
     if not SNAKEFILE.is_file():
         raise LlmbuildError(f"{SNAKEFILE}: not found; `llmbuild compile` runs the Snakefile of a source checkout "
                             "(pip install -e .)")
-    env = dict(os.environ, LLMBUILD_RECIPES=str(out), LLMBUILD_BUILD_DIR=str(out.parent), HF_HUB_OFFLINE="1")
+    build_dir = _link_build_dir(out, name)
+    env = dict(os.environ, LLMBUILD_RECIPES=str(out), LLMBUILD_BUILD_DIR=str(build_dir),
+               HF_HUB_OFFLINE="1")
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(out),
            "--cores", str(req.cores), "--quiet", "rules", "--", name]
     started = time.time()
@@ -141,7 +166,7 @@ def compile_checkpoint(req: CompileRequest) -> Path:
     if result.returncode != 0:
         from llmbuild.build.failures import step_errors
 
-        reasons = step_errors(out.parent, started)
+        reasons = step_errors(build_dir, started)
         if reasons:  # the step's own message, already `llmbuild: error: ...`
             log, message = reasons[0]
             raise LlmbuildError(f"{message.split(': ', 2)[-1]} (the build of {recipe_path}; log: {log})")

@@ -2,27 +2,49 @@
 
 from __future__ import annotations
 
+import shutil
+
 from llmbuild.build.paths import BuildPaths, write_spec
 from llmbuild.frontend import open_source, prepare_checkpoint
 from llmbuild.frontend.checkpoint_scan import scan_checkpoint
 from llmbuild.frontend.hf import HFSource
+from llmbuild.quant.checkpoint import QuantizedCheckpoint
 from llmbuild.quant.scheme import QUANTIZED_PROJECTIONS
 from llmbuild.recipe.schema import Recipe
 
 
 def prepare(recipe: Recipe) -> None:
     paths = BuildPaths.of(recipe)
+    created = not paths.root.exists()
     paths.root.mkdir(parents=True, exist_ok=True)
+    try:
+        _prepare(recipe, paths)
+    except BaseException:
+        # A refused checkpoint leaves nothing that reads as prepared: not its pointer, not an old spec.
+        shutil.rmtree(paths.checkpoint, ignore_errors=True)
+        paths.spec.unlink(missing_ok=True)
+        if created and not any(paths.root.iterdir()):
+            paths.root.rmdir()
+        raise
+
+
+def _prepare(recipe: Recipe, paths: BuildPaths) -> None:
     prepare_checkpoint(recipe.source, paths.checkpoint)
     source = open_source(recipe.source, paths.checkpoint)
     if isinstance(source, HFSource):
-        # Before any step reads it: every tensor present with its shape, every float value finite.
-        scan_checkpoint(source, _imported_projections(recipe, source.spec.num_layers))
+        # Before any step reads it: every tensor present with its shape, every float value finite, and
+        # a quantized checkpoint's packed tensors consistent with its quantization_config.
+        packed = _imported_projections(recipe, source.spec.num_layers)
+        scan_checkpoint(source, frozenset(f"{name}.weight" for name in packed))
+        if packed:
+            checkpoint = QuantizedCheckpoint(source.directory)
+            for name in packed:
+                checkpoint.check_linear(f"model.{name}")
     write_spec(source.spec, paths.spec)
 
 
-def _imported_projections(recipe: Recipe, layers: int) -> frozenset[str]:
-    """The projections a quantized checkpoint stores packed (its import checks them), by canonical name."""
+def _imported_projections(recipe: Recipe, layers: int) -> tuple[str, ...]:
+    """The projections a quantized checkpoint stores packed, by canonical name (`layers.0.mlp.up_proj`)."""
     if recipe.quantization.origin != "checkpoint":
-        return frozenset()
-    return frozenset(f"layers.{i}.{proj}.weight" for i in range(layers) for proj in QUANTIZED_PROJECTIONS)
+        return ()
+    return tuple(f"layers.{i}.{proj}" for i in range(layers) for proj in QUANTIZED_PROJECTIONS)

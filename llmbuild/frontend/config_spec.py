@@ -26,7 +26,7 @@ def spec_from_hf_config_file(path: Path) -> ModelSpec:
     model_type = cfg.get("model_type")
     if not isinstance(model_type, str):
         raise LlmbuildError(f"{path}: missing field 'model_type'")
-    arch = get_architecture(architecture_for_hf_model_type(model_type))
+    arch = get_architecture(architecture_for_hf_model_type(model_type, str(path)))
     return arch.spec_from_hf_config(cfg, origin=str(path))
 
 

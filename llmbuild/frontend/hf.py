@@ -70,7 +70,7 @@ class HFSource:
         model_type = cfg.get("model_type")
         if not isinstance(model_type, str):
             raise LlmbuildError(f"{config_path}: missing field 'model_type'")
-        self.architecture = get_architecture(architecture_for_hf_model_type(model_type))
+        self.architecture = get_architecture(architecture_for_hf_model_type(model_type, str(config_path)))
         # generate() stops on generation_config.json's ids, which may list more than config.json's.
         generation_path = self.directory / "generation_config.json"
         if generation_path.is_file():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from functools import cache
 
-from llmbuild import LlmbuildError
+from llmbuild import ConfigFieldError, LlmbuildError
 from llmbuild.frontend.arch.base import Architecture
 
 # Registry name -> the module whose ARCHITECTURE implements it (imported on first use). Sorted.
@@ -28,13 +28,15 @@ def get_architecture(name: str) -> Architecture:
     return importlib.import_module(module).ARCHITECTURE
 
 
-def architecture_for_hf_model_type(model_type: str) -> str:
-    """The registry name for a config.json `model_type`."""
+def architecture_for_hf_model_type(model_type: str, origin: str = "") -> str:
+    """The registry name for a config.json `model_type`; `origin` (the file) starts the error message."""
     for name in known_architectures():
         if model_type in get_architecture(name).hf_model_types:
             return name
     known = sorted(t for n in known_architectures() for t in get_architecture(n).hf_model_types)
-    raise LlmbuildError(f"unsupported model_type {model_type!r}: expected one of {', '.join(known)}")
+    where = f"{origin}: model_type: " if origin else ""
+    raise ConfigFieldError(f"{where}unsupported model_type {model_type!r}: expected one of {', '.join(known)}",
+                           "model_type")
 
 
 def architecture_for_gguf(gguf_architecture: str) -> str:

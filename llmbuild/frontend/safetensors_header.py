@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from llmbuild import LlmbuildError
+from llmbuild import LlmbuildError, one_line
 
 MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit
 
@@ -35,17 +35,29 @@ def read_header(path: Path, dtypes: Mapping[str, str], missing_hint: str = "") -
         raise LlmbuildError(f"{path}: file not found{missing_hint}") from None
     except (OSError, struct.error, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise LlmbuildError(f"{path}: cannot read safetensors header: {exc}") from None
+    if not isinstance(header, dict):
+        raise LlmbuildError(f"{path}: cannot read safetensors header: expected a JSON object, got "
+                            f"{type(header).__name__}")
     start = 8 + length
     records: dict[str, Record] = {}
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        dtype = info.get("dtype")
+        shown = one_line(repr(name))
+        try:
+            dtype = info.get("dtype")
+            shape = tuple(int(d) for d in info["shape"])
+            begin, end = (start + int(o) for o in info["data_offsets"])
+        except (AttributeError, KeyError, TypeError, ValueError):
+            raise LlmbuildError(f"{path}: tensor {shown}: expected a header entry with dtype, shape and "
+                                f"data_offsets, got {one_line(repr(info))[:120]}") from None
         if dtype not in dtypes:
-            raise LlmbuildError(f"{path}: tensor {name!r} has dtype {dtype}, expected one of {sorted(dtypes)}")
-        shape = tuple(int(d) for d in info["shape"])
-        begin, end = (start + int(o) for o in info["data_offsets"])
-        if end - begin != int(np.prod(shape)) * np.dtype(dtypes[dtype]).itemsize or end > size:
-            raise LlmbuildError(f"{path}: tensor {name!r} has data offsets that do not fit its shape")
+            raise LlmbuildError(f"{path}: tensor {shown} has dtype {one_line(str(dtype))}, expected one of "
+                                f"{sorted(dtypes)}")
+        if end > size:
+            raise LlmbuildError(f"{path}: the file is truncated: the data of tensor {shown} ends at byte {end}, "
+                                f"the file has {size} bytes")
+        if min(shape, default=1) < 0 or end - begin != int(np.prod(shape)) * np.dtype(dtypes[dtype]).itemsize:
+            raise LlmbuildError(f"{path}: tensor {shown} has data offsets that do not fit its shape {list(shape)}")
         records[name] = (dtype, shape, begin, end)
     return records

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from llmbuild import LlmbuildError
 from llmbuild.quant.config import QuantConfigInfo, detect_quantization
-from llmbuild.quant.formats import PRIMARY_TENSOR, read_linear
+from llmbuild.quant.formats import PRIMARY_TENSOR, check_linear, read_linear
 from llmbuild.quant.linear import QuantizedLinear
 from llmbuild.quant.tensors import SafetensorsDir, _read_json
 
@@ -36,6 +36,10 @@ class QuantizedCheckpoint:
 
     def linear(self, prefix: str) -> QuantizedLinear:
         return read_linear(self.tensors, prefix, self.info, self.expected_shape(prefix))
+
+    def check_linear(self, prefix: str) -> None:
+        """The layer's packed tensors against the quantization metadata and config.json, headers only."""
+        check_linear(self.tensors, prefix, self.info, self.expected_shape(prefix))
 
 
 def _float_shapes(config: dict) -> dict[str, tuple[int, ...]]:

@@ -20,6 +20,7 @@ pf = 32 / bits values per int32 word):
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -30,6 +31,24 @@ from llmbuild.quant.tensors import TensorReader
 
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)  # nibble p of a word holds column 8w + AWQ_ORDER[p]
 PRIMARY_TENSOR = {"gptq": "qweight", "awq": "qweight", "pack-quantized": "weight_packed"}
+# numpy's dtype kind of each safetensors dtype, to check a tensor from its header alone.
+_HEADER_KINDS = {"F64": "f", "F32": "f", "F16": "f", "BF16": "f", "I64": "i", "I32": "i", "I16": "i", "I8": "i",
+                 "U64": "u", "U32": "u", "U16": "u", "U8": "u", "BOOL": "b"}
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """A layer's dimensions and every tensor it must hold, worked out from the headers alone."""
+
+    n: int
+    k: int
+    g: int
+    groups: int
+    why: str
+    tensors: dict[str, tuple[tuple[int, ...], str, str]]  # suffix -> (shape, why, dtype kinds)
+
+    def read(self, layer: _Layer, suffix: str) -> np.ndarray:
+        return layer.read(suffix, *self.tensors[suffix])
 
 
 def _as_words(words: np.ndarray) -> np.ndarray:
@@ -99,20 +118,31 @@ class _Layer:
                 f"(a {self.info.method} {self.info.packing_format} layer needs it)"
             )
 
-    def read(self, suffix: str, expected: tuple[int, ...], why: str, kinds: str = "") -> np.ndarray:
+    def check(self, suffix: str, expected: tuple[int, ...], why: str, kinds: str = "") -> None:
+        """Shape, and dtype where the reader knows it from the header, without reading the data."""
         shape = self.shape(suffix)
         if shape != expected:
             raise LlmbuildError(
                 f"{self.tensors.origin}: tensor {self.name(suffix)!r} has shape {list(shape)}, "
                 f"expected {list(expected)} ({why})"
             )
+        dtype = getattr(self.tensors, "dtype", None)
+        if kinds and dtype is not None:
+            self._check_kind(suffix, dtype(self.name(suffix)), _HEADER_KINDS.get(dtype(self.name(suffix)), "?"), kinds)
+
+    def read(self, suffix: str, expected: tuple[int, ...], why: str, kinds: str = "") -> np.ndarray:
+        self.check(suffix, expected, why, kinds)
         array = self.tensors.read(self.name(suffix))
-        if kinds and array.dtype.kind not in kinds:
+        if kinds:
+            self._check_kind(suffix, str(array.dtype), array.dtype.kind, kinds)
+        return array
+
+    def _check_kind(self, suffix: str, dtype: str, kind: str, kinds: str) -> None:
+        if kind not in kinds:
             want = "a float" if kinds == "f" else "an integer"
             raise LlmbuildError(
-                f"{self.tensors.origin}: tensor {self.name(suffix)!r} has dtype {array.dtype}, expected {want} dtype"
+                f"{self.tensors.origin}: tensor {self.name(suffix)!r} has dtype {dtype}, expected {want} dtype"
             )
-        return array
 
     def bias(self, n: int) -> np.ndarray | None:
         if not self.has("bias"):
@@ -133,6 +163,26 @@ def read_linear(
     if info.layout == "pack-quantized":
         return _read_pack_quantized(layer, shape)
     raise LlmbuildError(f"unsupported quantized layout {info.layout!r}")
+
+
+def check_linear(
+    tensors: TensorReader, prefix: str, info: QuantConfigInfo, shape: tuple[int, int] | None = None
+) -> None:
+    """What `read_linear` would refuse about the layer's shapes and dtypes, from the headers alone (the
+    quantization metadata against the packed tensors, milliseconds for a 7B): `llmbuild prepare` runs it
+    on every layer before any job reads one."""
+    layer = _Layer(tensors, prefix, info)
+    planners = {"gptq": _plan_gptq, "awq": _plan_awq, "pack-quantized": _plan_pack_quantized}
+    if info.layout not in planners:
+        raise LlmbuildError(f"unsupported quantized layout {info.layout!r}")
+    plan = planners[info.layout](layer, shape)
+    for suffix, expected in plan.tensors.items():
+        layer.check(suffix, *expected)
+    g_idx = "g_idx" if info.layout == "gptq" else "weight_g_idx"
+    if info.layout != "awq" and (layer.has(g_idx) or info.desc_act):
+        layer.check(g_idx, (plan.k,), plan.why, "iu")
+    if layer.has("bias"):
+        layer.check("bias", (plan.n,), f"out_features {plan.n}", "f")
 
 
 def _groups(layer: _Layer, k: int) -> tuple[int, int]:
@@ -178,7 +228,7 @@ def _g_idx(layer: _Layer, suffix: str, k: int, g: int, groups: int, why: str) ->
     return g_idx.astype(np.int32)
 
 
-def _read_gptq(layer: _Layer, shape: tuple[int, int] | None) -> QuantizedLinear:
+def _plan_gptq(layer: _Layer, shape: tuple[int, int] | None) -> _Plan:
     bits = layer.info.bits
     pf = 32 // bits
     n, k, why = _dims(layer, shape, "qweight", lambda s: (s[1], s[0] * pf))
@@ -186,9 +236,16 @@ def _read_gptq(layer: _Layer, shape: tuple[int, int] | None) -> QuantizedLinear:
         raise LlmbuildError(f"{layer.tensors.origin}: layer {layer.prefix!r}: in/out features {k}/{n} are not "
                             f"multiples of {pf} ({bits}-bit GPTQ packing)")  # fmt: skip
     g, groups = _groups(layer, k)
-    qweight = layer.read("qweight", (k // pf, n), why, "iu")
-    qzeros = layer.read("qzeros", (groups, n // pf), why + f", group_size {g}", "iu")
-    scales = layer.read("scales", (groups, n), why + f", group_size {g}", "f")
+    grouped = why + f", group_size {g}"
+    return _Plan(n, k, g, groups, why, {"qweight": ((k // pf, n), why, "iu"),
+                                        "qzeros": ((groups, n // pf), grouped, "iu"),
+                                        "scales": ((groups, n), grouped, "f")})
+
+
+def _read_gptq(layer: _Layer, shape: tuple[int, int] | None) -> QuantizedLinear:
+    plan = _plan_gptq(layer, shape)
+    bits, n, k, g, groups, why = layer.info.bits, plan.n, plan.k, plan.g, plan.groups, plan.why
+    qweight, qzeros, scales = (plan.read(layer, suffix) for suffix in ("qweight", "qzeros", "scales"))
     if layer.info.zero_offset:
         # Undo "stored = zero - 1" on whole words, exactly as gptqmodel's v1 -> v2 conversion does.
         offset = _repeat_word(layer.info.zero_offset, bits)
@@ -201,7 +258,7 @@ def _read_gptq(layer: _Layer, shape: tuple[int, int] | None) -> QuantizedLinear:
     return _from_k_major(q, scales, zero, g, bits, layer.bias(n), _g_idx(layer, "g_idx", k, g, groups, why))
 
 
-def _read_awq(layer: _Layer, shape: tuple[int, int] | None) -> QuantizedLinear:
+def _plan_awq(layer: _Layer, shape: tuple[int, int] | None) -> _Plan:
     bits = layer.info.bits
     pf = 32 // bits
     n, k, why = _dims(layer, shape, "qweight", lambda s: (s[1] * pf, s[0]))
@@ -209,9 +266,16 @@ def _read_awq(layer: _Layer, shape: tuple[int, int] | None) -> QuantizedLinear:
         raise LlmbuildError(f"{layer.tensors.origin}: layer {layer.prefix!r}: out_features {n} is not a "
                             f"multiple of {pf} (AWQ packing)")  # fmt: skip
     g, groups = _groups(layer, k)
-    qweight = layer.read("qweight", (k, n // pf), why, "iu")
-    qzeros = layer.read("qzeros", (groups, n // pf), why + f", group_size {g}", "iu")
-    scales = layer.read("scales", (groups, n), why + f", group_size {g}", "f")
+    grouped = why + f", group_size {g}"
+    return _Plan(n, k, g, groups, why, {"qweight": ((k, n // pf), why, "iu"),
+                                        "qzeros": ((groups, n // pf), grouped, "iu"),
+                                        "scales": ((groups, n), grouped, "f")})
+
+
+def _read_awq(layer: _Layer, shape: tuple[int, int] | None) -> QuantizedLinear:
+    plan = _plan_awq(layer, shape)
+    bits, n, g = layer.info.bits, plan.n, plan.g
+    qweight, qzeros, scales = (plan.read(layer, suffix) for suffix in ("qweight", "qzeros", "scales"))
     q = unpack_along_cols(qweight, bits, AWQ_ORDER)  # [K, N]
     zero = unpack_along_cols(qzeros, bits, AWQ_ORDER)  # [K/g, N]
     return _from_k_major(q, scales, zero, g, bits, layer.bias(n))
@@ -233,7 +297,7 @@ def _from_k_major(
     )
 
 
-def _read_pack_quantized(layer: _Layer, shape: tuple[int, int] | None) -> QuantizedLinear:
+def _plan_pack_quantized(layer: _Layer, shape: tuple[int, int] | None) -> _Plan:
     bits = layer.info.bits
     pf = 32 // bits
     if layer.has("weight_shape"):
@@ -247,20 +311,31 @@ def _read_pack_quantized(layer: _Layer, shape: tuple[int, int] | None) -> Quanti
         raise LlmbuildError(f"{layer.tensors.origin}: layer {layer.prefix!r}: in_features {k} is not a "
                             f"multiple of {pf} ({bits}-bit packing)")  # fmt: skip
     g, groups = _groups(layer, k)
-    packed = layer.read("weight_packed", (n, k // pf), why, "iu")
-    scale = layer.read("weight_scale", (n, groups), why + f", group_size {g}", "f").astype(np.float32)
-    mid = 1 << (bits - 1)
+    grouped = why + f", group_size {g}"
+    tensors = {"weight_packed": ((n, k // pf), why, "iu"), "weight_scale": ((n, groups), grouped, "f")}
     if layer.has("weight_zero_point"):
-        zshape = layer.shape("weight_zero_point")
-        if zshape == (n, groups):  # unpacked signed zero points (older compressed-tensors)
-            zero = layer.read("weight_zero_point", (n, groups), why, "iu").astype(np.float32) + mid
-        else:  # packed along N, stored as signed + 2^(bits-1) like the weights
-            zp = layer.read("weight_zero_point", (-(-n // pf), groups), why + f", group_size {g}", "iu")
-            zero = unpack_along_rows(zp, bits)[:n].astype(np.float32)
-    elif layer.info.sym:
-        zero = np.full((n, groups), mid, dtype=np.float32)
-    else:
+        # Unpacked signed zero points (older compressed-tensors), or packed along N like the weights.
+        unpacked = layer.shape("weight_zero_point") == (n, groups)
+        tensors["weight_zero_point"] = ((n, groups) if unpacked else (-(-n // pf), groups), grouped, "iu")
+    elif not layer.info.sym:
         layer.require("weight_zero_point")  # asymmetric needs them
+    return _Plan(n, k, g, groups, why, tensors)
+
+
+def _read_pack_quantized(layer: _Layer, shape: tuple[int, int] | None) -> QuantizedLinear:
+    plan = _plan_pack_quantized(layer, shape)
+    bits, n, k, g, groups, why = layer.info.bits, plan.n, plan.k, plan.g, plan.groups, plan.why
+    packed = plan.read(layer, "weight_packed")
+    scale = plan.read(layer, "weight_scale").astype(np.float32)
+    mid = 1 << (bits - 1)
+    if "weight_zero_point" in plan.tensors:
+        zp = plan.read(layer, "weight_zero_point")
+        if zp.shape == (n, groups):  # unpacked signed zero points
+            zero = zp.astype(np.float32) + mid
+        else:  # packed along N, stored as signed + 2^(bits-1)
+            zero = unpack_along_rows(zp, bits)[:n].astype(np.float32)
+    else:
+        zero = np.full((n, groups), mid, dtype=np.float32)
     return QuantizedLinear(
         q=np.ascontiguousarray(unpack_along_cols(packed, bits)),
         scale=scale,

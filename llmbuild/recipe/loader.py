@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import jinja2
 import yaml
@@ -33,6 +33,10 @@ from llmbuild.recipe.schema import (
     TargetConfig,
     VerifyConfig,
 )
+from llmbuild.recipe.tolerances import default_tolerances
+
+if TYPE_CHECKING:
+    from llmbuild.frontend.spec import ModelSpec
 
 RECIPES_ENV = "LLMBUILD_RECIPES"
 MODELS_ENV = "LLMBUILD_MODELS"
@@ -118,9 +122,16 @@ _PLAIN_TAGS = frozenset({"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"})
 
 def _read_yaml(path: Path) -> Node:
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LlmbuildError(f"{_display(path)}: cannot read recipe: {exc}") from None
+        data = path.read_bytes()
+    except OSError as exc:
+        raise LlmbuildError(f"{_display(path)}: cannot read recipe: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        column = exc.start - data.rfind(b"\n", 0, exc.start)
+        raise _fail(Loc(path, line), "", f"expected UTF-8 text, got byte {data[exc.start]:#04x} at column "
+                                         f"{column}") from None
     loader = None
     try:
         loader = _SafeLoader(text)  # may already refuse the text (non-printable characters)
@@ -605,13 +616,19 @@ def _check_model(recipe: Recipe, out: _Checked) -> None:
             return  # an incomplete config: prepare names the field when it builds the model's shape
         if source.kind != "synthetic":
             raise  # names the checkpoint's config.json and the field
-        _model_error(recipe, config_node, str(exc))
+        _model_error(recipe, config_node, str(exc), getattr(exc, "field", None))
     origin = "source.config" if source.kind == "synthetic" else "config.json"
+    seq = recipe.stages.seq_length
+    if seq > spec.max_position_embeddings:
+        raise _fail(out.given["stages.seq_length"].loc, "stages.seq_length",
+                    f"expected at most {origin}.max_position_embeddings ({spec.max_position_embeddings}, the "
+                    f"positions the model was made for), got {seq}")
     if spec.num_heads % spec.num_kv_heads:
         _model_error(recipe, config_node, f"{origin}: num_attention_heads {spec.num_heads} is not a multiple of "
                      f"num_key_value_heads {spec.num_kv_heads}")
     if spec.vocab_size > MAX_VOCAB:
         _model_error(recipe, config_node, f"{origin}: vocab_size {spec.vocab_size}: expected at most {MAX_VOCAB}")
+    _check_fit(recipe, spec, out)
     scheme = recipe_scheme(recipe.quantization)
     if scheme is None:
         return
@@ -627,6 +644,29 @@ def _check_model(recipe: Recipe, out: _Checked) -> None:
                         f"inputs, got {scheme.group_size}, which does not divide {what} {k}") from None
 
 
+def _check_fit(recipe: Recipe, spec: ModelSpec, out: _Checked) -> None:
+    """The chip's device memory holds the weights, the KV cache and the buffers (the cost model's layout,
+    milliseconds for any size): refused here, at the line to change, not at `plan` after `prepare`."""
+    from llmbuild.cost.for_recipe import recipe_memory
+
+    memory = recipe_memory(recipe, spec)
+    if memory.fits:
+        return
+    regions = memory.regions
+    if "target.device_memory_bytes" in out.given:
+        field = "target.device_memory_bytes"
+    elif regions.get("kv", 0) + regions.get("activation", 0) > regions.get("weight", 0):
+        field = "stages.seq_length"  # the cache and the activations grow with it; the weights do not
+    else:
+        field = "quantization.mode" if "quantization.mode" in out.given else "target.chip"
+    node = out.given.get(field) or out.sections["target"]
+    where = "target.device_memory_bytes" if recipe.target.device_memory_bytes else "the board default"
+    raise _fail(node.loc, field, f"expected room for the model in {recipe.target.chip}'s "
+                f"{memory.limit_bytes / 2**30:.2f} GiB of device memory ({where}), got a model that needs "
+                f"{memory.breakdown()}: use a smaller quantization.mode, shorter stages, or set "
+                "target.device_memory_bytes")
+
+
 def _config_json(checkpoint: str | Path | None, config_file: str | Path | None) -> Path | None:
     """The config.json a model's shape comes from: the checkpoint's own, else the recipe's shipped copy."""
     if checkpoint and (Path(checkpoint) / "config.json").is_file():
@@ -634,12 +674,18 @@ def _config_json(checkpoint: str | Path | None, config_file: str | Path | None) 
     return Path(config_file) if config_file else None
 
 
-def _model_error(recipe: Recipe, config_node: Node, message: str) -> NoReturn:
-    """A fault of the model's configuration: at the recipe's line for a synthetic source (the line of the
-    config field the message names, the last one named when several are), else the checkpoint's file."""
+def _model_error(recipe: Recipe, config_node: Node, message: str, field: str | None = None) -> NoReturn:
+    """A fault of the model's configuration: at the recipe's line for a synthetic source (the line of
+    `field`, else of the config field the message names, the last one named when several are), else the
+    checkpoint's file."""
     message = message.removeprefix("source.config: ")
     if recipe.source.kind == "synthetic":
         fields = config_node.value if isinstance(config_node.value, dict) else {}
+        key = field.split("[")[0] if field else None
+        if key in fields:
+            message = message.removeprefix(f"{field}: ")
+            raise _fail(_item_loc(fields[key], field), f"source.config.{field}", message)
+        # A field the recipe does not spell out (a derived head_dim): the line of the fields it comes from.
         named = [(message.rfind(key), key) for key in fields if re.search(rf"\b{re.escape(key)}\b", message)]
         if named:
             key = max(named)[1]
@@ -647,6 +693,14 @@ def _model_error(recipe: Recipe, config_node: Node, message: str) -> NoReturn:
         raise _fail(config_node.loc, "source.config", message)
     where = _config_json(recipe.source.path, recipe.source.config_file) or "config.json"
     raise LlmbuildError(f"{where}: {message.removeprefix('config.json: ')}")
+
+
+def _item_loc(node: Node, field: str) -> Loc:
+    """The line of `layer_types[3]` inside a list node (a flow list `[a, b]` has one line for all)."""
+    index = re.fullmatch(r"[^\[]+\[(\d+)\]", field)
+    if index and isinstance(node.value, list) and int(index.group(1)) < len(node.value):
+        return node.value[int(index.group(1))].loc
+    return node.loc
 
 
 def _resolve_quantization(out: _Checked, checkpoint: Path | None, config_file: Path | None) -> dict[str, Any]:
@@ -687,10 +741,14 @@ def _build(name: str, path: Path, raw: dict[str, Any], checkpoint: Path | None,
         quantization=QuantConfig(**quant),
         target=TargetConfig(**raw["target"]),
         stages=StagesConfig(**raw["stages"]),
-        verify=VerifyConfig(**{**verify, "prompt_ids": prompt_ids}),
+        verify=VerifyConfig(**{**verify, **_absent_tolerances(verify, quant["mode"]), "prompt_ids": prompt_ids}),
         build=raw["build"],
         raw=raw,
     )
+
+
+def _absent_tolerances(verify: dict[str, Any], mode: str) -> dict[str, float]:
+    return {kind: value for kind, value in default_tolerances(mode).items() if verify.get(kind) is None}
 
 
 def section_digest(recipe: Recipe, *sections: str) -> str:

@@ -180,6 +180,8 @@ class FieldSpec:
 
 
 _TOL = UnitInterval()
+# Absent tolerances come from llmbuild/recipe/tolerances.py, chosen per activation dtype from measured margins.
+_PER_MODE = "Absent: the default of the mode's activation dtype (docs/verification.md)."
 
 FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("base", "string",
@@ -280,14 +282,14 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("verify", "section", "Acceptance thresholds of the verification steps.", default={}),
     FieldSpec("verify.top_cosine", "number",
               "Cosine similarity of the numpy TOP interpretation against transformers, per layer "
-              "and stage.", default=0.99, constraint=_TOL),
-    FieldSpec("verify.top_euclid", "number", "Euclidean similarity, TOP against transformers.",
-              default=0.99, constraint=_TOL),
+              f"and stage. {_PER_MODE}", default=None, constraint=_TOL),
+    FieldSpec("verify.top_euclid", "number", f"Euclidean similarity, TOP against transformers. {_PER_MODE}",
+              default=None, constraint=_TOL),
     FieldSpec("verify.tpu_cosine", "number",
-              "Cosine similarity of the TPU-mode arithmetic against TOP, per layer, stage and op.",
-              default=0.99, constraint=_TOL),
-    FieldSpec("verify.tpu_euclid", "number", "Euclidean similarity, TPU against TOP.", default=0.90,
-              constraint=_TOL),
+              f"Cosine similarity of the TPU-mode arithmetic against TOP, per layer, stage and op. {_PER_MODE}",
+              default=None, constraint=_TOL),
+    FieldSpec("verify.tpu_euclid", "number", f"Euclidean similarity, TPU against TOP, per op and output. "
+              f"{_PER_MODE}", default=None, constraint=_TOL),
     FieldSpec("verify.prompt_ids", "list[int]",
               "Token ids of the end-to-end prompt. Absent: derived from `prompt`, else fixed ids.",
               default=None, constraint=NonEmptyIds(),
@@ -305,8 +307,8 @@ FIELDS: tuple[FieldSpec, ...] = (
               "Require the same greedy ids as transformers (f32); if false only `logits_cosine` "
               "is checked.", default=True),
     FieldSpec("verify.logits_cosine", "number",
-              "Cosine similarity of the first-step logits against transformers in f32.",
-              default=0.999, constraint=_TOL),
+              f"Cosine similarity of the first-step logits against transformers in f32. {_PER_MODE}",
+              default=None, constraint=_TOL),
 )
 
 BY_PATH: dict[str, FieldSpec] = {f.path: f for f in FIELDS}

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from llmbuild import LlmbuildError
+from llmbuild import ConfigFieldError, LlmbuildError
 from llmbuild.frontend.spec import ModelSpec
 
 # Our readers and transformers agree on these only when the MLP gate is SiLU.
@@ -46,7 +46,7 @@ class Architecture:
         def need(key: str) -> int:
             value = get(key)
             if value is None:
-                raise LlmbuildError(f"{origin}: missing field {key!r} (needed for {self.name})")
+                raise ConfigFieldError(f"{origin}: missing field {key!r} (needed for {self.name})", key)
             return _positive_int(value, key, origin)
 
         act = get("hidden_act") or "silu"
@@ -61,21 +61,29 @@ class Architecture:
         head_dim = get("head_dim")
         if head_dim is None:
             if hidden % heads:
-                raise LlmbuildError(f"{origin}: hidden_size {hidden} is not a multiple of {heads} heads")
+                raise ConfigFieldError(f"{origin}: hidden_size {hidden} is not a multiple of {heads} heads",
+                                       "hidden_size")
             head_dim = hidden // heads
         rope_params = cfg.get("rope_parameters") or {}
         rope_theta = cfg.get("rope_theta") or rope_params.get("rope_theta") or get("rope_theta", 10000.0)
+        head_dim = _positive_int(head_dim, "head_dim", origin)
+        if head_dim % 2:
+            split = f" (num_attention_heads {heads} into hidden_size {hidden})" if head_dim * heads == hidden else ""
+            raise ConfigFieldError(f"{origin}: head_dim: expected an even head_dim (rotary embeddings turn pairs "
+                                   f"of dimensions), got head_dim {head_dim}{split}", "head_dim")
+        layers = need("num_hidden_layers")
+        _check_layer_types(cfg.get("layer_types"), layers, origin)
         return ModelSpec(
             architecture=self.name,
             hidden_size=hidden,
-            num_layers=need("num_hidden_layers"),
+            num_layers=layers,
             num_heads=heads,
             num_kv_heads=_positive_int(get("num_key_value_heads") or heads, "num_key_value_heads", origin),
-            head_dim=_positive_int(head_dim, "head_dim", origin),
+            head_dim=head_dim,
             intermediate_size=need("intermediate_size"),
             vocab_size=need("vocab_size"),
-            rms_norm_eps=float(get("rms_norm_eps") or 1e-6),
-            rope_theta=float(rope_theta),
+            rms_norm_eps=_positive_float(get("rms_norm_eps") or 1e-6, "rms_norm_eps", origin),
+            rope_theta=_positive_float(rope_theta, "rope_theta", origin),
             tie_word_embeddings=bool(get("tie_word_embeddings", False)),
             qkv_bias=self.qkv_bias,
             qk_norm=self.qk_norm,
@@ -189,8 +197,32 @@ def expected_shapes(spec: ModelSpec) -> dict[str, tuple[int, ...]]:
 
 def _positive_int(value: Any, key: str, origin: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise LlmbuildError(f"{origin}: {key} must be a positive integer, got {value!r}")
+        raise ConfigFieldError(f"{origin}: {key} must be a positive integer, got {value!r}", key)
     return int(value)
+
+
+def _positive_float(value: Any, key: str, origin: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(value) or value <= 0:
+        raise ConfigFieldError(f"{origin}: {key}: expected a finite number > 0, got {value!r}", key)
+    return float(value)
+
+
+def _check_layer_types(layer_types: Any, layers: int, origin: str) -> None:
+    """transformers 5 configs list each layer's attention; every layer here is full causal attention (no
+    sliding window is compiled), and the list must agree with num_hidden_layers."""
+    if layer_types is None:
+        return
+    if not isinstance(layer_types, list):
+        raise ConfigFieldError(f"{origin}: layer_types: expected a list, got {type(layer_types).__name__}",
+                               "layer_types")
+    if len(layer_types) != layers:
+        raise ConfigFieldError(f"{origin}: layer_types: expected one entry per layer (num_hidden_layers "
+                               f"{layers}), got {len(layer_types)}", "layer_types")
+    for i, kind in enumerate(layer_types):
+        if kind != "full_attention":
+            raise ConfigFieldError(f"{origin}: layer_types[{i}]: expected full_attention (the only attention "
+                                   f"compiled), got {kind!r}", f"layer_types[{i}]")
 
 
 def _token_ids(value: Any) -> tuple[int, ...]:

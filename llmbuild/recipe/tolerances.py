@@ -1,0 +1,54 @@
+"""Default verification tolerances, one set per activation dtype, derived from measured margins.
+
+A recipe that sets a tolerance keeps it; an absent one comes from `default_tolerances(mode)`. The numbers
+below are the worst similarities the shipped builds reach (`python benchmarks/margins.py BUILD...`, every
+layer, stage, op and output; docs/verification.md has the run). A default leaves room for twice the
+relative error that was measured: for a relative error d, the Euclidean similarity is 1 - d and the
+cosine about 1 - d^2/2, so the euclid budget is 2x the measured (1 - euclid) and the cosine budget 4x the
+measured (1 - cosine), rounded up to one significant digit, and never tighter than a float32
+rounding-order floor. What the weights' quantization does is not in these margins: TOP and TPU read the
+same quantized weights, and transformers runs them too; only the arithmetic differs.
+"""
+
+from __future__ import annotations
+
+import math
+
+KINDS = ("top_cosine", "top_euclid", "tpu_cosine", "tpu_euclid", "logits_cosine")
+# Worst measured similarity per activation dtype and kind (benchmarks/margins.py on the shipped builds).
+MEASURED: dict[str, dict[str, float]] = {
+    "f32": {"top_cosine": 1.0, "top_euclid": 0.9999985, "tpu_cosine": 1.0, "tpu_euclid": 0.9999993,
+            "logits_cosine": 1.0},
+    "f16": {"top_cosine": 1.0, "top_euclid": 0.9999985, "tpu_cosine": 0.9999965, "tpu_euclid": 0.9970657,
+            "logits_cosine": 0.9999795},
+    "bf16": {"top_cosine": 1.0, "top_euclid": 0.9999986, "tpu_cosine": 0.9995365, "tpu_euclid": 0.9661107,
+             "logits_cosine": 0.9992981},
+}
+# float32 sums in another order differ by about 1e-6 relative; the floors leave that 10-100x room.
+FLOOR = {"cosine": 1e-5, "euclid": 1e-4}
+ERROR_FACTOR = {"cosine": 4.0, "euclid": 2.0}
+
+
+def activation_dtype(mode: str) -> str:
+    """f32, f16 or bf16: the arithmetic a mode's activations run in (w4bf16 -> bf16)."""
+    if mode == "f32":
+        return "f32"
+    return "bf16" if mode.endswith("bf16") else "f16"
+
+
+def derive(kind: str, worst: float) -> float:
+    """The tolerance the rule above gives for a measured worst similarity of `kind`."""
+    measure = "cosine" if kind.endswith("cosine") else "euclid"
+    budget = max(ERROR_FACTOR[measure] * (1.0 - worst), FLOOR[measure])
+    digit = 10.0 ** math.floor(math.log10(budget))
+    budget = math.ceil(round(budget / digit, 9)) * digit  # one significant digit, rounded up
+    return round(1.0 - budget, 9)
+
+
+DEFAULTS: dict[str, dict[str, float]] = {
+    dtype: {kind: derive(kind, worst) for kind, worst in measured.items()} for dtype, measured in MEASURED.items()
+}
+
+
+def default_tolerances(mode: str) -> dict[str, float]:
+    return dict(DEFAULTS[activation_dtype(mode)])
