@@ -12,11 +12,14 @@ _STARTED = time.time()
 
 
 onerror:
-    # Snakemake's report ends with the failed command; end it with the step's own one-line reason.
+    # Snakemake's report ends with its own summary ("WorkflowError: At least one job did not complete
+    # successfully."), printed after this handler; the step's one-line reason is printed at exit, last.
+    import atexit
+
     from llmbuild.build.failures import summary
 
     if (_reasons := summary(BUILD, _STARTED)):
-        print(_reasons, file=sys.stderr)
+        atexit.register(print, _reasons, file=sys.stderr, flush=True)
 # Estimate-only recipes (`build: false`, e.g. real-size models whose weights are the user's) are not built.
 # Recipes whose checkpoint is not here (real-size models: the weights are the user's) keep a target that
 # fails with the loader's message saying where to put them; `all` leaves them out.

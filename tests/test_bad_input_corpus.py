@@ -13,7 +13,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from helpers import ROOT
+from helpers import ROOT, snakemake
 
 CORPUS = ROOT / "tests" / "corpus"
 LINE = re.compile(r"^llmbuild: error: (?P<file>.+?):(?P<line>\d+): (?P<rest>.*)$")
@@ -95,3 +95,16 @@ def test_every_broken_checkpoint_gives_its_one_line(tmp_path: Path) -> None:
         problems = [p for p in pool.map(run, cases) if p]
     assert not problems, "\n".join(problems)
     assert _written(build) == []
+
+
+def test_snakemake_ends_with_the_step_message_and_leaves_no_binary(tmp_path: Path) -> None:
+    """Through the DAG: the last line on the terminal is the refusing step's own message and its log."""
+    case, checkpoint, recipe = next(c for c in _script().make_checkpoint_cases(tmp_path)
+                                    if c[0].name == "nan_in_layer_weight")
+    build = tmp_path / "build"
+    result = snakemake(build, case.name, recipes=recipe.parent, check=False)
+    assert result.returncode != 0
+    last = result.stderr.rstrip().splitlines()[-1]
+    assert last.startswith("llmbuild: error: ") and all(f.format(ckpt=checkpoint) in last for f in case.fragments)
+    assert last.endswith(f"(log: {build / case.name / 'logs' / 'prepare.log'})"), last
+    assert not list(build.rglob("*.llmb")) and not (build / case.name / "spec.json").exists()

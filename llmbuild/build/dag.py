@@ -74,6 +74,7 @@ def recipe_problems(names: list[str]) -> tuple[dict[str, str], dict[str, str]]:
     for name in names:
         try:
             recipe(name)
+            recipe_spec(name)  # the DAG's shape comes from it (a GGUF file's header is read only here)
         except MissingCheckpointError as exc:
             missing[name] = str(exc)
         except LlmbuildError as exc:

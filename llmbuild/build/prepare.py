@@ -6,7 +6,8 @@ import shutil
 
 from llmbuild.build.paths import BuildPaths, write_spec
 from llmbuild.frontend import open_source, prepare_checkpoint
-from llmbuild.frontend.checkpoint_scan import scan_checkpoint
+from llmbuild.frontend.checkpoint_scan import scan_checkpoint, scan_gguf
+from llmbuild.frontend.gguf_source import GGUFSource
 from llmbuild.frontend.hf import HFSource
 from llmbuild.quant.checkpoint import QuantizedCheckpoint
 from llmbuild.quant.scheme import QUANTIZED_PROJECTIONS
@@ -40,6 +41,9 @@ def _prepare(recipe: Recipe, paths: BuildPaths) -> None:
             checkpoint = QuantizedCheckpoint(source.directory)
             for name in packed:
                 checkpoint.check_linear(f"model.{name}")
+    elif isinstance(source, GGUFSource):
+        source.check_entries()
+        scan_gguf(source.path, source.raw_tensors())
     write_spec(source.spec, paths.spec)
 
 

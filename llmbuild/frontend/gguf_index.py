@@ -30,6 +30,7 @@ class GGUFTensor:
     shape: tuple[int, ...]  # numpy order (GGUF stores dims fastest-first; reversed here)
     tensor_type: Any  # gguf.GGMLQuantizationType
     data: np.ndarray  # raw bytes (uint8) viewed from the map, in the layout dequantize expects
+    offset: int = 0  # where the data starts in the file, in bytes
 
 
 class _Cursor:
@@ -117,5 +118,5 @@ def read_gguf(path: Path) -> tuple[dict[str, Any], dict[str, GGUFTensor]]:
         raw = whole[start : start + nbytes].reshape(*shape[:-1], row_bytes)
         if qtype in _PLAIN:  # unquantized types are read as their element type, as GGUFReader does
             raw = raw.view(_PLAIN[qtype]).reshape(shape)
-        tensors[name] = GGUFTensor(name, shape, qtype, raw)
+        tensors[name] = GGUFTensor(name, shape, qtype, raw, start)
     return metadata, tensors

