@@ -11,7 +11,7 @@ import traceback
 from pathlib import Path
 
 from llmbuild import LlmbuildError
-from llmbuild.codegen import container
+from llmbuild.binary import container
 
 RAW_KINDS = ("flip", "truncate", "run", "header", "table")
 

@@ -10,12 +10,12 @@ import subprocess
 import numpy as np
 import pytest
 
+from llmbuild.binary.memory_map import MemoryPlan
+from llmbuild.binary.program import Program
 from llmbuild.build.compile_net import CompiledNet
 from llmbuild.build.weights_blob import weight_chunk
-from llmbuild.codegen.program import Program
 from llmbuild.dialects import module_text, parse_module_text
 from llmbuild.dialects.interpret import Execution, interpret
-from llmbuild.passes.memory_plan import MemoryPlan
 from llmbuild.runtime.device import Device
 
 

@@ -141,7 +141,7 @@ def test_second_run_has_nothing_to_do(build: Path) -> None:
 
 
 def test_layer_weights_are_stored_once_and_the_binary_is_deterministic(build: Path, tmp_path: Path) -> None:
-    from llmbuild.codegen.container import Container
+    from llmbuild.binary.container import Container
 
     binary = build / "qwen2_tiny_f32" / "qwen2_tiny_f32.llmb"
     with Container(binary) as c:

@@ -12,10 +12,10 @@ import pytest
 from xdsl.dialects import func
 
 from llmbuild import LlmbuildError
+from llmbuild.binary.container import Container, write_container
+from llmbuild.binary.program import OPCODES, Group, Instr, Program, TensorDesc, decode, encode
 from llmbuild.build.compile_net import CompiledNet, compile_net
-from llmbuild.codegen import container
-from llmbuild.codegen.container import Container, write_container
-from llmbuild.codegen.program import OPCODES, Group, Instr, Program, TensorDesc, decode, encode
+from llmbuild.binary import container
 from llmbuild.dialects.plain import main_func, string_list, tensor_info
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.importer.nets import Shapes, build_block, head_nets

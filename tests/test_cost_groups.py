@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from llmbuild.binary.memory_map import MemoryPlan
+from llmbuild.binary.program import Group, Instr, Program, TensorDesc
 from llmbuild.build.compile_net import compile_net
-from llmbuild.codegen.program import Group, Instr, Program, TensorDesc
+from llmbuild.chips import load_chip
 from llmbuild.cost.compiled import read_binary, time_compiled
 from llmbuild.cost.efficiency import efficiency_for
 from llmbuild.cost.groups import CommandCost, nbytes, time_programs
@@ -22,9 +24,8 @@ from llmbuild.cost.ops import FLASH_RESCALE_OPS, SOFTMAX_OPS, Attention
 from llmbuild.cost.schedule import flash_blocks
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.importer.nets import Shapes, build_block, head_nets
-from llmbuild.passes.memory_plan import MemoryPlan, make_plan
+from llmbuild.passes.memory_plan import make_plan
 from llmbuild.quant.scheme import scheme_for
-from llmbuild.target import load_chip
 
 TINY = ModelSpec("qwen2", 64, 2, 4, 2, 16, 128, 512, 1e-6, 10000.0, True, True, False, 256)
 SMOLLM2 = ModelSpec("llama", 576, 30, 9, 3, 64, 1536, 49152, 1e-5, 100000.0, True, False, False, 8192)

@@ -11,8 +11,8 @@ from helpers import random_net_inputs
 from net_cases import Case, load, run
 
 from llmbuild import LlmbuildError
+from llmbuild.binary.program import Program, TensorDesc
 from llmbuild.build.compile_net import CompiledNet, compile_net
-from llmbuild.codegen.program import Program, TensorDesc
 from llmbuild.dialects.interpret import interpret
 from llmbuild.dialects.plain import tensor_info
 from llmbuild.frontend.spec import ModelSpec

@@ -14,8 +14,9 @@ import pytest
 from helpers import random_net_inputs
 from net_cases import Case, assert_grouped_run_is_exact, assert_round_trips_and_mlir_opt_parses, load, run
 
+from llmbuild.binary.program import Program, decode, encode
 from llmbuild.build.compile_net import compile_net
-from llmbuild.codegen.program import Program, decode, encode
+from llmbuild.chips import load_chip
 from llmbuild.cost import hardware
 from llmbuild.cost.ops import Attention
 from llmbuild.cost.schedule import flash_blocks
@@ -37,7 +38,6 @@ from llmbuild.passes.lower_top_to_tpu import LowerTopToTpu
 from llmbuild.passes.memory_plan import make_plan
 from llmbuild.quant.scheme import scheme_for
 from llmbuild.runtime.device import DeviceFault
-from llmbuild.target import load_chip
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ModelSpec("qwen2", 64, 2, 4, 2, 16, 128, 512, 1e-6, 10000.0, True, True, False, 256)
@@ -411,7 +411,7 @@ def test_moving_the_state_to_free_bytes_changes_nothing(cases: dict[tuple, Case]
 
 SPEC_15B = ROOT / "recipes" / "configs" / "deepseek_r1_distill_qwen_1_5b.json"
 LENGTHS = [(S, L) for S in (2048, 8192, 32768, 131072) for L in (128, 2048)] + [(8192, 8192)]
-CHIPS = sorted(p.stem for p in (ROOT / "llmbuild" / "target" / "chips").glob("*.yaml"))
+CHIPS = sorted(p.stem for p in (ROOT / "llmbuild" / "chips" / "data").glob("*.yaml"))
 
 
 def _grouped(spec: ModelSpec, S: int, L: int, mode: str = "w4bf16") -> dict[tuple[str, str], object]:

@@ -4,7 +4,7 @@ forms are written beside the object so a person can open them.
 
 `tpu` is the address-assigned net before grouping (with the tile attributes the grouping chose): the op
 list the host path and the interpreter run; `grouped` is the same net as layer groups, which the device
-runs. The program carries both (codegen/program.py)."""
+runs. The program carries both (binary/program.py)."""
 
 from __future__ import annotations
 
@@ -13,17 +13,18 @@ from pathlib import Path
 
 from xdsl.dialects.builtin import ModuleOp
 
+from llmbuild.binary.memory_map import MemoryPlan
+from llmbuild.binary.program import Program
 from llmbuild.build.paths import write_text_atomic
+from llmbuild.chips import load_chip
+from llmbuild.codegen.emit import from_module
 from llmbuild.codegen.groups import add_groups
-from llmbuild.codegen.program import Program, from_module
 from llmbuild.dialects import module_text
 from llmbuild.passes import pipeline_string, run_passes
 from llmbuild.passes.assign_address import assign_addresses
 from llmbuild.passes.canonicalize import Canonicalize
 from llmbuild.passes.layer_group import LayerGroup, annotate_tiles, group_module, plan_module
 from llmbuild.passes.lower_top_to_tpu import LowerTopToTpu
-from llmbuild.passes.memory_plan import MemoryPlan
-from llmbuild.target import load_chip
 
 
 @dataclass

@@ -52,12 +52,12 @@ STEP_ENTRY = {
     "verify": ("llmbuild.verify.report",),
 }
 STEP_DATA = {
-    "plan": ("target/chips",),
-    "layer": ("target/chips",),
-    "head": ("target/chips",),
-    "link": ("target/chips",),
-    "check": ("target/chips",),
-    "e2e": ("target/chips",),
+    "plan": ("chips/data",),
+    "layer": ("chips/data",),
+    "head": ("chips/data",),
+    "link": ("chips/data",),
+    "check": ("chips/data",),
+    "e2e": ("chips/data",),
     "quantize": ("data/calibration",),
     "prepare": ("data/corpus.txt",),
 }

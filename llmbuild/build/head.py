@@ -9,15 +9,15 @@ from the memory-mapped weight file (the embedding looks up a few rows, lm_head s
 
 from __future__ import annotations
 
+from llmbuild.binary.container import write_container
+from llmbuild.binary.memory_map import MemoryPlan
+from llmbuild.binary.program import encode
 from llmbuild.build.compile_net import compile_net
 from llmbuild.build.head_weights import head_weights
 from llmbuild.build.paths import BuildPaths, read_spec, shapes_of
 from llmbuild.build.weight_file import write_weight_file
-from llmbuild.codegen.container import write_container
-from llmbuild.codegen.program import encode
 from llmbuild.importer.nets import head_nets
 from llmbuild.numerics.stored import RowReader
-from llmbuild.passes.memory_plan import MemoryPlan
 from llmbuild.quant.scheme import head_scheme
 from llmbuild.recipe.schema import Recipe
 

@@ -10,11 +10,8 @@ from pathlib import Path
 from llmbuild import LlmbuildError
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.importer.shapes import Shapes
+from llmbuild.locations import build_root
 from llmbuild.recipe.schema import Recipe
-
-
-def build_root() -> Path:
-    return Path(os.environ.get("LLMBUILD_BUILD_DIR", "build"))
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from llmbuild import LlmbuildError
+from llmbuild.binary.memory_map import MemoryPlan, Slot
 from llmbuild.frontend.safetensors_header import read_header
 from llmbuild.numerics.formats import STORAGE, encode
-from llmbuild.passes.memory_plan import MemoryPlan, Slot
 from llmbuild.runtime.weight_image import SlotImage
 
 SAFETENSORS_DTYPE = {"f32": "F32", "f16": "F16", "bf16": "BF16", "i32": "I32", "u8": "U8"}

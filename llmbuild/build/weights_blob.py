@@ -7,8 +7,8 @@ from collections.abc import Mapping
 import numpy as np
 
 from llmbuild import LlmbuildError
+from llmbuild.binary.memory_map import MemoryPlan
 from llmbuild.numerics.formats import encode
-from llmbuild.passes.memory_plan import MemoryPlan
 
 
 def weight_chunk(plan: MemoryPlan, tensors: Mapping[str, np.ndarray]) -> tuple[int, bytes]:

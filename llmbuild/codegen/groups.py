@@ -46,7 +46,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from llmbuild import LlmbuildError
-from llmbuild.codegen.program import Group, Instr, Program, TensorDesc
+from llmbuild.binary.program import Group, Instr, Program, TensorDesc
 from llmbuild.dialects import tpu
 from llmbuild.dialects.plain import TensorInfo, main_func, plain, tensor_info
 from llmbuild.numerics.formats import itemsize

@@ -21,11 +21,11 @@ import math
 from dataclasses import dataclass
 
 from llmbuild import LlmbuildError
+from llmbuild.chips import load_chip
 from llmbuild.cost.efficiency import Efficiency
 from llmbuild.cost.model import Estimate, StepModel, estimate
 from llmbuild.cost.schedule import INCUMBENT, LLMBUILD, Schedule
 from llmbuild.frontend.spec import ModelSpec
-from llmbuild.target import load_chip
 
 
 def _qwen2(hidden: int, layers: int, heads: int, kv_heads: int, ffn: int, vocab: int, rope_theta: float,

@@ -23,7 +23,7 @@ def add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
                         help="f32, bf16, f16, w4bf16, w4f16, w8bf16 or w8f16 (default: the recipe's, or bf16)")
     parser.add_argument("--group-size", type=int,
                         help="w4/w8 group size (default: the recipe's, or 64; -1: per channel)")
-    parser.add_argument("--chip", help="a chip in llmbuild/target/chips/ (default: the recipe's, or bm1684x)")
+    parser.add_argument("--chip", help="a chip in llmbuild/chips/data/ (default: the recipe's, or bm1684x)")
     parser.add_argument("--seq-length", type=int, help="S, KV-cache capacity (required with --config)")
     parser.add_argument("--prefill-length", type=int, help="L, tokens per prefill call (default with --config: S)")
     parser.add_argument("--position", type=int, help="decode position (default: S)")

@@ -16,12 +16,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from llmbuild.codegen import program as programs
-from llmbuild.codegen.container import Container
+from llmbuild.binary import program as programs
+from llmbuild.binary.container import Container
+from llmbuild.chips import load_chip
 from llmbuild.cost.efficiency import Efficiency, efficiency_for
 from llmbuild.cost.groups import NetTime, time_programs
 from llmbuild.cost.hardware import Rates
-from llmbuild.target import load_chip
 
 HEAD_NETS = {"prefill": "embedding", "prefill_kv": "embedding", "decode": "embedding_cache"}
 COMPARED = ("first_token_latency_s", "decode_tokens_per_s", "decode_roofline_fraction", "decode_bytes_per_token")

@@ -4,6 +4,7 @@ the device-memory check a build runs before any work (`check_fits`)."""
 from __future__ import annotations
 
 from llmbuild import LlmbuildError
+from llmbuild.chips import load_chip
 from llmbuild.cost.formats import weight_format
 from llmbuild.cost.memory import MemoryEstimate, estimate_memory
 from llmbuild.cost.model import Estimate, estimate
@@ -12,7 +13,6 @@ from llmbuild.cost.schedule import DEFAULT_SCHEDULE, Schedule
 from llmbuild.frontend.config_spec import spec_without_weights
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.recipe.schema import Recipe
-from llmbuild.target import load_chip
 
 
 def estimate_recipe(recipe: Recipe, spec: ModelSpec | None = None, position: int | None = None,

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from llmbuild.codegen.program import Instr, Program, TensorDesc
+from llmbuild.binary.program import Instr, Program, TensorDesc
 from llmbuild.cost.efficiency import Efficiency
 from llmbuild.cost.formats import DEQUANT_OPS
 from llmbuild.cost.hardware import Rates

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llmbuild.target import Chip
+from llmbuild.chips import Chip
 
 GIB = 2**30
 PROFILER_TERA = 1024e9

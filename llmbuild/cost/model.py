@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from llmbuild import LlmbuildError
+from llmbuild.chips import Chip, load_chip
 from llmbuild.cost.efficiency import Efficiency, efficiency_for
 from llmbuild.cost.formats import weight_format
 from llmbuild.cost.hardware import Rates
@@ -24,7 +25,6 @@ from llmbuild.cost.schedule import DEFAULT_SCHEDULE, LLMBUILD, SCHEDULES, OpTime
 from llmbuild.frontend.arch.base import expected_shapes
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.recipe.schema import DEFAULT_GROUP_SIZE
-from llmbuild.target import Chip, load_chip
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from llmbuild import LlmbuildError
+from llmbuild.binary.memory_map import ACTIVATION_ALIGN, MemoryPlan, Slot, align
 from llmbuild.dialects.plain import main_func, string_list, tensor_info
-from llmbuild.passes.memory_plan import ACTIVATION_ALIGN, MemoryPlan, Slot, align
 
 
 class _Aliases:

@@ -40,6 +40,7 @@ from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, ModuleOp, StringA
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
+from llmbuild.chips import Chip, load_chip
 from llmbuild.dialects import tpu
 from llmbuild.dialects.common import i64_array, i64_attr
 from llmbuild.dialects.plain import main_func, tensor_info
@@ -51,7 +52,6 @@ from llmbuild.passes.group_plan import (
     plan_groups,
     streamed_operands,
 )
-from llmbuild.target import Chip, load_chip
 
 
 @dataclass(frozen=True)

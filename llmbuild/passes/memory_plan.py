@@ -1,4 +1,5 @@
-"""The global device-memory plan of one binary: every weight, KV-cache and IO buffer at a fixed address.
+"""Plan the global device memory of one binary (`binary/memory_map.py`'s `MemoryPlan`): every weight,
+KV-cache and IO buffer at a fixed address.
 
 It is a function of the model spec, the mode and the stage shapes only, so every per-layer job computes
 the same plan independently (and the `plan` rule writes it to plan.json for people to read).
@@ -13,85 +14,11 @@ Layout, each region 4 KiB aligned (the chip's global alignment):
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass
-from pathlib import Path
-
+from llmbuild.binary.memory_map import ACTIVATION_ALIGN, MemoryPlan, Slot, align
 from llmbuild.dialects.plain import main_func, tensor_info
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.importer.nets import Shapes, build_block, head_nets
-from llmbuild.numerics.formats import itemsize
 from llmbuild.quant.scheme import QuantScheme, activation_dtype, scheme_for
-
-ACTIVATION_ALIGN = 64
-
-
-def align(n: int, a: int) -> int:
-    return (n + a - 1) // a * a
-
-
-@dataclass(frozen=True)
-class Slot:
-    address: int
-    dtype: str
-    shape: tuple[int, ...]
-
-    @property
-    def nbytes(self) -> int:
-        n = itemsize(self.dtype)
-        for s in self.shape:
-            n *= s
-        return n
-
-
-@dataclass
-class MemoryPlan:
-    alignment: int
-    weights: dict[str, Slot]
-    kv: dict[str, Slot]
-    io: dict[str, Slot]
-    regions: dict[str, tuple[int, int]]  # name -> (base, size); activation size is set at link
-    activation_base: int
-
-    def to_json(self) -> str:
-        data = asdict(self)
-        return json.dumps(data, indent=1, sort_keys=True)
-
-    @staticmethod
-    def from_json(text: str) -> MemoryPlan:
-        d = json.loads(text)
-
-        def slots(m: dict) -> dict[str, Slot]:
-            return {k: Slot(v["address"], v["dtype"], tuple(v["shape"])) for k, v in m.items()}
-
-        return MemoryPlan(
-            alignment=d["alignment"],
-            weights=slots(d["weights"]),
-            kv=slots(d["kv"]),
-            io=slots(d["io"]),
-            regions={k: tuple(v) for k, v in d["regions"].items()},
-            activation_base=d["activation_base"],
-        )
-
-    @staticmethod
-    def read(path: Path) -> MemoryPlan:
-        return MemoryPlan.from_json(path.read_text())
-
-    def binding(self, net: str, layer: int, arg: str) -> Slot:
-        """The fixed buffer a net input or output is bound to."""
-        if arg in ("history_k", "history_v"):
-            return self.kv[f"layers.{layer}.{arg[-1]}"]
-        if arg == "hidden_states" and layer >= 0:
-            raise KeyError("block hidden states are bound with hidden_binding()")
-        if net == "lm_head":
-            return self.io["lm_in" if arg == "hidden_states" else arg]
-        if net.startswith("embedding"):
-            return self.io["input_ids" if arg == "input_ids" else "hidden.0"]
-        return self.io[arg]
-
-    def hidden_binding(self, layer: int, output: bool) -> Slot:
-        # Layers ping-pong between two hidden buffers: layer i reads hidden.{i%2}, writes the other.
-        return self.io[f"hidden.{(layer + int(output)) % 2}"]
 
 
 def _weight_types(spec: ModelSpec, shapes: Shapes, mode: str, scheme: QuantScheme | None,

@@ -39,7 +39,7 @@ def architectures() -> list[str]:
 
 
 def chips() -> list[str]:
-    from llmbuild.target import known_chips
+    from llmbuild.chips import known_chips
 
     return known_chips()
 
@@ -268,7 +268,7 @@ FIELDS: tuple[FieldSpec, ...] = (
               "the embedding table is the same stored weight, looked up by `A16Gather`.",
               default="float", constraint=OneOf(lambda: LM_HEAD_CHOICES), note="w8/w4 need a w4/w8 mode"),
     FieldSpec("target", "section", "The chip to compile for.", default={}),
-    FieldSpec("target.chip", "string", "A chip described in llmbuild/target/chips/.",
+    FieldSpec("target.chip", "string", "A chip described in llmbuild/chips/data/.",
               default="bm1684x", constraint=OneOf(chips)),
     FieldSpec("target.device_memory_bytes", "integer",
               "Device memory the model may use, in bytes. Absent: the chip file's board default "

@@ -17,7 +17,7 @@ def resolve_binary(recipe_or_binary: str) -> Path:
         if found:
             return found[0]
         raise LlmbuildError(f"{p}: no .llmb binary in this directory")
-    from llmbuild.build.paths import build_root
+    from llmbuild.locations import build_root
 
     candidate = build_root() / recipe_or_binary / f"{recipe_or_binary}.llmb"
     if candidate.is_file():

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-from llmbuild.codegen.program import Program
+from llmbuild.binary.program import Program
 
 
 def vector_only(prog: Program) -> bool:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import numpy as np
 
 from llmbuild import LlmbuildError
-from llmbuild.codegen.program import Program, TensorDesc
+from llmbuild.binary.program import Program, TensorDesc
 from llmbuild.numerics.formats import STORAGE, decode, encode, round_to
 from llmbuild.numerics.kernels import KERNELS
 from llmbuild.numerics.stored import StoredTensor

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from llmbuild import LlmbuildError
-from llmbuild.codegen.program import Instr, Program, TensorDesc
+from llmbuild.binary.program import Instr, Program, TensorDesc
 from llmbuild.numerics.formats import STORAGE, decode, round_to
 from llmbuild.numerics.kernels import (
     KERNELS,

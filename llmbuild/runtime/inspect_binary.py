@@ -10,13 +10,13 @@ from collections import Counter
 from pathlib import Path
 
 from llmbuild import LlmbuildError, one_line
-from llmbuild.codegen import program as programs
-from llmbuild.codegen.container import Container
-from llmbuild.codegen.validate import validate_program
+from llmbuild.binary import program as programs
+from llmbuild.binary.container import Container
+from llmbuild.binary.memory_map import MemoryPlan
+from llmbuild.binary.validate import validate_program
+from llmbuild.chips import load_chip
 from llmbuild.numerics.formats import STORAGE, itemsize
-from llmbuild.passes.memory_plan import MemoryPlan
 from llmbuild.runtime.model import BINARY_FAULTS, read_meta
-from llmbuild.target import load_chip
 
 
 def inspect_binary(path: Path) -> dict:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from llmbuild.codegen.program import Group, Instr, Program, TensorDesc
+from llmbuild.binary.program import Group, Instr, Program, TensorDesc
 from llmbuild.numerics.formats import STORAGE, decode, encode, round_to
 from llmbuild.numerics.kernels import KERNELS
 

@@ -22,12 +22,12 @@ from typing import Any, Protocol
 import numpy as np
 
 from llmbuild import LlmbuildError, one_line
-from llmbuild.codegen import program as programs
-from llmbuild.codegen.container import Container
-from llmbuild.codegen.program import Program, TensorDesc
-from llmbuild.codegen.validate import validate_program
+from llmbuild.binary import program as programs
+from llmbuild.binary.container import Container
+from llmbuild.binary.memory_map import MemoryPlan, Slot
+from llmbuild.binary.program import Program, TensorDesc
+from llmbuild.binary.validate import validate_program
 from llmbuild.numerics import masks
-from llmbuild.passes.memory_plan import MemoryPlan, Slot
 from llmbuild.runtime.device import Device
 from llmbuild.runtime.host import HostExecutor
 from llmbuild.runtime.weight_image import FileImage
@@ -171,7 +171,7 @@ class CompiledModel:
                                 f"({type(exc).__name__}: {one_line(str(exc))})") from None
         self.device: Executor
         if faithful:
-            from llmbuild.target import load_chip
+            from llmbuild.chips import load_chip
 
             # the chip the binary was built for: its local memory, whatever the programs claim
             lmem = load_chip(self.meta["chip"]).lmem_bytes

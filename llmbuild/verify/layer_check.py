@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
-from llmbuild.codegen.program import Program
+from llmbuild.binary.memory_map import MemoryPlan
+from llmbuild.binary.program import Program
 from llmbuild.dialects.interpret import interpret
-from llmbuild.passes.memory_plan import MemoryPlan
 from llmbuild.runtime.device import Device
 from llmbuild.runtime.host import HostExecutor
 from llmbuild.runtime.weight_image import WeightImage

@@ -1,10 +1,11 @@
 """A net's program: a tensor table, the op list, and the layer groups the device runs.
 
-`from_module` reads an address-assigned tpu module (the op list: every op on global tensors, the net's
-semantics, which the host path runs); `codegen/groups.py` adds the groups from the layer-grouped module
-(loads, stores and compute commands on local-memory tensors: what the device runs). `encode` and
-`decode` give the bytes in the binary. Inputs and weights are tensors, not instructions; a Reshape whose
-result aliases its operand (the usual case after assign-address) is a view and emits nothing.
+The compiler writes it (`codegen/emit.py` from an address-assigned tpu module: the op list, every op on
+global tensors, the net's semantics, which the host path runs; `codegen/groups.py` adds the groups from the
+layer-grouped module: loads, stores and compute commands on local-memory tensors, what the device runs).
+`encode` and `decode` give the bytes in the binary; this module needs neither xDSL nor the compiler.
+Inputs and weights are tensors, not instructions; a Reshape whose result aliases its operand (the usual
+case after assign-address) is a view and emits nothing.
 
 Encoding (little-endian; docs/binary-format.md):
     u32 magic 'PRG2', str net, str stage, i32 layer, u64 activation_bytes, u64 lmem_bytes
@@ -24,12 +25,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import SSAValue
-
 from llmbuild import LlmbuildError, one_line
-from llmbuild.dialects.plain import main_func, op_attrs, string_list, tensor_info
 
 OPCODES = (
     "Gather", "RMSNorm", "MatMul", "Reshape", "Permute", "Rope", "FAttention",
@@ -85,56 +81,6 @@ class Program:
     instrs: list[Instr] = field(default_factory=list)
     lmem_bytes: int = 0  # the local memory the groups were planned for (the chip's)
     groups: list[Group] = field(default_factory=list)
-
-
-def from_module(module: ModuleOp) -> Program:
-    fn = main_func(module)
-    prog = Program(
-        net=module.attributes["top.net"].data,
-        stage=module.attributes["top.stage"].data,
-        layer=module.attributes["top.layer"].value.data,
-        activation_bytes=module.attributes["tpu.activation_bytes"].value.data,
-    )
-    if "tpu.lmem_bytes" in module.attributes:
-        prog.lmem_bytes = module.attributes["tpu.lmem_bytes"].value.data
-    ids: dict[SSAValue, int] = {}
-
-    def tid(v: SSAValue) -> int:
-        if v not in ids:
-            info = tensor_info(v.type)
-            if info.address is None:
-                raise LlmbuildError(f"{prog.net}: tensor without an address; run assign-address first")
-            ids[v] = len(prog.tensors)
-            prog.tensors.append(TensorDesc(info.dtype, info.shape, info.address))
-        return ids[v]
-
-    block = fn.body.block
-    for name, arg in zip(string_list(fn.attributes["arg_names"]), block.args, strict=True):
-        prog.inputs.append((name, tid(arg)))
-    for op in block.ops:
-        if isinstance(op, func.ReturnOp):
-            names = string_list(fn.attributes["result_names"])
-            prog.outputs = [(n, tid(v)) for n, v in zip(names, op.operands, strict=True)]
-            continue
-        kind = op.name.split(".", 1)[1]
-        result = op.results[0]
-        if kind in ("Input", "Weight"):
-            if kind == "Input":
-                ids[result] = tid(op.operands[0])
-            else:
-                tid(result)
-            continue
-        if kind not in OPCODE_OF:
-            raise LlmbuildError(f"{prog.net}: no code generation for {op.name}")
-        operands = tuple(tid(v) for v in op.operands)
-        out = tid(result)
-        if kind == "Reshape" and prog.tensors[out].address == prog.tensors[operands[0]].address:
-            continue  # a view of the same bytes
-        attrs = op_attrs(op)
-        if kind != "Reshape":
-            attrs.pop("shape", None)
-        prog.instrs.append(Instr(kind, operands, out, op.attributes["loc"].data, attrs))
-    return prog
 
 
 # ---- bytes ---------------------------------------------------------------------------------------

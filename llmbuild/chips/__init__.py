@@ -10,7 +10,7 @@ import yaml
 
 from llmbuild import LlmbuildError
 
-CHIPS_DIR = Path(__file__).parent / "chips"
+CHIPS_DIR = Path(__file__).parent / "data"
 PEAK_DTYPES = ("f32", "bf16", "f16")
 
 

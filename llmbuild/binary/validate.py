@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from llmbuild import LlmbuildError, one_line
-from llmbuild.codegen.program import Instr, Program
+from llmbuild.binary.program import Instr, Program
 from llmbuild.numerics.formats import STORAGE
 
 MAX_LOCAL_BYTES = 1 << 30  # far above any chip's local memory (the BM1684X has 16 MiB)

@@ -1,0 +1,13 @@
+"""Where builds live: `build/` under the working directory, or $LLMBUILD_BUILD_DIR. The compiler writes
+each recipe's artifacts to <build root>/<recipe>/; the runtime finds a binary there by recipe name."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+BUILD_DIR_ENV = "LLMBUILD_BUILD_DIR"
+
+
+def build_root() -> Path:
+    return Path(os.environ.get(BUILD_DIR_ENV, "build"))
