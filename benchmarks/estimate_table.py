@@ -19,9 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from llmbuild import LlmbuildError  # noqa: E402
 from llmbuild.cost import INCUMBENT, LLMBUILD, estimate_recipe  # noqa: E402
-from llmbuild.cost.calibration import calibration_rows, fit  # noqa: E402
 from llmbuild.cost.efficiency import CALIBRATED  # noqa: E402
-from llmbuild.cost.report import markdown_table  # noqa: E402
+from llmbuild.cost.estimate_text import markdown_table  # noqa: E402
+from llmbuild.cost.fit_efficiency import calibration_rows, fit  # noqa: E402
 from llmbuild.frontend.config_spec import spec_without_weights  # noqa: E402
 from llmbuild.recipe import list_recipes, load_recipe  # noqa: E402
 
@@ -87,7 +87,7 @@ def sensitivity_table() -> str:
 
 def ablation_table() -> str:
     """From the incumbent's schedule to ours one change at a time, at both published points."""
-    from llmbuild.cost.calibration import PUBLISHED, model_point
+    from llmbuild.cost.fit_efficiency import PUBLISHED, model_point
 
     steps = [("incumbent (calibrated)", INCUMBENT)]
     steps.append(("+ weight prefetch across ops", replace(steps[-1][1], prefetch_across_ops=True)))

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from llmbuild.build.paths import build_root  # noqa: E402
+from llmbuild.artifacts.paths import build_root  # noqa: E402
 
 RECIPE = "smollm2_135m_bf16"
 W4_RECIPE = "smollm2_135m_w4"  # GPTQ in the build, 8-bit lm_head

@@ -77,12 +77,12 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 from llmbuild import LlmbuildError  # noqa: E402
-from llmbuild.frontend import atomic_directory  # noqa: E402
 from llmbuild.frontend.arch.base import expected_shapes  # noqa: E402
+from llmbuild.frontend.atomic import atomic_directory  # noqa: E402
 from llmbuild.frontend.registry import architecture_for_hf_model_type, get_architecture  # noqa: E402
 from llmbuild.frontend.synthetic import BIAS_STD, CORPUS, EMBED_STD, LOGIT_STD, NORM_SPREAD  # noqa: E402
 from llmbuild.frontend.tokenizer_files import PRE_TOKENIZER_SPLITS, write_json  # noqa: E402
-from llmbuild.quant.formats import AWQ_ORDER  # noqa: E402
+from llmbuild.quant.readers import AWQ_ORDER  # noqa: E402
 
 # Bump whenever the bytes written for the same parameters change: the stamp then no longer matches and
 # existing checkpoints are rewritten instead of silently kept.

@@ -90,7 +90,7 @@ def build(recipes: Path, build_dir: Path, names: list[str]) -> None:
 
 def teacher_forced_logits(binary: Path, ids: list[int]) -> np.ndarray:
     """[len(ids) - 1, V]: the binary's next-token logits after each prefix (host path, one token a step)."""
-    from llmbuild.runtime.model import CompiledModel
+    from llmbuild.runtime.compiled_model import CompiledModel
 
     model = CompiledModel(binary, faithful=False)
     rows = [model.prefill(ids[:1])]
@@ -102,7 +102,7 @@ def teacher_forced_logits(binary: Path, ids: list[int]) -> np.ndarray:
 def float_logits(recipe_name: str, recipes: Path, ids: list[int]) -> np.ndarray:
     import torch
 
-    from llmbuild.build.paths import BuildPaths
+    from llmbuild.artifacts.paths import BuildPaths
     from llmbuild.recipe import load_recipe
     from llmbuild.verify.hf_reference import load_reference_model
 
@@ -154,7 +154,7 @@ def main() -> None:
     build(recipes, build_dir, [name for _, name, _ in VARIANTS])
     print(f"# built {len(VARIANTS)} variants in {time.perf_counter() - start:.0f} s ({build_dir})", file=sys.stderr)
 
-    from llmbuild.runtime.model import CompiledModel, load_tokenizer
+    from llmbuild.runtime.compiled_model import CompiledModel, load_tokenizer
 
     first = build_dir / BASE / f"{BASE}.llmb"
     ids = load_tokenizer(CompiledModel(first, faithful=False)).encode(TEXT.read_text())[: args.tokens]

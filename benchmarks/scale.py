@@ -160,8 +160,8 @@ def export_smollm2(out: Path) -> None:
     from the GGUF file by llmbuild's own reader and writer."""
     import tempfile
 
-    from llmbuild.frontend import open_source, prepare_checkpoint
     from llmbuild.frontend.export_hf import export_hf_checkpoint
+    from llmbuild.frontend.sources import open_source, prepare_checkpoint
     from llmbuild.recipe import load_recipe
 
     recipe = load_recipe("smollm2_135m_bf16")
@@ -172,7 +172,7 @@ def export_smollm2(out: Path) -> None:
 
 
 def gguf_path() -> Path:
-    from llmbuild.frontend import gguf_file
+    from llmbuild.frontend.sources import gguf_file
     from llmbuild.recipe import load_recipe
 
     return gguf_file(load_recipe("smollm2_135m_bf16").source)
@@ -204,11 +204,11 @@ def build_llmbuild(case: Case, models: Path, build: Path, logs: Path) -> Measure
 
 def rule_table(recipe: str, out: Path, env: dict[str, str]) -> dict[str, dict]:
     """Per rule: jobs, total and largest seconds, largest RSS (Snakemake's benchmark files) and mem_mb as
-    the rule declares it (llmbuild/build/resources.py)."""
+    the rule declares it (llmbuild/steps/resources.py)."""
     import csv
 
     os.environ.update({k: env[k] for k in ("LLMBUILD_MODELS", "LLMBUILD_BUILD_DIR")})
-    from llmbuild.build import dag
+    from llmbuild.steps import dag
 
     rows: dict[str, dict] = {}
     for tsv in sorted((out / "benchmarks").glob("*.tsv")):

@@ -32,7 +32,7 @@ def load_bf16(recipe_name: str):
     import torch
     import transformers
 
-    from llmbuild.build.paths import BuildPaths
+    from llmbuild.artifacts.paths import BuildPaths
     from llmbuild.recipe import load_recipe
     from llmbuild.verify.reference import reference_weights
 
@@ -111,7 +111,7 @@ def main() -> None:
     ap.add_argument("--prompt", default="What is the capital of France?")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from llmbuild.build.paths import BuildPaths, tokenizer_dir
+    from llmbuild.artifacts.paths import BuildPaths, tokenizer_dir
     from llmbuild.recipe import load_recipe
     from llmbuild.runtime.tokenizer import BinaryTokenizer  # noqa: F401 (the runtime's own chat template)
     from llmbuild.verify.reference import prompt_ids_for

@@ -22,13 +22,13 @@ def _recipe(args: argparse.Namespace):
 
 
 def cmd_prepare(args: argparse.Namespace) -> None:
-    from llmbuild.build.prepare import prepare
+    from llmbuild.steps.prepare import prepare
 
     prepare(_recipe(args))
 
 
 def cmd_plan(args: argparse.Namespace) -> None:
-    from llmbuild.build.plan import plan
+    from llmbuild.steps.plan import plan
 
     plan(_recipe(args))
 
@@ -37,7 +37,7 @@ def cmd_compile(args: argparse.Namespace) -> None:
     import shlex
     from pathlib import Path
 
-    from llmbuild.build.oneshot import CompileRequest, compile_checkpoint
+    from llmbuild.steps.oneshot import CompileRequest, compile_checkpoint
 
     binary = compile_checkpoint(CompileRequest(
         checkpoint=Path(args.checkpoint), out=Path(args.output), quantize=args.quantize, chip=args.chip,
@@ -48,7 +48,7 @@ def cmd_compile(args: argparse.Namespace) -> None:
 
 
 def cmd_quantize(args: argparse.Namespace) -> None:
-    from llmbuild.build.quantize import quantize
+    from llmbuild.steps.quantize import quantize
 
     report = quantize(_recipe(args))
     print(f"{report['recipe']}: {report['method']} ({report.get('library', '?')}) wrote the quantized checkpoint "
@@ -56,7 +56,7 @@ def cmd_quantize(args: argparse.Namespace) -> None:
 
 
 def cmd_reference(args: argparse.Namespace) -> None:
-    from llmbuild.build.paths import BuildPaths
+    from llmbuild.artifacts.paths import BuildPaths
     from llmbuild.verify.reference import make_reference
 
     recipe = _recipe(args)
@@ -65,7 +65,7 @@ def cmd_reference(args: argparse.Namespace) -> None:
 
 
 def cmd_layer(args: argparse.Namespace) -> None:
-    from llmbuild.build.layer import build_layer
+    from llmbuild.steps.layer import build_layer
 
     recipe = _recipe(args)
     for layer in args.layer:
@@ -83,13 +83,13 @@ def cmd_check(args: argparse.Namespace) -> None:
 
 
 def cmd_head(args: argparse.Namespace) -> None:
-    from llmbuild.build.head import build_head
+    from llmbuild.steps.head import build_head
 
     build_head(_recipe(args))
 
 
 def cmd_link(args: argparse.Namespace) -> None:
-    from llmbuild.build.link import link
+    from llmbuild.steps.link import link
 
     link(_recipe(args))
 
@@ -103,7 +103,7 @@ def cmd_e2e(args: argparse.Namespace) -> None:
 
 
 def cmd_verify(args: argparse.Namespace) -> None:
-    from llmbuild.verify.report import verify
+    from llmbuild.verify.verdict import verify
 
     report = verify(_recipe(args))
     print(f"{report['recipe']}: verification passed ({report['checks']} checks, "
@@ -124,7 +124,7 @@ def cmd_chat(args: argparse.Namespace) -> None:
 
 
 def cmd_estimate(args: argparse.Namespace) -> None:
-    from llmbuild.cost.cli_estimate import estimate_command
+    from llmbuild.cli_estimate import estimate_command
 
     estimate_command(args)
 
@@ -146,7 +146,7 @@ def cmd_recipes(args: argparse.Namespace) -> None:
 
 def cmd_layers(args: argparse.Namespace) -> None:
     """Print the layer count of a recipe's model (the Snakefile asks this to expand per-layer jobs)."""
-    from llmbuild.build.dag import layer_count
+    from llmbuild.steps.dag import layer_count
 
     print(layer_count(_recipe(args)))
 
@@ -189,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     verb("verify", cmd_verify, "apply the recipe's tolerances to every check: verify.json")
     verb("layers", cmd_layers, "print the number of transformer layers of the recipe's model")
     verb("recipes", cmd_recipes, "list the recipes", recipe=False)
-    from llmbuild.cost.cli_estimate import add_estimate_arguments  # light: argparse only
+    from llmbuild.cli_estimate import add_estimate_arguments  # light: argparse only
 
     sp = verb("estimate", cmd_estimate, "estimate chip speed and device memory from a recipe or config.json",
               recipe=False)

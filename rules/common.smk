@@ -1,6 +1,6 @@
 # Shared helpers for every rule file: the recipe list, per-step rerun digests, layer counts.
 # Logic lives in the llmbuild library; rules only wire files to `llmbuild <verb>` commands.
-from llmbuild.build import dag
+from llmbuild.steps import dag
 from llmbuild.recipe import list_recipes
 
 import os
@@ -16,7 +16,7 @@ onerror:
     # successfully."), printed after this handler; the step's one-line reason is printed at exit, last.
     import atexit
 
-    from llmbuild.build.failures import summary
+    from llmbuild.steps.failures import summary
 
     if (_reasons := summary(BUILD, _STARTED)):
         atexit.register(print, _reasons, file=sys.stderr, flush=True)
@@ -47,7 +47,7 @@ def params_for(step):
 
 
 def resources_for(step):
-    """mem_mb and runtime (minutes) computed from the model's shapes (llmbuild/build/resources.py), so
+    """mem_mb and runtime (minutes) computed from the model's shapes (llmbuild/steps/resources.py), so
     `--resources mem_mb=N` packs jobs safely on one machine and a cluster profile asks for the right node."""
     return {
         "mem_mb": lambda w: dag.resources(w.recipe, step).mem_mb,

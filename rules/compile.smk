@@ -1,6 +1,6 @@
 # The layers in shards (a few consecutive layers per job: a job's start-up would outweigh a small model's
 # layer), one job for the head nets, then link. Shards are sized by the layer's weights
-# (llmbuild/build/shards.py): a 7B layer is a job of its own, so big models build in parallel and resume
+# (llmbuild/steps/shards.py): a 7B layer is a job of its own, so big models build in parallel and resume
 # layer by layer; a job holds one layer at a time. Each shard is its own rule (a job's outputs must be
 # known before it runs; a shard's are its layers'). Compiling does not wait for the reference: the checks
 # are rules of their own (verify.smk), and link can run while the reference does.

@@ -70,8 +70,8 @@ def resigned_mutation(data: bytes, section: str, at: int, value: int, length: in
 def load_and_run(path: Path) -> str:
     """Everything a user does with a binary: open it, describe it, generate two tokens on the host path.
     Returns "ok" or "LlmbuildError"; any other exception propagates (the defect the fuzz looks for)."""
+    from llmbuild.runtime.compiled_model import CompiledModel, load_tokenizer
     from llmbuild.runtime.inspect_binary import inspect_binary
-    from llmbuild.runtime.model import CompiledModel, load_tokenizer
 
     try:
         inspect_binary(path)

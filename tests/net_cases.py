@@ -12,11 +12,11 @@ import pytest
 
 from llmbuild.binary.memory_map import MemoryPlan
 from llmbuild.binary.program import Program
-from llmbuild.build.compile_net import CompiledNet
-from llmbuild.build.weights_blob import weight_chunk
 from llmbuild.dialects import module_text, parse_module_text
 from llmbuild.dialects.interpret import Execution, interpret
 from llmbuild.runtime.device import Device
+from llmbuild.steps.compile_net import CompiledNet
+from llmbuild.steps.weights_blob import weight_chunk
 
 
 @dataclasses.dataclass

@@ -108,8 +108,8 @@ def test_smollm2_w4_gptq_chats_about_paris_from_under_40_percent_of_bf16(build: 
 
 
 def test_every_build_passed_its_verification(build: Path) -> None:
-    from llmbuild.build.dag import recipe_problems
     from llmbuild.recipe import list_recipes
+    from llmbuild.steps.dag import recipe_problems
 
     recipes = list_recipes(buildable_only=True)
     skipped, broken = recipe_problems(recipes)  # the 7B/8B recipes, unless LLMBUILD_MODELS holds them
@@ -230,7 +230,7 @@ def test_bad_recipe_fails_before_any_work(tmp_path: Path) -> None:
 
 
 def test_long_prompt_runs_in_chunks_through_prefill_kv(build: Path) -> None:
-    from llmbuild.runtime.model import CompiledModel
+    from llmbuild.runtime.compiled_model import CompiledModel
 
     model = CompiledModel(build / "llama_tiny_f32" / "llama_tiny_f32.llmb")
     prompt = [int(i) for i in np.random.default_rng(3).integers(3, 500, size=3 * model.L - 5)]

@@ -1,4 +1,4 @@
-"""Timing the compiled layer groups (llmbuild/cost/groups.py, cost/compiled.py): DMA bytes are the bytes the
+"""Timing the compiled layer groups (llmbuild/cost/group_timing.py, cost/compiled.py): DMA bytes are the bytes the
 commands move, decode is bound by its weights' DMA, overlap is what the double buffers allow, a build
 writes perf.json, and a SmolLM2-shaped step agrees with the spec model's `llmbuild` schedule."""
 
@@ -13,19 +13,19 @@ import pytest
 
 from llmbuild.binary.memory_map import MemoryPlan
 from llmbuild.binary.program import Group, Instr, Program, TensorDesc
-from llmbuild.build.compile_net import compile_net
 from llmbuild.chips import load_chip
+from llmbuild.cost.chip_estimate import estimate
 from llmbuild.cost.compiled import read_binary, time_compiled
 from llmbuild.cost.efficiency import efficiency_for
-from llmbuild.cost.groups import CommandCost, nbytes, time_programs
+from llmbuild.cost.group_timing import CommandCost, nbytes, time_programs
 from llmbuild.cost.hardware import Rates
-from llmbuild.cost.model import estimate
 from llmbuild.cost.ops import FLASH_RESCALE_OPS, SOFTMAX_OPS, Attention
 from llmbuild.cost.schedule import flash_blocks
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.importer.nets import Shapes, build_block, head_nets
 from llmbuild.passes.memory_plan import make_plan
 from llmbuild.quant.scheme import scheme_for
+from llmbuild.steps.compile_net import compile_net
 
 TINY = ModelSpec("qwen2", 64, 2, 4, 2, 16, 128, 512, 1e-6, 10000.0, True, True, False, 256)
 SMOLLM2 = ModelSpec("llama", 576, 30, 9, 3, 64, 1536, 49152, 1e-5, 100000.0, True, False, False, 8192)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from llmbuild.build import dag
+from llmbuild.steps import dag
 
 PACKAGE = Path(dag.__file__).resolve().parents[1]
 
@@ -60,8 +60,8 @@ def test_the_closure_follows_function_level_imports() -> None:
 
 @pytest.mark.parametrize("changed, reruns", [
     ("frontend/synthetic.py", {"prepare", "quantize", "reference", "layer", "head", "check", "e2e"}),
-    ("quant/methods/gptq.py", {"quantize"}),  # the imported levels are read by quant/formats.py
-    ("build/prepare.py", {"prepare"}),
+    ("quant/methods/gptq.py", {"quantize"}),  # the imported levels are read by quant/readers.py
+    ("steps/prepare.py", {"prepare"}),
     ("verify/similarity.py", {"check", "e2e"}),
 ])
 def test_what_a_step_reads_reruns_it(package_copy: Path, changed: str, reruns: set[str]) -> None:
@@ -78,8 +78,8 @@ def test_what_a_step_reads_reruns_it(package_copy: Path, changed: str, reruns: s
     ("qwen2_7b_instruct_gptq_int4.json", 28, {1}),  # a 7B layer is a job: parallel, resumable, bounded
 ])
 def test_layers_are_built_in_shards_sized_by_weights(config: str, jobs: int, per_job: set[int]) -> None:
-    from llmbuild.build.shards import shard_layers
     from llmbuild.frontend.config_spec import spec_from_hf_config_file
+    from llmbuild.steps.shards import shard_layers
 
     spec = spec_from_hf_config_file(PACKAGE.parent / "recipes" / "configs" / config)
     shards = shard_layers(spec)

@@ -12,14 +12,14 @@ from net_cases import Case, load, run
 
 from llmbuild import LlmbuildError
 from llmbuild.binary.program import Program, TensorDesc
-from llmbuild.build.compile_net import CompiledNet, compile_net
 from llmbuild.dialects.interpret import interpret
 from llmbuild.dialects.plain import tensor_info
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.importer.nets import ROPE_COS, ROPE_SIN, Shapes, build_block, head_nets
 from llmbuild.importer.rope import rope_tables
 from llmbuild.passes.memory_plan import make_plan
-from llmbuild.runtime.device import DeviceFault
+from llmbuild.runtime.faults import DeviceFault
+from llmbuild.steps.compile_net import CompiledNet, compile_net
 
 SPEC = ModelSpec("qwen2", 64, 2, 4, 2, 16, 128, 512, 1e-6, 10000.0, True, True, False, 256)
 SHAPES = Shapes(seq_length=16, prefill_length=4)

@@ -1,4 +1,4 @@
-"""A failed step's own message, found in its log (llmbuild/build/failures.py)."""
+"""A failed step's own message, found in its log (llmbuild/steps/failures.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 import time
 from pathlib import Path
 
-from llmbuild.build.failures import step_errors, summary
+from llmbuild.steps.failures import step_errors, summary
 
 
 def _log(build: Path, recipe: str, step: str, text: str, mtime: float) -> Path:

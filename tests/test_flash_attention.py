@@ -15,7 +15,6 @@ from helpers import random_net_inputs
 from net_cases import Case, assert_grouped_run_is_exact, assert_round_trips_and_mlir_opt_parses, load, run
 
 from llmbuild.binary.program import Program, decode, encode
-from llmbuild.build.compile_net import compile_net
 from llmbuild.chips import load_chip
 from llmbuild.cost import hardware
 from llmbuild.cost.ops import Attention
@@ -37,7 +36,8 @@ from llmbuild.passes.layer_group import LayerGroup
 from llmbuild.passes.lower_top_to_tpu import LowerTopToTpu
 from llmbuild.passes.memory_plan import make_plan
 from llmbuild.quant.scheme import scheme_for
-from llmbuild.runtime.device import DeviceFault
+from llmbuild.runtime.faults import DeviceFault
+from llmbuild.steps.compile_net import compile_net
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ModelSpec("qwen2", 64, 2, 4, 2, 16, 128, 512, 1e-6, 10000.0, True, True, False, 256)

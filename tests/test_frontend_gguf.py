@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 from llmbuild import LlmbuildError
-from llmbuild.frontend import gguf_file, open_source, prepare_checkpoint
 from llmbuild.frontend.gguf_source import GGUFSource, canonical_gguf_name
 from llmbuild.frontend.hf import HFSource
+from llmbuild.frontend.sources import gguf_file, open_source, prepare_checkpoint
 from llmbuild.frontend.synthetic import make_synthetic_checkpoint
 from llmbuild.frontend.tokenizer_files import read_tokenizer_bundle
-from llmbuild.recipe.schema import SourceConfig
+from llmbuild.recipe_types import SourceConfig
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 

@@ -12,12 +12,12 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from llmbuild import LlmbuildError
-from llmbuild.frontend import open_source, prepare_checkpoint
 from llmbuild.frontend.hf import HFSource
 from llmbuild.frontend.registry import get_architecture
+from llmbuild.frontend.sources import open_source, prepare_checkpoint
 from llmbuild.frontend.synthetic import make_synthetic_checkpoint
 from llmbuild.frontend.tokenizer_files import read_tokenizer_bundle
-from llmbuild.recipe.schema import SourceConfig
+from llmbuild.recipe_types import SourceConfig
 
 CONFIG = {
     "model_type": "qwen2",

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from llmbuild import LlmbuildError
-from llmbuild.frontend import open_source, prepare_checkpoint
 from llmbuild.frontend.hf import HFSource
 from llmbuild.frontend.registry import ARCHITECTURES, architecture_for_hf_model_type, get_architecture
+from llmbuild.frontend.sources import open_source, prepare_checkpoint
 from llmbuild.frontend.synthetic import SPECIAL_TOKENS, make_synthetic_checkpoint
 from llmbuild.frontend.tokenizer_files import read_tokenizer_bundle
-from llmbuild.recipe.schema import SourceConfig
+from llmbuild.recipe_types import SourceConfig
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 

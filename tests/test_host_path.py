@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llmbuild.runtime.model import CompiledModel
+from llmbuild.runtime.compiled_model import CompiledModel
 from llmbuild.runtime.tokenizer import BinaryTokenizer
 
 TINY_PROMPT = [1, 5, 9, 42, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22]  # > L: two chunks
@@ -20,7 +20,7 @@ def _binary(build: Path, recipe: str) -> Path:
 
 def _prompt(model: CompiledModel, recipe: str) -> list[int]:
     if recipe.startswith("smollm2"):
-        from llmbuild.runtime.model import load_tokenizer
+        from llmbuild.runtime.compiled_model import load_tokenizer
 
         tok: BinaryTokenizer = load_tokenizer(model)
         return tok.chat_ids([{"role": "user", "content": "What is the capital of France?"}])

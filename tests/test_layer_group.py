@@ -13,7 +13,6 @@ from net_cases import Case, assert_grouped_run_is_exact, assert_round_trips_and_
 
 from llmbuild.binary.memory_map import MemoryPlan
 from llmbuild.binary.program import Program, TensorDesc
-from llmbuild.build.compile_net import CompiledNet, compile_net
 from llmbuild.chips import load_chip
 from llmbuild.dialects import module_text
 from llmbuild.dialects.plain import tensor_info
@@ -23,7 +22,9 @@ from llmbuild.importer.rope import rope_tables
 from llmbuild.numerics import masks
 from llmbuild.passes.memory_plan import make_plan
 from llmbuild.quant.scheme import scheme_for
-from llmbuild.runtime.device import Device, DeviceFault
+from llmbuild.runtime.device import Device
+from llmbuild.runtime.faults import DeviceFault
+from llmbuild.steps.compile_net import CompiledNet, compile_net
 
 TINY = ModelSpec("qwen2", 64, 2, 4, 2, 16, 128, 512, 1e-6, 10000.0, True, True, False, 256)
 SMOLLM2 = ModelSpec("llama", 576, 30, 9, 3, 64, 1536, 49152, 1e-5, 100000.0, True, False, False, 8192)

@@ -7,8 +7,8 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from llmbuild.build.oneshot import _prompt_kind
-from llmbuild.recipe.schema import Recipe, VerifyConfig
+from llmbuild.recipe_types import Recipe, VerifyConfig
+from llmbuild.steps.oneshot import _prompt_kind
 from llmbuild.verify.reference import FIXED_PROMPT_LENGTH, prompt_ids_for, verification_ids
 
 

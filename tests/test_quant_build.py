@@ -39,12 +39,12 @@ def _recipe_text(path: Path, mode: str = "auto") -> str:
 
 
 def _build(tmp: Path, name: str, checkpoint: Path, monkeypatch, mode: str = "auto"):
-    from llmbuild.build.head import build_head
-    from llmbuild.build.layer import build_layer
-    from llmbuild.build.link import link
-    from llmbuild.build.plan import plan
-    from llmbuild.build.prepare import prepare
     from llmbuild.recipe import load_recipe
+    from llmbuild.steps.head import build_head
+    from llmbuild.steps.layer import build_layer
+    from llmbuild.steps.link import link
+    from llmbuild.steps.plan import plan
+    from llmbuild.steps.prepare import prepare
 
     recipes = tmp / "recipes"
     recipes.mkdir(exist_ok=True)
@@ -99,7 +99,7 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_library_checkpoint_builds_and_matches_library_dequantization(name, tmp_path, monkeypatch):
-    from llmbuild.runtime.model import CompiledModel
+    from llmbuild.runtime.compiled_model import CompiledModel
 
     path = FIXTURES / name
     recipe, binary = _build(tmp_path, name, path, monkeypatch)
@@ -234,7 +234,7 @@ def test_compile_one_command_writes_recipe_beside_binary_and_runs(tmp_path):
 
 
 def test_compile_derives_the_recipe_name_from_any_folder_name(tmp_path):
-    from llmbuild.build.oneshot import CompileRequest, build_dir_for, recipe_for
+    from llmbuild.steps.oneshot import CompileRequest, build_dir_for, recipe_for
 
     name, _ = recipe_for(CompileRequest(FIXTURES / "awq_gemm_g32", tmp_path / "qwen2-7b", "auto", "bm1684x", 64))
     assert name == "qwen2-7b"  # folders are named with hyphens

@@ -509,7 +509,7 @@ def test_every_field_is_documented() -> None:
 def test_real_size_recipes_without_checkpoints_are_skipped_by_all_and_explain_where(tmp_path: Path) -> None:
     """The shipped 7B/8B recipes: estimate from the shipped config, `all` skips them, the target says where."""
     from llmbuild import MissingCheckpointError
-    from llmbuild.build.dag import recipe_problems
+    from llmbuild.steps.dag import recipe_problems
 
     names = ["qwen2_7b_w4", "qwen2_5_7b_w4_awq", "llama3_8b_w4"]
     methods = {"qwen2_7b_w4": "gptq", "qwen2_5_7b_w4_awq": "awq", "llama3_8b_w4": "auto-round"}

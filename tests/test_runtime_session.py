@@ -11,7 +11,7 @@ import pytest
 from helpers import hf_generate, llmbuild
 
 from llmbuild import LlmbuildError
-from llmbuild.runtime.model import CacheFullError
+from llmbuild.runtime.compiled_model import CacheFullError
 from llmbuild.runtime.session import Session
 
 PROMPT = [1, 5, 9, 42]
@@ -169,7 +169,7 @@ CONVERSATIONS = [
 def test_chat_templates_render_as_transformers_apply_chat_template(runtime_build: Path, recipe: str) -> None:
     from transformers import AutoTokenizer
 
-    from llmbuild.runtime.model import CompiledModel, load_tokenizer
+    from llmbuild.runtime.compiled_model import CompiledModel, load_tokenizer
 
     ours = load_tokenizer(CompiledModel(_binary(runtime_build, recipe), faithful=False))
     theirs = AutoTokenizer.from_pretrained(runtime_build / recipe / "checkpoint")

@@ -91,8 +91,8 @@ def test_an_hf_table_read_by_rows_equals_the_whole_tensor(tmp_path: Path) -> Non
 
 
 def test_a_weight_file_round_trips_at_its_planned_addresses(tmp_path: Path) -> None:
+    from llmbuild.artifacts.weight_file import open_weight_files, weight_file_tensors, write_weight_file
     from llmbuild.binary.memory_map import MemoryPlan, Slot
-    from llmbuild.build.weight_file import open_weight_files, weight_file_tensors, write_weight_file
 
     rng = np.random.default_rng(5)
     table = rng.standard_normal((300, 64)).astype(np.float32)

@@ -11,7 +11,7 @@ One file per job: hardware (chip rates), formats (bytes per weight), ops (per-st
 as the build lays it out), model (estimate), for_recipe, report, cli_estimate; groups (the compiled
 groups' commands timed) and compiled (per step, and perf.json). See docs/performance.md.
 
-Names are imported on first use, so `llmbuild.cost.cli_estimate` can join the CLI's parser without
+Names are imported on first use, so `llmbuild.cli_estimate` can join the CLI's parser without
 making every `llmbuild` command import numpy.
 """
 
@@ -26,14 +26,14 @@ _EXPORTS = {
     "perf_report": "llmbuild.cost.compiled",
     "read_binary": "llmbuild.cost.compiled",
     "time_compiled": "llmbuild.cost.compiled",
-    "time_programs": "llmbuild.cost.groups",
+    "time_programs": "llmbuild.cost.group_timing",
     "estimate_recipe": "llmbuild.cost.for_recipe",
     "recipe_memory": "llmbuild.cost.for_recipe",
     "MemoryEstimate": "llmbuild.cost.memory",
-    "Estimate": "llmbuild.cost.model",
-    "StageCost": "llmbuild.cost.model",
-    "estimate": "llmbuild.cost.model",
-    "estimate_from_meta": "llmbuild.cost.model",
+    "Estimate": "llmbuild.cost.chip_estimate",
+    "StageCost": "llmbuild.cost.chip_estimate",
+    "estimate": "llmbuild.cost.chip_estimate",
+    "estimate_from_meta": "llmbuild.cost.chip_estimate",
     "DEFAULT_SCHEDULE": "llmbuild.cost.schedule",
     "INCUMBENT": "llmbuild.cost.schedule",
     "LLMBUILD": "llmbuild.cost.schedule",

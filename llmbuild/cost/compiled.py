@@ -20,7 +20,7 @@ from llmbuild.binary import program as programs
 from llmbuild.binary.container import Container
 from llmbuild.chips import load_chip
 from llmbuild.cost.efficiency import Efficiency, efficiency_for
-from llmbuild.cost.groups import NetTime, time_programs
+from llmbuild.cost.group_timing import NetTime, time_programs
 from llmbuild.cost.hardware import Rates
 
 HEAD_NETS = {"prefill": "embedding", "prefill_kv": "embedding", "decode": "embedding_cache"}
@@ -82,7 +82,7 @@ def read_binary(path: Path) -> tuple[dict[str, Any], list[programs.Program]]:
 
 def perf_report(meta: dict[str, Any], progs: Iterable[programs.Program]) -> dict[str, Any]:
     """perf.json: the group-timed figures, the spec model's under both schedules, and their differences."""
-    from llmbuild.cost.model import estimate_from_meta
+    from llmbuild.cost.chip_estimate import estimate_from_meta
 
     timed = time_compiled(meta, progs)
     spec: dict[str, Any] = {}

@@ -1,7 +1,7 @@
 """Efficiency parameters of the cost model: what the chip achieves of its nominal figures.
 
 Fitted for the BM1684X on the incumbent's two published end-to-end figures by
-`llmbuild.cost.calibration.fit()` (docs/performance.md gives the procedure and the errors;
+`llmbuild.cost.fit_efficiency.fit()` (docs/performance.md gives the procedure and the errors;
 tests/test_cost_model.py checks these values still come out of the fit). No published figure exists
 here for the other chips: they reuse the BM1684X's efficiencies, and estimates say `calibrated: false`.
 """
@@ -21,7 +21,7 @@ class Efficiency:
         return asdict(self)
 
 
-# From `python -c "from llmbuild.cost.calibration import fit; print(fit())"`, rounded to 3 digits.
+# From `python -c "from llmbuild.cost.fit_efficiency import fit; print(fit())"`, rounded to 3 digits.
 CALIBRATED: dict[str, Efficiency] = {
     "bm1684x": Efficiency(ddr=0.801, mac=0.724, launch_s=0.000173),
 }

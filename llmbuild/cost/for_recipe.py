@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from llmbuild import LlmbuildError
 from llmbuild.chips import load_chip
-from llmbuild.cost.formats import weight_format
+from llmbuild.cost.chip_estimate import Estimate, estimate
 from llmbuild.cost.memory import MemoryEstimate, estimate_memory
-from llmbuild.cost.model import Estimate, estimate
 from llmbuild.cost.ops import lm_head_format
 from llmbuild.cost.schedule import DEFAULT_SCHEDULE, Schedule
+from llmbuild.cost.weight_formats import weight_format
 from llmbuild.frontend.config_spec import spec_without_weights
 from llmbuild.frontend.spec import ModelSpec
-from llmbuild.recipe.schema import Recipe
+from llmbuild.recipe_types import Recipe
 
 
 def estimate_recipe(recipe: Recipe, spec: ModelSpec | None = None, position: int | None = None,

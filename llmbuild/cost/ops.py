@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from llmbuild.cost.formats import WeightFormat
+from llmbuild.cost.weight_formats import WeightFormat
 from llmbuild.frontend.spec import ModelSpec
 
 RMSNORM_OPS = 4  # square, accumulate, scale by the row's rsqrt, multiply by gamma

@@ -8,18 +8,38 @@ from typing import Any
 from xdsl.dialects import func
 from xdsl.dialects.builtin import (
     ArrayAttr,
+    BFloat16Type,
     DenseArrayBase,
+    Float16Type,
+    Float32Type,
     FloatAttr,
     IntegerAttr,
     IntegerType,
     ModuleOp,
     NoneAttr,
+    Signedness,
     StringAttr,
     TensorType,
 )
 from xdsl.ir import Attribute, Operation
 
-from llmbuild.importer.graph import element_name
+
+def element_name(t: Attribute) -> str:
+    """The short element type name used across llmbuild: f32, bf16, f16, i32."""
+    if isinstance(t, TensorType):
+        t = t.element_type
+    if isinstance(t, Float32Type):
+        return "f32"
+    if isinstance(t, BFloat16Type):
+        return "bf16"
+    if isinstance(t, Float16Type):
+        return "f16"
+    if isinstance(t, IntegerType) and t.width.data == 32:
+        return "i32"
+    if isinstance(t, IntegerType) and t.width.data == 8 and t.signedness.data == Signedness.UNSIGNED:
+        return "u8"
+    raise ValueError(f"unsupported element type {t}")
+
 
 SKIPPED_ATTRS = ("loc",)
 

@@ -13,7 +13,7 @@ from llmbuild import LlmbuildError
 from llmbuild.frontend.spec import ModelSpec
 
 if TYPE_CHECKING:
-    from llmbuild.recipe.schema import SourceConfig
+    from llmbuild.recipe_types import SourceConfig
 
 
 def spec_from_hf_config_file(path: Path) -> ModelSpec:
@@ -47,9 +47,9 @@ def spec_without_weights(source: SourceConfig) -> ModelSpec:
             return spec_from_hf_config_file(Path(source.config_file))
         raise LlmbuildError(f"source.path: no config.json in {source.path} and no source.config_file")
     if source.kind == "gguf":
-        from llmbuild.frontend import gguf_file
         from llmbuild.frontend.gguf_source import open_gguf
         from llmbuild.frontend.registry import architecture_for_gguf, get_architecture
+        from llmbuild.frontend.sources import gguf_file
 
         path = gguf_file(source)
         index, metadata = open_gguf(path)

@@ -54,7 +54,7 @@ def export_hf_checkpoint(
 
     tokenizer_dir: where the tokenizer files come from (for a GGUF source, the prepared
     `build/<recipe>/checkpoint`). dtype: float32, bfloat16 or float16 for every tensor."""
-    from llmbuild.frontend import atomic_directory
+    from llmbuild.frontend.atomic import atomic_directory
     from llmbuild.frontend.tokenizer_files import write_json
 
     if dtype not in _DTYPES:

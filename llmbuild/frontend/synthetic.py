@@ -43,7 +43,7 @@ NORM_SPREAD = 0.1  # norm weights ~ scale * (1 + U(-spread, spread)), so a swapp
 def make_synthetic_checkpoint(config: Mapping[str, Any], seed: int, out_dir: Path) -> None:
     """Write an HF checkpoint (config, float32 safetensors, tokenizer, generation config) for
     `config` (config.json fields; model_type required) with weights from `seed`."""
-    from llmbuild.frontend import atomic_directory
+    from llmbuild.frontend.atomic import atomic_directory
     from llmbuild.frontend.tokenizer_files import write_json
 
     hf_config = full_hf_config(config)

@@ -6,9 +6,6 @@ from collections.abc import Sequence
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import (
-    BFloat16Type,
-    Float16Type,
-    Float32Type,
     IntegerType,
     ModuleOp,
     Signedness,
@@ -26,23 +23,6 @@ ui8 = IntegerType(8, Signedness.UNSIGNED)
 
 def tensor(shape: Sequence[int], element: Attribute = f32) -> TensorType:
     return TensorType(element, list(shape))
-
-
-def element_name(t: Attribute) -> str:
-    """The short element type name used across llmbuild: f32, bf16, f16, i32."""
-    if isinstance(t, TensorType):
-        t = t.element_type
-    if isinstance(t, Float32Type):
-        return "f32"
-    if isinstance(t, BFloat16Type):
-        return "bf16"
-    if isinstance(t, Float16Type):
-        return "f16"
-    if isinstance(t, IntegerType) and t.width.data == 32:
-        return "i32"
-    if isinstance(t, IntegerType) and t.width.data == 8 and t.signedness.data == Signedness.UNSIGNED:
-        return "u8"
-    raise ValueError(f"unsupported element type {t}")
 
 
 class TopGraph:
@@ -186,4 +166,4 @@ def _str_array(names: Sequence[str]) -> Attribute:
     return ArrayAttr([StringAttr(n) for n in names])
 
 
-__all__ = ["TopGraph", "element_name", "tensor", "i32"]
+__all__ = ["TopGraph", "tensor", "i32"]

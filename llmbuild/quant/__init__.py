@@ -12,9 +12,9 @@ numpy only: no torch, no quantization library is needed to read a checkpoint.
 
 from llmbuild.quant.checkpoint import QuantizedCheckpoint
 from llmbuild.quant.config import QuantConfigInfo, detect_quantization
-from llmbuild.quant.formats import read_linear
 from llmbuild.quant.linear import QuantizedLinear
 from llmbuild.quant.pack import DeviceQuantWeights, pack, unpack
+from llmbuild.quant.readers import read_linear
 from llmbuild.quant.rtn import rtn_quantize
 from llmbuild.quant.tensors import DictTensors, SafetensorsDir
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from llmbuild import LlmbuildError
 from llmbuild.quant.config import QuantConfigInfo, detect_quantization
-from llmbuild.quant.formats import PRIMARY_TENSOR, check_linear, read_linear
 from llmbuild.quant.linear import QuantizedLinear
+from llmbuild.quant.readers import PRIMARY_TENSOR, check_linear, read_linear
 from llmbuild.quant.tensors import SafetensorsDir, _read_json
 
 

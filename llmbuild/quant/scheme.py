@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from llmbuild import LlmbuildError
 
 if TYPE_CHECKING:
-    from llmbuild.recipe.schema import QuantConfig
+    from llmbuild.recipe_types import QuantConfig
 
 # Projections that take 4/8-bit weights; embeddings, norms and lm_head keep the activation type.
 QUANTIZED_PROJECTIONS = (

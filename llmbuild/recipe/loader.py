@@ -25,7 +25,8 @@ import yaml
 from llmbuild import LlmbuildError, MissingCheckpointError
 from llmbuild.recipe import schema_table as st
 from llmbuild.recipe.sandbox import BoundedSandbox
-from llmbuild.recipe.schema import (
+from llmbuild.recipe.tolerances import default_tolerances
+from llmbuild.recipe_types import (
     QuantConfig,
     Recipe,
     SourceConfig,
@@ -33,7 +34,6 @@ from llmbuild.recipe.schema import (
     TargetConfig,
     VerifyConfig,
 )
-from llmbuild.recipe.tolerances import default_tolerances
 
 if TYPE_CHECKING:
     from llmbuild.frontend.spec import ModelSpec
@@ -572,11 +572,14 @@ def _find(name_or_path: str | Path, recipes_dir: Path | None) -> Path:
     return path
 
 
-def load_recipe(name_or_path: str | Path, recipes_dir: Path | None = None, require_checkpoint: bool = True) -> Recipe:
+def load_recipe(name_or_path: str | Path, recipes_dir: Path | None = None, require_checkpoint: bool = True,
+                check_fit: bool = True) -> Recipe:
     """Load, merge, render and fully validate a recipe; raise LlmbuildError (one line) on any fault.
 
     `require_checkpoint=False` is for tools that need only the model's shape (`llmbuild estimate`): an
     hf recipe with an existing `source.config_file` then loads without its checkpoint directory.
+    `check_fit=False` loads a model the chip cannot hold (`llmbuild estimate` reports how far it is off);
+    a build always checks.
     """
     path = _find(name_or_path, recipes_dir)
     name = path.stem
@@ -590,14 +593,14 @@ def load_recipe(name_or_path: str | Path, recipes_dir: Path | None = None, requi
     config_file = _config_file(out)
     quant = _resolve_quantization(out, checkpoint, config_file)
     recipe = _build(name, path, out.raw, checkpoint, config_file, quant)
-    _check_model(recipe, out)
+    _check_model(recipe, out, check_fit)
     return recipe
 
 
 MAX_VOCAB = 1 << 21  # far above any released vocabulary (Gemma's 262k); beyond it a build runs out of memory
 
 
-def _check_model(recipe: Recipe, out: _Checked) -> None:
+def _check_model(recipe: Recipe, out: _Checked, check_fit: bool = True) -> None:
     """What the model's shape must satisfy for this recipe, checked at load rather than at `plan` or in a
     layer job: the config itself (a synthetic source's fields are the recipe's, so they get its lines),
     head ratios, the vocabulary, and quantization groups against every projection's input size. GGUF
@@ -628,7 +631,8 @@ def _check_model(recipe: Recipe, out: _Checked) -> None:
                      f"num_key_value_heads {spec.num_kv_heads}")
     if spec.vocab_size > MAX_VOCAB:
         _model_error(recipe, config_node, f"{origin}: vocab_size {spec.vocab_size}: expected at most {MAX_VOCAB}")
-    _check_fit(recipe, spec, out)
+    if check_fit:
+        _check_fit(recipe, spec, out)
     scheme = recipe_scheme(recipe.quantization)
     if scheme is None:
         return

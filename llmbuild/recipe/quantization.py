@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from llmbuild import LlmbuildError
-from llmbuild.recipe.schema import DEFAULT_CALIBRATION, LIBRARY_METHODS, CheckpointQuant
+from llmbuild.recipe_types import DEFAULT_CALIBRATION, LIBRARY_METHODS, CheckpointQuant
 
 # fail(field, message) -> the error to raise, located at the field's line (or the section's).
 Fail = Callable[[str, str], LlmbuildError]

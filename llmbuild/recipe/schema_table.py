@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llmbuild.recipe.schema import DEFAULT_CALIBRATION, DEFAULT_GROUP_SIZE, LM_HEAD_CHOICES, METHODS, MODE_CHOICES
+from llmbuild.recipe_types import DEFAULT_CALIBRATION, DEFAULT_GROUP_SIZE, LM_HEAD_CHOICES, METHODS, MODE_CHOICES
 
 SOURCE_KINDS = ("synthetic", "hf", "gguf")
 

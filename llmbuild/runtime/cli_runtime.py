@@ -112,7 +112,7 @@ def timing_line(reply: Any, estimate: Any, chip: str) -> str:
 
 def chat_command(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | None = None) -> None:
     """Read messages line by line; stream each reply; /reset starts over, /exit (or end of input) ends."""
-    from llmbuild.runtime.model import CacheFullError
+    from llmbuild.runtime.compiled_model import CacheFullError
 
     stdin = stdin or sys.stdin
     out = stdout or sys.stdout

@@ -22,15 +22,12 @@ from llmbuild.numerics.formats import STORAGE, decode, encode, round_to
 from llmbuild.numerics.kernels import KERNELS
 from llmbuild.numerics.stored import StoredTensor
 from llmbuild.runtime.blas import one_thread
+from llmbuild.runtime.faults import DeviceFault
 from llmbuild.runtime.local_memory import run_groups
 from llmbuild.runtime.weight_image import FlatImage, WeightImage
 
 Trace = Callable[[str, np.ndarray], None]
 LAZY_WEIGHT_BYTES = 64 << 20  # weights larger than this once decoded stay in their storage format
-
-
-class DeviceFault(LlmbuildError):
-    pass
 
 
 class Device:

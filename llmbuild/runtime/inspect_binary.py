@@ -16,7 +16,7 @@ from llmbuild.binary.memory_map import MemoryPlan
 from llmbuild.binary.validate import validate_program
 from llmbuild.chips import load_chip
 from llmbuild.numerics.formats import STORAGE, itemsize
-from llmbuild.runtime.model import BINARY_FAULTS, read_meta
+from llmbuild.runtime.compiled_model import BINARY_FAULTS, read_meta
 
 
 def inspect_binary(path: Path) -> dict:
@@ -132,7 +132,7 @@ def _timed(meta: dict, progs: list[programs.Program]) -> dict | None:
 
 def _estimates(meta: dict) -> dict:
     """The cost model's figures for this binary, under both schedules (docs/performance.md)."""
-    from llmbuild.cost.model import estimate_from_meta
+    from llmbuild.cost.chip_estimate import estimate_from_meta
 
     try:
         return {s: estimate_from_meta(meta, schedule=s).headline() for s in ("incumbent", "llmbuild")}

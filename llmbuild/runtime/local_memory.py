@@ -17,16 +17,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from llmbuild.binary.program import Group, Instr, Program, TensorDesc
 from llmbuild.numerics.formats import STORAGE, decode, encode, round_to
 from llmbuild.numerics.kernels import KERNELS
+from llmbuild.runtime.faults import DeviceFault
 
-if TYPE_CHECKING:
-    from llmbuild.runtime.device import Device
+
+class GlobalMemory(Protocol):
+    """What the group runner needs of the device's global memory (runtime/device.py's Device)."""
+
+    def _raw(self, desc: TensorDesc) -> np.ndarray: ...
+    def check_writable(self, desc: TensorDesc) -> None: ...
+    def read(self, desc: TensorDesc) -> np.ndarray: ...
 
 Trace = Callable[[str, np.ndarray], None]
 
@@ -51,7 +57,7 @@ def _slice(rank: int, axis: int, start: int, length: int) -> tuple[slice, ...]:
 class GroupRun:
     """One group's commands on the device's global memory and a local memory."""
 
-    def __init__(self, device: Device, lmem: np.ndarray, prog: Program, group: Group,
+    def __init__(self, device: GlobalMemory, lmem: np.ndarray, prog: Program, group: Group,
                  pieces: dict[str, np.ndarray] | None):
         self.dev, self.lmem, self.prog, self.g, self.pieces = device, lmem, prog, group, pieces
         self.tensors = prog.tensors
@@ -69,7 +75,6 @@ class GroupRun:
         self.i = 0
 
     def fault(self, msg: str) -> None:
-        from llmbuild.runtime.device import DeviceFault
 
         cmd = self.g.cmds[self.i]
         raise DeviceFault(f"{self.prog.net}: group {self.g.index}: command {self.i} ({cmd.op} {cmd.loc}): {msg}")
@@ -212,7 +217,7 @@ class GroupRun:
         whole[tuple(index)] = result.reshape(whole[tuple(index)].shape)
 
 
-def run_groups(device: Device, prog: Program, lmem: np.ndarray, trace: Trace | None,
+def run_groups(device: GlobalMemory, prog: Program, lmem: np.ndarray, trace: Trace | None,
                active_rows: int | None = None) -> None:
     """`active_rows`: only the first rows (tokens) are checked; a row-tiled group runs the tiles that hold
     them, and at least two, so both halves of every ping-pong pair are exercised (codegen tags each

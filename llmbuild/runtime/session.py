@@ -21,7 +21,7 @@ import numpy as np
 
 from llmbuild import LlmbuildError
 from llmbuild.runtime import resolve_binary
-from llmbuild.runtime.model import CacheFullError, CompiledModel, StageCounts, load_tokenizer
+from llmbuild.runtime.compiled_model import CacheFullError, CompiledModel, StageCounts, load_tokenizer
 from llmbuild.runtime.sampling import Sampler, SamplingConfig
 from llmbuild.runtime.stream import TextStream
 

@@ -13,20 +13,20 @@ from __future__ import annotations
 
 import numpy as np
 
+from llmbuild.artifacts.head_weights import head_weights
+from llmbuild.artifacts.layer_weights import layer_weights
+from llmbuild.artifacts.paths import BuildPaths, read_spec, shapes_of, write_json
+from llmbuild.artifacts.weight_file import open_weight_files
 from llmbuild.binary.container import Container
 from llmbuild.binary.memory_map import MemoryPlan
 from llmbuild.binary.program import Program, decode
-from llmbuild.build.head_weights import head_weights
-from llmbuild.build.layer_weights import layer_weights
-from llmbuild.build.paths import BuildPaths, read_spec, shapes_of, write_json
-from llmbuild.build.weight_file import open_weight_files
 from llmbuild.importer.nets import ROPE_COS, ROPE_SIN, STAGES, block_net_name, build_block, head_nets
 from llmbuild.importer.rope import rope_tables
 from llmbuild.numerics.kernels import clear_dequantize_cache
 from llmbuild.passes import run_passes
 from llmbuild.passes.canonicalize import Canonicalize
 from llmbuild.quant.scheme import head_scheme, recipe_scheme
-from llmbuild.recipe.schema import Recipe
+from llmbuild.recipe_types import Recipe
 from llmbuild.verify.layer_check import CheckExecutor, check_case, faithful_layers
 from llmbuild.verify.reference import load_reference
 from llmbuild.verify.stage_cases import StageCase, stage_case

@@ -16,9 +16,9 @@ import time
 
 import numpy as np
 
-from llmbuild.build.paths import BuildPaths, write_json
-from llmbuild.recipe.schema import Recipe
-from llmbuild.runtime.model import CompiledModel, load_tokenizer
+from llmbuild.artifacts.paths import BuildPaths, write_json
+from llmbuild.recipe_types import Recipe
+from llmbuild.runtime.compiled_model import CompiledModel, load_tokenizer
 from llmbuild.verify.reference import load_reference
 from llmbuild.verify.similarity import similarity
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from llmbuild import LlmbuildError
 
 if TYPE_CHECKING:
-    from llmbuild.recipe.schema import SourceConfig
+    from llmbuild.recipe_types import SourceConfig
 
 
 def require_reference_libraries() -> None:
@@ -49,7 +49,7 @@ def load_reference_model(source: SourceConfig, checkpoint_dir: Path) -> tuple[An
             raise LlmbuildError("source: an hf source needs 'path' (a checkpoint directory)")
         location = Path(source.path)
     elif source.kind == "gguf":
-        from llmbuild.frontend import gguf_file
+        from llmbuild.frontend.sources import gguf_file
 
         path = gguf_file(source)
         try:

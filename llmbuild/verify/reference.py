@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from llmbuild import LlmbuildError
-from llmbuild.build.layer_weights import quantized_checkpoint_dir
-from llmbuild.build.paths import BuildPaths, read_spec, shapes_of, tokenizer_dir
+from llmbuild.artifacts.layer_weights import quantized_checkpoint_dir
+from llmbuild.artifacts.paths import BuildPaths, read_spec, shapes_of, tokenizer_dir
 from llmbuild.quant.scheme import head_scheme, recipe_scheme
-from llmbuild.recipe.schema import Recipe
+from llmbuild.recipe_types import Recipe
 from llmbuild.verify.stage_cases import split_lengths
 
 if TYPE_CHECKING:  # torch is imported only where the reference runs
@@ -80,7 +80,7 @@ def reference_weights(recipe: Recipe, paths: BuildPaths) -> ReferenceWeights:
             raise LlmbuildError("source: an hf source needs 'path' (a checkpoint directory)")
         weights = HFWeights(Path(source.path))
     elif source.kind == "gguf":
-        from llmbuild.frontend import gguf_file
+        from llmbuild.frontend.sources import gguf_file
 
         weights = GGUFWeights(gguf_file(source))
     else:

@@ -35,7 +35,7 @@ from llmbuild.verify.stream_weights import (
 def round_rows(weight: torch.Tensor, scheme: QuantScheme, out: torch.Tensor | None = None) -> torch.Tensor:
     """The dequantized round-to-nearest of a float [N, K] weight, computed ROW_BLOCK rows at a time, into
     `out` (which may be `weight` itself: each block is read before it is written)."""
-    from llmbuild.build.quantize_layer import quantize_projection
+    from llmbuild.quant.quantize_layer import quantize_projection
 
     w = weight.numpy()
     out = torch.empty_like(weight) if out is None else out
@@ -53,7 +53,7 @@ class RoundedProjections:
         self.levels = LevelsCache(levels_budget(self.config))
 
     def layer(self, i: int, keys: Sequence[str], out: Buffers | None = None) -> dict[str, torch.Tensor]:
-        from llmbuild.build.quantize_layer import quantize_projection
+        from llmbuild.quant.quantize_layer import quantize_projection
 
         # A projection whose levels are cached is not read again: its float weights only fed the rounding.
         kept = {f"{proj}.weight": self.levels.kept[f"{i}.{proj}"] for proj in QUANTIZED_PROJECTIONS

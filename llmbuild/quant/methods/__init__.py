@@ -71,7 +71,7 @@ def quantize_checkpoint(
 
     Returns {method, library, library_version, torch_version, seconds, params, calibration_sha256,
     quantization_config, files}."""
-    from llmbuild.frontend import atomic_directory
+    from llmbuild.frontend.atomic import atomic_directory
     from llmbuild.frontend.config_spec import spec_from_hf_config_file
     from llmbuild.quant.methods._output import finish_checkpoint, library_output
     from llmbuild.quant.methods._runtime import (

@@ -8,16 +8,16 @@ from typing import Any
 
 import numpy as np
 
-from llmbuild.build.layer_weights import tensor_source
-from llmbuild.build.paths import BuildPaths
-from llmbuild.build.quantize_layer import quantize_head
+from llmbuild.artifacts.layer_weights import tensor_source
+from llmbuild.artifacts.paths import BuildPaths
 from llmbuild.frontend.spec import ModelSpec, TensorSource
 from llmbuild.importer.nets import ROPE_COS, ROPE_SIN, head_weight_names, lm_head_weight
 from llmbuild.importer.rope import rope_tables
 from llmbuild.importer.shapes import Shapes
 from llmbuild.numerics.stored import RowReader, materialize
+from llmbuild.quant.quantize_layer import quantize_head
 from llmbuild.quant.scheme import head_scheme
-from llmbuild.recipe.schema import Recipe
+from llmbuild.recipe_types import Recipe
 
 # Tensors larger than this in float32 are read by rows when the source can (HF safetensors).
 STREAMED_BYTES = 256 << 20

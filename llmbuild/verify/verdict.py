@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from llmbuild import LlmbuildError
-from llmbuild.build.paths import BuildPaths, read_spec, write_json
-from llmbuild.recipe.schema import Recipe
+from llmbuild.artifacts.paths import BuildPaths, read_spec, write_json
+from llmbuild.recipe_types import Recipe
 
 STAGE_ORDER = ("embedding", "embedding_cache", "prefill", "prefill_kv", "decode", "lm_head")
 

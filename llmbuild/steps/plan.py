@@ -3,11 +3,11 @@ the model at all."""
 
 from __future__ import annotations
 
-from llmbuild.build.paths import BuildPaths, read_spec, shapes_of, write_text_atomic
+from llmbuild.artifacts.paths import BuildPaths, read_spec, shapes_of, write_text_atomic
 from llmbuild.chips import load_chip
 from llmbuild.passes.memory_plan import make_plan
 from llmbuild.quant.scheme import head_scheme, recipe_scheme
-from llmbuild.recipe.schema import Recipe
+from llmbuild.recipe_types import Recipe
 
 
 def plan(recipe: Recipe) -> None:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import shutil
 
-from llmbuild.build.paths import BuildPaths, write_spec
-from llmbuild.frontend import open_source, prepare_checkpoint
+from llmbuild.artifacts.paths import BuildPaths, write_spec
 from llmbuild.frontend.checkpoint_scan import scan_checkpoint, scan_gguf
 from llmbuild.frontend.gguf_source import GGUFSource
 from llmbuild.frontend.hf import HFSource
+from llmbuild.frontend.sources import open_source, prepare_checkpoint
 from llmbuild.quant.checkpoint import QuantizedCheckpoint
 from llmbuild.quant.scheme import QUANTIZED_PROJECTIONS
-from llmbuild.recipe.schema import Recipe
+from llmbuild.recipe_types import Recipe
 
 
 def prepare(recipe: Recipe) -> None:

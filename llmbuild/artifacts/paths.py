@@ -11,7 +11,7 @@ from llmbuild import LlmbuildError
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.importer.shapes import Shapes
 from llmbuild.locations import build_root
-from llmbuild.recipe.schema import Recipe
+from llmbuild.recipe_types import Recipe
 
 
 @dataclass(frozen=True)

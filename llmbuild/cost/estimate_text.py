@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from llmbuild.cost.model import Estimate
+from llmbuild.cost.chip_estimate import Estimate
 
 GB = 1e9
 MIB = 2**20

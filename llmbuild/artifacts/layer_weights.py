@@ -7,13 +7,13 @@ from pathlib import Path
 
 import numpy as np
 
-from llmbuild.build.paths import BuildPaths
-from llmbuild.build.quantize_layer import import_layer, quantize_layer
-from llmbuild.frontend import open_source
+from llmbuild.artifacts.paths import BuildPaths
+from llmbuild.frontend.sources import open_source
 from llmbuild.frontend.spec import ModelSpec, TensorSource
 from llmbuild.quant.checkpoint import QuantizedCheckpoint
+from llmbuild.quant.quantize_layer import import_layer, quantize_layer
 from llmbuild.quant.scheme import QUANTIZED_PROJECTIONS, recipe_scheme
-from llmbuild.recipe.schema import LIBRARY_METHODS, Recipe
+from llmbuild.recipe_types import LIBRARY_METHODS, Recipe
 
 Weights = dict[str, np.ndarray]
 

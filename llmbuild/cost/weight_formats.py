@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from llmbuild import LlmbuildError
 from llmbuild.numerics.formats import itemsize
-from llmbuild.recipe.schema import DEFAULT_GROUP_SIZE, FLOAT_MODES, MODES
+from llmbuild.recipe_types import DEFAULT_GROUP_SIZE, FLOAT_MODES, MODES
 
 SCALE_BYTES = 2  # bf16/f16 scale per group
 ZERO_BYTES = 1  # uint8 zero point per group

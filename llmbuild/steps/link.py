@@ -14,15 +14,15 @@ from dataclasses import asdict
 from pathlib import Path
 
 from llmbuild import LlmbuildError, __version__
+from llmbuild.artifacts.paths import BuildPaths, read_spec, shapes_of, tokenizer_dir, write_json
+from llmbuild.artifacts.weight_file import weight_file_tensors
 from llmbuild.binary.container import Container, write_container
 from llmbuild.binary.memory_map import MemoryPlan, align
 from llmbuild.binary.program import decode, decode_header
-from llmbuild.build.paths import BuildPaths, read_spec, shapes_of, tokenizer_dir, write_json
-from llmbuild.build.weight_file import weight_file_tensors
 from llmbuild.chips import load_chip
 from llmbuild.cost.compiled import perf_report
 from llmbuild.frontend.tokenizer_files import read_tokenizer_bundle
-from llmbuild.recipe.schema import Recipe
+from llmbuild.recipe_types import Recipe
 
 
 def _weight_image(files: list[Path], plan: MemoryPlan) -> Iterator[bytes]:

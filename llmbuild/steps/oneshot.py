@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmbuild import LlmbuildError
-from llmbuild.recipe.schema import LIBRARY_METHODS, MODE_CHOICES
+from llmbuild.recipe_types import LIBRARY_METHODS, MODE_CHOICES
 
 SNAKEFILE = Path(__file__).resolve().parent.parent.parent / "Snakefile"
 # A recipe's name is its Snakemake target and its build directory's name: letters, digits, underscores
@@ -164,7 +164,7 @@ def compile_checkpoint(req: CompileRequest) -> Path:
     started = time.time()
     result = subprocess.run(cmd, env=env, check=False)
     if result.returncode != 0:
-        from llmbuild.build.failures import step_errors
+        from llmbuild.steps.failures import step_errors
 
         reasons = step_errors(build_dir, started)
         if reasons:  # the step's own message, already `llmbuild: error: ...`

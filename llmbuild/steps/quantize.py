@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 from llmbuild import LlmbuildError
-from llmbuild.build.paths import BuildPaths, read_spec, tokenizer_dir, write_json
+from llmbuild.artifacts.paths import BuildPaths, read_spec, tokenizer_dir, write_json
 from llmbuild.quant.scheme import recipe_scheme
-from llmbuild.recipe.schema import LIBRARY_METHODS, Recipe
+from llmbuild.recipe_types import LIBRARY_METHODS, Recipe
 
 SEED = 0
 
@@ -55,8 +55,8 @@ def _float_checkpoint(recipe: Recipe, paths: BuildPaths) -> Path:
     if recipe.source.kind == "hf":
         assert recipe.source.path is not None
         return Path(recipe.source.path)
-    from llmbuild.frontend import open_source
     from llmbuild.frontend.export_hf import export_hf_checkpoint
+    from llmbuild.frontend.sources import open_source
 
     out = paths.root / "float_hf"
     export_hf_checkpoint(open_source(recipe.source, paths.checkpoint), read_spec(paths.spec), paths.checkpoint, out)

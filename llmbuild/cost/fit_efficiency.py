@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from llmbuild import LlmbuildError
 from llmbuild.chips import load_chip
+from llmbuild.cost.chip_estimate import Estimate, StepModel, estimate
 from llmbuild.cost.efficiency import Efficiency
-from llmbuild.cost.model import Estimate, StepModel, estimate
 from llmbuild.cost.schedule import INCUMBENT, LLMBUILD, Schedule
 from llmbuild.frontend.spec import ModelSpec
 

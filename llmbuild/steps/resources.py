@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 from llmbuild.frontend.arch.base import expected_shapes
 from llmbuild.frontend.spec import ModelSpec
-from llmbuild.recipe.schema import Recipe
+from llmbuild.recipe_types import Recipe
 from llmbuild.verify import reference_memory
 
 MB = 1 << 20

@@ -32,9 +32,9 @@ from dataclasses import asdict, dataclass, field
 
 from llmbuild.binary.program import Instr, Program, TensorDesc
 from llmbuild.cost.efficiency import Efficiency
-from llmbuild.cost.formats import DEQUANT_OPS
 from llmbuild.cost.hardware import Rates
 from llmbuild.cost.ops import ADD_OPS, FLASH_RESCALE_OPS, RMSNORM_OPS, ROPE_OPS, SILU_MUL_OPS, SOFTMAX_OPS
+from llmbuild.cost.weight_formats import DEQUANT_OPS
 from llmbuild.numerics.formats import STORAGE
 
 # Vector operations per result element of each compute command (f32 on the vector unit). SiLU is

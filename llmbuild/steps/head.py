@@ -9,17 +9,17 @@ from the memory-mapped weight file (the embedding looks up a few rows, lm_head s
 
 from __future__ import annotations
 
+from llmbuild.artifacts.head_weights import head_weights
+from llmbuild.artifacts.paths import BuildPaths, read_spec, shapes_of
+from llmbuild.artifacts.weight_file import write_weight_file
 from llmbuild.binary.container import write_container
 from llmbuild.binary.memory_map import MemoryPlan
 from llmbuild.binary.program import encode
-from llmbuild.build.compile_net import compile_net
-from llmbuild.build.head_weights import head_weights
-from llmbuild.build.paths import BuildPaths, read_spec, shapes_of
-from llmbuild.build.weight_file import write_weight_file
 from llmbuild.importer.nets import head_nets
 from llmbuild.numerics.stored import RowReader
 from llmbuild.quant.scheme import head_scheme
-from llmbuild.recipe.schema import Recipe
+from llmbuild.recipe_types import Recipe
+from llmbuild.steps.compile_net import compile_net
 
 
 def build_head(recipe: Recipe) -> None:

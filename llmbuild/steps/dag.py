@@ -14,7 +14,7 @@ from pathlib import Path
 
 from llmbuild.quant.scheme import recipe_scheme
 from llmbuild.recipe import load_recipe, section_digest
-from llmbuild.recipe.schema import Recipe
+from llmbuild.recipe_types import Recipe
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
@@ -40,16 +40,16 @@ STEP_SECTIONS = {
 # minutes of calibration. (Snakemake's ancient() would stop such cascades, but in 9.27 it also masks
 # the steps after it.)
 STEP_ENTRY = {
-    "prepare": ("llmbuild.build.prepare",),
-    "quantize": ("llmbuild.build.quantize", "llmbuild.quant.methods"),
+    "prepare": ("llmbuild.steps.prepare",),
+    "quantize": ("llmbuild.steps.quantize", "llmbuild.quant.methods"),
     "reference": ("llmbuild.verify.reference",),
-    "plan": ("llmbuild.build.plan",),
-    "layer": ("llmbuild.build.layer",),
-    "head": ("llmbuild.build.head",),
-    "link": ("llmbuild.build.link",),
+    "plan": ("llmbuild.steps.plan",),
+    "layer": ("llmbuild.steps.layer",),
+    "head": ("llmbuild.steps.head",),
+    "link": ("llmbuild.steps.link",),
     "check": ("llmbuild.verify.checks",),
     "e2e": ("llmbuild.verify.e2e",),
-    "verify": ("llmbuild.verify.report",),
+    "verify": ("llmbuild.verify.verdict",),
 }
 STEP_DATA = {
     "plan": ("chips/data",),
@@ -206,7 +206,7 @@ def digest(name: str, step: str) -> str:
 
 
 def uses_quantize_step(name: str) -> bool:
-    from llmbuild.recipe.schema import LIBRARY_METHODS
+    from llmbuild.recipe_types import LIBRARY_METHODS
 
     return recipe(name).quantization.origin in LIBRARY_METHODS
 
@@ -218,9 +218,9 @@ def calibration_file(name: str) -> list[str]:
 
 @cache
 def resources(name: str, step: str, layers: tuple[int, ...] = ()):
-    """mem_mb and runtime_min of `step` for recipe `name` (llmbuild/build/resources.py); `layers`: a check
+    """mem_mb and runtime_min of `step` for recipe `name` (llmbuild/steps/resources.py); `layers`: a check
     job's layers (one the simulated device checks needs less memory than one the host path checks)."""
-    from llmbuild.build.resources import step_resources
+    from llmbuild.steps.resources import step_resources
     from llmbuild.verify.layer_check_policy import faithful_layers
 
     spec = recipe_spec(name)
@@ -240,15 +240,15 @@ def reference_threads(name: str) -> int:
     """The reference's threads (rules/reference.smk): it streams every layer once per generated token,
     while compiling reads each once, so past a few billion parameters it outlasts the compile jobs and
     should have both cores; below, one, and the compile jobs run beside it."""
-    from llmbuild.cost.model import param_count
+    from llmbuild.cost.chip_estimate import param_count
 
     return 2 if param_count(recipe_spec(name)) > 3e9 else 1
 
 
 @cache
 def layer_shards(name: str) -> list[list[int]]:
-    """The layers of `name`'s model in the jobs that build them (llmbuild/build/shards.py)."""
-    from llmbuild.build.shards import shard_layers
+    """The layers of `name`'s model in the jobs that build them (llmbuild/steps/shards.py)."""
+    from llmbuild.steps.shards import shard_layers
 
     return shard_layers(recipe_spec(name))
 
@@ -266,8 +266,8 @@ def layer_count(r: Recipe | str) -> int:
         cfg = json.loads((Path(src.path) / "config.json").read_text())
         cfg = cfg.get("text_config", cfg)
         return int(cfg["num_hidden_layers"])
-    from llmbuild.frontend import gguf_file
     from llmbuild.frontend.gguf_source import gguf_metadata
+    from llmbuild.frontend.sources import gguf_file
 
     meta = gguf_metadata(gguf_file(src))
     arch = meta["general.architecture"]

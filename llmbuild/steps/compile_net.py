@@ -13,9 +13,9 @@ from pathlib import Path
 
 from xdsl.dialects.builtin import ModuleOp
 
+from llmbuild.artifacts.paths import write_text_atomic
 from llmbuild.binary.memory_map import MemoryPlan
 from llmbuild.binary.program import Program
-from llmbuild.build.paths import write_text_atomic
 from llmbuild.chips import load_chip
 from llmbuild.codegen.emit import from_module
 from llmbuild.codegen.groups import add_groups

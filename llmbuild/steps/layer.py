@@ -9,16 +9,16 @@ verify/checks.py), so compiling overlaps the reference and link can run before i
 
 from __future__ import annotations
 
+from llmbuild.artifacts.layer_weights import layer_weights
+from llmbuild.artifacts.paths import BuildPaths, read_spec, shapes_of
+from llmbuild.artifacts.weight_file import write_weight_file
 from llmbuild.binary.container import write_container
 from llmbuild.binary.memory_map import MemoryPlan
 from llmbuild.binary.program import encode
-from llmbuild.build.compile_net import compile_net
-from llmbuild.build.layer_weights import layer_weights
-from llmbuild.build.paths import BuildPaths, read_spec, shapes_of
-from llmbuild.build.weight_file import write_weight_file
 from llmbuild.importer.nets import STAGES, build_block
 from llmbuild.quant.scheme import recipe_scheme
-from llmbuild.recipe.schema import Recipe
+from llmbuild.recipe_types import Recipe
+from llmbuild.steps.compile_net import compile_net
 
 
 def build_layer(recipe: Recipe, layer: int) -> None:

@@ -17,14 +17,14 @@ from typing import Any
 from llmbuild import LlmbuildError
 from llmbuild.chips import Chip, load_chip
 from llmbuild.cost.efficiency import Efficiency, efficiency_for
-from llmbuild.cost.formats import weight_format
 from llmbuild.cost.hardware import Rates
 from llmbuild.cost.memory import MemoryEstimate, estimate_memory
 from llmbuild.cost.ops import STEPS, lm_head_format, model_stages
 from llmbuild.cost.schedule import DEFAULT_SCHEDULE, LLMBUILD, SCHEDULES, OpTime, Schedule, run_step, time_op
+from llmbuild.cost.weight_formats import weight_format
 from llmbuild.frontend.arch.base import expected_shapes
 from llmbuild.frontend.spec import ModelSpec
-from llmbuild.recipe.schema import DEFAULT_GROUP_SIZE
+from llmbuild.recipe_types import DEFAULT_GROUP_SIZE
 
 
 @dataclass(frozen=True)
