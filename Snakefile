@@ -1,6 +1,15 @@
 # llmbuild: one target per recipe (`snakemake --cores 2 qwen2_tiny_f32`), `all` builds every recipe.
 # The rules live in rules/*.smk; each calls one `llmbuild <verb>` command.
 
+import os
+
+from snakemake.utils import validate
+
+# config/config.yaml, overridden by --configfile and --config; checked against its schema before use.
+configfile: os.path.join(workflow.basedir, "config", "config.yaml")
+validate(config, os.path.join(workflow.basedir, "config", "schema.yaml"))
+
+
 include: "rules/common.smk"
 include: "rules/prepare.smk"
 include: "rules/quantize.smk"
@@ -12,7 +21,7 @@ include: "rules/verify.smk"
 rule all:
     default_target: True
     input:
-        [f"{BUILD}/{r}/verify.json" for r in RECIPES],
+        [f"{BUILD}/{r}/verify.json" for r in ALL],
 
 
 for _recipe in RECIPES:

@@ -1,13 +1,15 @@
 # Shared helpers for every rule file: the recipe list, per-step rerun digests, layer counts.
 # Logic lives in the llmbuild library; rules only wire files to `llmbuild <verb>` commands.
 from llmbuild.steps import dag
+from llmbuild.steps.workflow_config import apply_workflow_config, selected
 from llmbuild.recipe import list_recipes
 
-import os
 import sys
 import time
 
-BUILD = os.environ.get("LLMBUILD_BUILD_DIR", "build")
+# build_dir, recipes_dir, models_dir (and their environment variables) for this run and every job.
+CONFIG = apply_workflow_config(config)
+BUILD = CONFIG.build_dir
 _STARTED = time.time()
 
 
@@ -27,6 +29,8 @@ onerror:
 # one-line message; every other recipe builds.
 MISSING, BROKEN = dag.recipe_problems(list_recipes(buildable_only=True))
 RECIPES = [r for r in list_recipes(buildable_only=True) if r not in MISSING and r not in BROKEN]
+# What `all` builds: config `recipes` when given, else every recipe above.
+ALL = [r for r in selected(CONFIG, list_recipes(buildable_only=True)) if r in RECIPES]
 if MISSING:
     print(f"llmbuild: not building {', '.join(MISSING)} (no checkpoint here; `snakemake NAME` says where "
           "to put it)", file=sys.stderr)

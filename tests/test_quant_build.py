@@ -241,7 +241,7 @@ def test_compile_derives_the_recipe_name_from_any_folder_name(tmp_path):
     out = tmp_path / "my model.v2"
     name, text = recipe_for(CompileRequest(FIXTURES / "awq_gemm_g32", out, "auto", "bm1684x", 64))
     assert name == "my_model_v2" and build_dir_for(out, name) == out / ".llmbuild"
-    assert f"LLMBUILD_BUILD_DIR={out / '.llmbuild'} snakemake my_model_v2" in text
+    assert f"snakemake my_model_v2 --config recipes_dir='{out}' build_dir='{out / '.llmbuild'}'" in text
 
 
 def test_recipe_quantization_fields_are_checked_when_loading(tmp_path):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -73,8 +74,8 @@ def recipe_for(req: CompileRequest) -> tuple[str, str]:
     }
     header = (f"# Written by `llmbuild compile {checkpoint} --quantize {req.quantize} --chip {req.chip} "
               f"--seq-length {req.seq_length} -o {req.out}`.\n# Edit it and run the same command (or "
-              f"`LLMBUILD_RECIPES={req.out} LLMBUILD_BUILD_DIR={build_dir_for(req.out, name)} snakemake {name}`) "
-              "to rebuild.\n"
+              f"`snakemake {name} --config recipes_dir={shlex.quote(str(req.out))} "
+              f"build_dir={shlex.quote(str(build_dir_for(req.out, name)))}`) to rebuild.\n"
               f"# The end-to-end check's prompt: {_prompt_kind(checkpoint)}.\n")
     # JSON is YAML: one value per line, no YAML writer needed, and nothing a template engine would expand.
     body = "\n".join(f"{key}: {json.dumps(value)}" for key, value in recipe.items())
@@ -157,10 +158,10 @@ def compile_checkpoint(req: CompileRequest) -> Path:
         raise LlmbuildError(f"{SNAKEFILE}: not found; `llmbuild compile` runs the Snakefile of a source checkout "
                             "(pip install -e .)")
     build_dir = _link_build_dir(out, name)
-    env = dict(os.environ, LLMBUILD_RECIPES=str(out), LLMBUILD_BUILD_DIR=str(build_dir),
-               HF_HUB_OFFLINE="1")
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(out),
-           "--cores", str(req.cores), "--quiet", "rules", "--", name]
+           "--cores", str(req.cores), "--config", f"recipes_dir={out}", f"build_dir={build_dir}",
+           "--quiet", "rules", "--", name]
     started = time.time()
     result = subprocess.run(cmd, env=env, check=False)
     if result.returncode != 0:
