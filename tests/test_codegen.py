@@ -15,10 +15,10 @@ from llmbuild import LlmbuildError
 from llmbuild.binary import container
 from llmbuild.binary.container import Container, write_container
 from llmbuild.binary.program import OPCODES, Group, Instr, Program, TensorDesc, decode, encode
+from llmbuild.codegen.memory_plan import make_plan
 from llmbuild.dialects.plain import main_func, string_list, tensor_info
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.importer.nets import Shapes, build_block, head_nets
-from llmbuild.passes.memory_plan import make_plan
 from llmbuild.steps.compile_net import CompiledNet, compile_net
 
 SPEC = ModelSpec("qwen2", 64, 2, 4, 2, 16, 128, 512, 1e-6, 10000.0, True, True, False, 256)

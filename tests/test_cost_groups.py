@@ -14,6 +14,7 @@ import pytest
 from llmbuild.binary.memory_map import MemoryPlan
 from llmbuild.binary.program import Group, Instr, Program, TensorDesc
 from llmbuild.chips import load_chip
+from llmbuild.codegen.memory_plan import make_plan
 from llmbuild.cost.chip_estimate import estimate
 from llmbuild.cost.compiled import read_binary, time_compiled
 from llmbuild.cost.efficiency import efficiency_for
@@ -23,7 +24,6 @@ from llmbuild.cost.ops import FLASH_RESCALE_OPS, SOFTMAX_OPS, Attention
 from llmbuild.cost.schedule import flash_blocks
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.importer.nets import Shapes, build_block, head_nets
-from llmbuild.passes.memory_plan import make_plan
 from llmbuild.quant.scheme import scheme_for
 from llmbuild.steps.compile_net import compile_net
 

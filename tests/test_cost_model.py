@@ -189,8 +189,8 @@ def _odd_spec():
 def test_memory_equals_the_build_plan(case: str) -> None:
     """Weight, KV and IO regions equal make_plan's; the activation region is the compiled nets' peak."""
     from llmbuild.binary.memory_map import align
+    from llmbuild.codegen.memory_plan import make_plan
     from llmbuild.importer.nets import Shapes
-    from llmbuild.passes.memory_plan import make_plan
 
     if case == "odd_bf16":
         spec, mode, shapes = _odd_spec(), "bf16", Shapes(40, 24)
@@ -217,9 +217,9 @@ def test_memory_equals_the_build_plan(case: str) -> None:
 def test_quantized_lm_head_memory_equals_the_build_plan(tmp_path: Path, base: str, mode: str, lm_head: str) -> None:
     """quantization.lm_head on an untied (Llama) and a tied (Qwen2: one quantized table for the embedding
     and the head) model: the recipe's weight region is the plan `llmbuild prepare` makes, byte for byte."""
+    from llmbuild.codegen.memory_plan import make_plan
     from llmbuild.cost import recipe_memory
     from llmbuild.importer.nets import Shapes
-    from llmbuild.passes.memory_plan import make_plan
     from llmbuild.quant.scheme import head_scheme, recipe_scheme
 
     for f in [*RECIPES.glob("*_tiny_f32.yaml"), RECIPES / "_tiny_common.yaml"]:

@@ -12,12 +12,12 @@ from net_cases import Case, load, run
 
 from llmbuild import LlmbuildError
 from llmbuild.binary.program import Program, TensorDesc
+from llmbuild.codegen.memory_plan import make_plan
 from llmbuild.dialects.interpret import interpret
 from llmbuild.dialects.plain import tensor_info
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.importer.nets import ROPE_COS, ROPE_SIN, Shapes, build_block, head_nets
 from llmbuild.importer.rope import rope_tables
-from llmbuild.passes.memory_plan import make_plan
 from llmbuild.runtime.faults import DeviceFault
 from llmbuild.steps.compile_net import CompiledNet, compile_net
 

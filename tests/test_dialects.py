@@ -16,6 +16,7 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
 from llmbuild import LlmbuildError
+from llmbuild.codegen.memory_plan import make_plan
 from llmbuild.dialects import common, module_text, parse_module_text, top, tpu
 from llmbuild.dialects.plain import main_func, string_list, tensor_info
 from llmbuild.frontend.spec import ModelSpec
@@ -24,7 +25,6 @@ from llmbuild.passes import run_passes
 from llmbuild.passes.assign_address import assign_addresses
 from llmbuild.passes.canonicalize import Canonicalize
 from llmbuild.passes.lower_top_to_tpu import LowerTopToTpu
-from llmbuild.passes.memory_plan import make_plan
 
 # ---- op verifiers ---------------------------------------------------------------------------------
 

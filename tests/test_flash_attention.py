@@ -16,6 +16,7 @@ from net_cases import Case, assert_grouped_run_is_exact, assert_round_trips_and_
 
 from llmbuild.binary.program import Program, decode, encode
 from llmbuild.chips import load_chip
+from llmbuild.codegen.memory_plan import make_plan
 from llmbuild.cost import hardware
 from llmbuild.cost.ops import Attention
 from llmbuild.cost.schedule import flash_blocks
@@ -34,7 +35,6 @@ from llmbuild.passes.assign_address import assign_addresses
 from llmbuild.passes.canonicalize import Canonicalize
 from llmbuild.passes.layer_group import LayerGroup
 from llmbuild.passes.lower_top_to_tpu import LowerTopToTpu
-from llmbuild.passes.memory_plan import make_plan
 from llmbuild.quant.scheme import scheme_for
 from llmbuild.runtime.faults import DeviceFault
 from llmbuild.steps.compile_net import compile_net

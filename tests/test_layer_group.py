@@ -14,13 +14,13 @@ from net_cases import Case, assert_grouped_run_is_exact, assert_round_trips_and_
 from llmbuild.binary.memory_map import MemoryPlan
 from llmbuild.binary.program import Program, TensorDesc
 from llmbuild.chips import load_chip
+from llmbuild.codegen.memory_plan import make_plan
 from llmbuild.dialects import module_text
 from llmbuild.dialects.plain import tensor_info
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.importer.nets import ROPE_COS, ROPE_SIN, Shapes, build_block, head_nets
 from llmbuild.importer.rope import rope_tables
 from llmbuild.numerics import masks
-from llmbuild.passes.memory_plan import make_plan
 from llmbuild.quant.scheme import scheme_for
 from llmbuild.runtime.device import Device
 from llmbuild.runtime.faults import DeviceFault

@@ -26,6 +26,7 @@ from xdsl.rewriter import Rewriter
 
 from llmbuild import LlmbuildError
 from llmbuild.binary.memory_map import ACTIVATION_ALIGN, MemoryPlan, align
+from llmbuild.codegen.memory_plan import make_plan
 from llmbuild.dialects import module_text, read_module
 from llmbuild.dialects.interpret import interpret
 from llmbuild.dialects.plain import main_func, string_list, tensor_info
@@ -37,7 +38,6 @@ from llmbuild.passes import pipeline_string, run_passes
 from llmbuild.passes.assign_address import AssignAddress, assign_addresses
 from llmbuild.passes.canonicalize import Canonicalize
 from llmbuild.passes.lower_top_to_tpu import LowerTopToTpu
-from llmbuild.passes.memory_plan import make_plan
 
 FILECHECK = Path(__file__).parent / "filecheck"
 PASSES: dict[str, Callable[[], type[ModulePass]]] = {

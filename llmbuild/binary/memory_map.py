@@ -1,5 +1,5 @@
 """The device-memory map a binary carries (plan.json, the `memory` of the binary's meta): every weight,
-KV-cache and IO buffer at a fixed address, and the regions. `passes/memory_plan.py` computes it; the
+KV-cache and IO buffer at a fixed address, and the regions. `codegen/memory_plan.py` computes it; the
 runtime reads it. Layout, each region aligned to the chip's global alignment:
 
     [ weights: rope tables, embedding, layer 0 .. N-1, final norm, lm_head ]   stored once

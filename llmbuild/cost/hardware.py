@@ -17,7 +17,7 @@ PROFILER_TERA = 1024e9
 F32_BYTES = 4
 # Vector work (norms, softmax, SiLU, dequantisation) is computed in f32, as the device rounds on store.
 EU_COMPUTE_BYTES = F32_BYTES
-# Flash attention's cut, as the layer-group pass makes it (passes/group_plan.py: KEY_BLOCK_MIN, ROW_BLOCK,
+# Flash attention's cut, as the layer-group pass makes it (passes/layer_group_plan.py: KEY_BLOCK_MIN, ROW_BLOCK,
 # STATE_BYTES; tests/test_flash_attention.py checks they agree): key blocks of at least this many keys,
 # query tiles of a multiple of ROW_BLOCK rows, the running state in f32.
 FLASH_KEY_BLOCK = 256

@@ -1,6 +1,6 @@
 """Device memory of a deployable model from its spec alone, region by region as the build lays it out.
 
-It mirrors `llmbuild.passes.memory_plan.make_plan` (weights, KV cache, IO; every tensor aligned to the
+It mirrors `llmbuild.codegen.memory_plan.make_plan` (weights, KV cache, IO; every tensor aligned to the
 chip's global alignment, IO buffers to 64 bytes) and the activation region `link` adds (the largest net's
 liveness-based first-fit peak, replayed here on the block's op chain). make_plan lowers real nets to
 learn each weight's type; this needs no IR, so it takes milliseconds for any model size and also covers
@@ -18,7 +18,7 @@ from llmbuild.frontend.arch.base import expected_shapes
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.numerics.formats import itemsize
 
-ACTIVATION_ALIGN = 64  # llmbuild.passes.memory_plan.ACTIVATION_ALIGN (not imported: it pulls in the IR)
+ACTIVATION_ALIGN = 64  # llmbuild.codegen.memory_plan.ACTIVATION_ALIGN (not imported: it pulls in the IR)
 ROPE_BYTES = 4  # the cos/sin tables stay f32
 
 

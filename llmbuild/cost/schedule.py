@@ -108,7 +108,7 @@ def _query_tiles(queries: int) -> list[int]:
 
 def flash_blocks(a: Attention, lmem_bytes: int) -> tuple[int, int]:
     """(query tiles, key blocks) of one attention in local memory, as the layer-group pass cuts it
-    (group_plan.flash_layout): (1, 1) when the scores of one KV head's queries fit whole; else the largest
+    (layer_group_plan.flash_layout): (1, 1) when the scores of one KV head's queries fit whole; else the largest
     query tile that fits with key blocks of FLASH_KEY_BLOCK keys and commands of one KV head, then the
     most KV heads per command and the largest power-of-two key block that fit with that tile."""
     if _whole_bytes(a) <= lmem_bytes:

@@ -1,6 +1,6 @@
 """layer-group: cut an address-assigned tpu net into layer groups that run in local memory.
 
-The decisions are `group_plan.py`'s; this pass writes them into the IR, TPU-MLIR's way:
+The decisions are `layer_group_plan.py`'s; this pass writes them into the IR, TPU-MLIR's way:
 
     %g:2 = "tpu.Group"() ({
       %x = "tpu.Load"(%in) {ginfo = {mode = "tile", axis = 1, lmem = array<i64: 0, 4096>}} : ...
@@ -44,7 +44,7 @@ from llmbuild.chips import Chip, load_chip
 from llmbuild.dialects import tpu
 from llmbuild.dialects.common import i64_array, i64_attr
 from llmbuild.dialects.plain import main_func, tensor_info
-from llmbuild.passes.group_plan import (
+from llmbuild.passes.layer_group_plan import (
     MATMULS,
     GroupPlan,
     attention_scratch,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from llmbuild.artifacts.paths import BuildPaths, read_spec, shapes_of, write_text_atomic
 from llmbuild.chips import load_chip
-from llmbuild.passes.memory_plan import make_plan
+from llmbuild.codegen.memory_plan import make_plan
 from llmbuild.quant.scheme import head_scheme, recipe_scheme
 from llmbuild.recipe_types import Recipe
 
