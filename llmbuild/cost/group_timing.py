@@ -41,9 +41,13 @@ from llmbuild.numerics.formats import STORAGE
 # SILU_MUL_OPS less the multiply, which is its own Mul command here. Copies (Concat, Permute, a Gather
 # from a local table) cost one operation per element (a Concat only for the rows it moves: a key block's
 # pieces are loaded in place).
+# How each compute command is timed (llmbuild/op_registry.py checks that every op has one): MAC work,
+# attention's own rule, or vector operations per output element (0: a view, nothing computed).
+MAC_OPS = ("MatMul", "A16MatMul")
+ATTENTION_OPS = ("FAttention",)
 EU_OPS_PER_ELEMENT = {
     "RMSNorm": RMSNORM_OPS, "Rope": ROPE_OPS, "Active": SILU_MUL_OPS - 1, "Add": ADD_OPS, "Mul": ADD_OPS,
-    "Softmax": SOFTMAX_OPS, "Cast": 1, "Concat": 1, "Permute": 1, "Gather": 1, "Reshape": 0,
+    "Softmax": SOFTMAX_OPS, "Cast": 1, "Concat": 1, "Permute": 1, "Gather": 1, "A16Gather": 1, "Reshape": 0,
 }
 DMA_OPS = ("Load", "Store")
 MAC_DTYPES = ("f32", "bf16", "f16")
@@ -127,7 +131,7 @@ class CommandCost:
         t = self.prog.tensors
         out = t[cmd.result]
         a = cmd.attrs
-        if cmd.op in ("MatMul", "A16MatMul"):
+        if cmd.op in MAC_OPS:
             x = t[cmd.operands[0]]
             k = x.shape[-1]
             n = a["g_out"][2] if "g_out" in a else out.shape[-1]
@@ -136,7 +140,7 @@ class CommandCost:
             if cmd.op == "A16MatMul":
                 eu += n * k * DEQUANT_OPS[4 if a.get("packed") else 8]
             return 2.0 * rows * k * n, float(eu)
-        if cmd.op == "FAttention":
+        if cmd.op in ATTENTION_OPS:
             return self._attention(cmd)
         if cmd.op == "Concat":
             # Rows already in the result's allocation (a key block's pieces, loaded side by side) cost nothing.
@@ -144,7 +148,7 @@ class CommandCost:
             return 0.0, float(sum(math.prod(x.shape) for x in moved))
         elems = a["g_out"][2] * math.prod(out.shape) // out.shape[a["g_out"][0]] if "g_out" in a else \
             math.prod(out.shape)
-        return 0.0, float(elems * EU_OPS_PER_ELEMENT.get(cmd.op, 1))
+        return 0.0, float(elems * EU_OPS_PER_ELEMENT[cmd.op])
 
     def _attention(self, cmd: Instr) -> tuple[float, float]:
         """(MAC flops, vector operations) of an attention command: whole, a block of heads, one key block
