@@ -30,7 +30,8 @@ from llmbuild.importer.rope import rope_tables
 from llmbuild.numerics import masks
 from llmbuild.numerics.formats import STORAGE
 from llmbuild.numerics.kernels import ATTENTION_BLOCK_SCORES, KERNELS, flash_block, flash_end
-from llmbuild.passes import group_plan, run_passes
+from llmbuild.passes import layer_group_plan as group_plan
+from llmbuild.passes import run_passes
 from llmbuild.passes.assign_address import assign_addresses
 from llmbuild.passes.canonicalize import Canonicalize
 from llmbuild.passes.layer_group import LayerGroup

@@ -272,3 +272,67 @@ def test_compute_on_global_memory_faults(cases: dict[str, Case]) -> None:
     broken = _replace_cmd(prog, group, index, dataclasses.replace(cmd, operands=(hidden, *cmd.operands[1:])))
     with pytest.raises(DeviceFault, match="compute reads local memory only"):
         run(case, broken)
+
+
+# ---- the verifiers of tpu.Group, tpu.Load and tpu.Store (typed ginfo) -------------------------------
+
+
+def _broken(cases: dict[str, Case], edit) -> str:
+    """The grouped block_kv_0 module with `edit` applied to a copy; the verifier's message."""
+    from xdsl.utils.exceptions import VerifyException
+
+    module = cases["block_kv_0"].net.grouped.clone()
+    edit(module)
+    with pytest.raises(VerifyException) as err:
+        module.verify()
+    return str(err.value)
+
+
+def _first_op(module, name: str, test=lambda op: True):
+    return next(op for op in module.walk() if op.name == name and test(op))
+
+
+def _with(attr, **changes):
+    from xdsl.dialects.builtin import DictionaryAttr
+
+    data = {k: v for k, v in attr.data.items() if k not in changes or changes[k] is not None}
+    data.update({k: v for k, v in changes.items() if v is not None})
+    return DictionaryAttr(data)
+
+
+def test_the_group_verifiers_refuse_a_malformed_group(cases: dict[str, Case]) -> None:
+    from xdsl.dialects.builtin import IntegerAttr, StringAttr, i64
+
+    def mode(op):
+        return op.attributes["ginfo"].data["mode"].data
+
+    def drop_axis(m):
+        op = _first_op(m, "tpu.Load", lambda o: mode(o) in ("tile", "block", "stream"))
+        op.attributes["ginfo"] = _with(op.attributes["ginfo"], axis=None)
+
+    assert "load needs an axis" in _broken(cases, drop_axis)
+
+    def unknown_key(m):
+        op = _first_op(m, "tpu.Load")
+        op.attributes["ginfo"] = _with(op.attributes["ginfo"], offset=IntegerAttr(3, i64))
+
+    assert "unknown key 'offset'" in _broken(cases, unknown_key)
+
+    def store_stream(m):
+        op = _first_op(m, "tpu.Store")
+        op.attributes["ginfo"] = _with(op.attributes["ginfo"], mode=StringAttr("stream"))
+
+    assert "expected one of whole, tile, got 'stream'" in _broken(cases, store_stream)
+
+    def tile_rows_over_rows(m):
+        op = _first_op(m, "tpu.Group")
+        op.attributes["tile_rows"] = IntegerAttr(op.attributes["rows"].value.data + 1, i64)
+
+    assert "tile_rows" in _broken(cases, tile_rows_over_rows)
+
+    def compute_without_ginfo(m):
+        op = _first_op(m, "tpu.MatMul") if any(o.name == "tpu.MatMul" for o in m.walk()) else \
+            _first_op(m, "tpu.A16MatMul")
+        del op.attributes["ginfo"]
+
+    assert "has no ginfo" in _broken(cases, compute_without_ginfo)

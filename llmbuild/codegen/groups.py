@@ -48,7 +48,8 @@ from xdsl.ir import Attribute, Operation, SSAValue
 from llmbuild import LlmbuildError
 from llmbuild.binary.program import Group, Instr, Program, TensorDesc
 from llmbuild.dialects import tpu
-from llmbuild.dialects.plain import TensorInfo, main_func, plain, tensor_info
+from llmbuild.dialects.plain import TensorInfo, main_func, tensor_info
+from llmbuild.dialects.tpu import GroupInfo
 from llmbuild.numerics.formats import itemsize
 
 # tensor_info and ginfo of the module being unrolled, by object identity (the objects are kept, so the ids
@@ -86,10 +87,10 @@ def _loc(v: SSAValue) -> str:
     return "input"
 
 
-def _ginfo(op: Operation) -> dict[str, Any]:
+def _ginfo(op: Operation) -> GroupInfo:
     hit = _MEMO.get(id(op))
     if hit is None or hit[0] is not op:
-        hit = _MEMO[id(op)] = (op, {k: plain(v) for k, v in op.attributes["ginfo"].data.items()})  # type: ignore[attr-defined]
+        hit = _MEMO[id(op)] = (op, GroupInfo.of(op.attributes["ginfo"]))
     return hit[1]
 
 
@@ -112,7 +113,7 @@ class _Unroller:
         self.fused: set[Operation] = set()  # concats computed per key block
         for op in group.body.block.ops:
             if isinstance(op, tpu.LoadOp):
-                mode = _ginfo(op)["mode"]
+                mode = _ginfo(op).mode
                 if mode == "stream":
                     use = next(iter(op.results[0].uses))
                     self.stream.setdefault(use.operation, []).append((use.index, op))
@@ -124,7 +125,7 @@ class _Unroller:
                 self.stores[op.operands[0]] = op
             elif not isinstance(op, tpu.YieldOp):
                 self.compute.append(op)
-                if _ginfo(op).get("mode") == "block":
+                if _ginfo(op).mode == "block":
                     self.fused.add(op)
         self.flash: _Flash | None = None
         self.tile_index = 0  # the row tile whose compute commands are being issued
@@ -183,7 +184,7 @@ class _Unroller:
         def load_tile(t: int) -> None:
             start, n = tiles[t]
             tile_locals[t] = {
-                v: self.load(ld, _ginfo(ld)["lmem"][t % 2], 1, start, self.tile_shape(v, n), tile=t)
+                v: self.load(ld, _ginfo(ld).lmem[t % 2], 1, start, self.tile_shape(v, n), tile=t)
                 for v, ld in self.tile.items()
             }
 
@@ -192,7 +193,7 @@ class _Unroller:
                 return
             for v in self.compute[i].operands:
                 if v in self.held and v not in held:
-                    held[v] = self.load(self.held[v], _ginfo(self.held[v])["lmem"][0], -1, 0,
+                    held[v] = self.load(self.held[v], _ginfo(self.held[v]).lmem[0], -1, 0,
                                         _info(v.type).shape)
 
         def load_stream(upto: int) -> None:
@@ -203,7 +204,7 @@ class _Unroller:
                 n = _info(op.operands[1].type).shape[0]
                 count = min(tn, n - j * tn)
                 stream_locals[loaded] = {
-                    i: self.load(ld, _ginfo(ld)["lmem"][loaded % 2], 0, j * tn,
+                    i: self.load(ld, _ginfo(ld).lmem[loaded % 2], 0, j * tn,
                                  (count, *_info(ld.operands[0].type).shape[1:]), tile=loaded // per_tile)
                     for i, ld in self.stream[op]
                 }
@@ -242,17 +243,17 @@ class _Unroller:
                     src = self.prog.tensors[cur[op.operands[0]]]
                     cur[r] = self.local(src.dtype, shape, src.address, src.buffer)
                 else:
-                    address = info["lmem"][t % len(info["lmem"])]
+                    address = info.lmem[t % len(info.lmem)]
                     out = cur[r] = self.local(_info(r.type).dtype, shape, address)
                     attrs = dict(self.by_loc[op.attributes["loc"].data].attrs)  # type: ignore[attr-defined]
                     if T:
                         attrs["g_row"] = start
-                    if "scratch" in info:
-                        attrs["scratch"] = info["scratch"]
+                    if info.scratch is not None:
+                        attrs["scratch"] = list(info.scratch)
                     k = self._issue(op, t, out, attrs, operand, k, stream_locals, load_stream)
                 if r in self.stores:
                     store = self.stores[r]
-                    tiled = _ginfo(store)["mode"] == "tile"
+                    tiled = _ginfo(store).mode == "tile"
                     where = {"axis": 1 if tiled else -1, "start": start if tiled else 0}
                     if t:
                         where["g_tile"] = t
@@ -343,7 +344,7 @@ class _Flash:
             owner = att.operands[i].owner
             if isinstance(owner, Operation) and owner in u.fused:
                 self.fused[i] = owner
-                self.slots[i] = _ginfo(owner)["lmem"]
+                self.slots[i] = list(_ginfo(owner).lmem)
         for v, ld in u.block.items():
             use = next(iter(v.uses))
             if use.operation is att:
@@ -351,7 +352,7 @@ class _Flash:
             else:
                 i = next(i for i, c in self.fused.items() if c is use.operation)
                 self.sources[v] = (i, use.operation, use.index)
-            self.slots.setdefault(self.sources[v][0], _ginfo(ld)["lmem"])
+            self.slots.setdefault(self.sources[v][0], list(_ginfo(ld).lmem))
 
     def _offset(self, concat: Operation, p: int) -> tuple[int, int]:
         """Rows [lo, hi) of the concat's result that its operand p supplies."""
@@ -437,7 +438,7 @@ class _Flash:
         heads = [(h, min(tile, kvh - h)) for h in range(0, kvh, tile)]
         rows = self.tiles[t][1] or a["mq"]
         info = _ginfo(self.att)
-        state = u.local("f32", (a["batch"], kvh, group, rows, d + 2), info["state"][0])
+        state = u.local("f32", (a["batch"], kvh, group, rows, d + 2), info.state[0])
         base = {k: v for k, v in attrs.items() if k not in ("scratch", "tile_kvh")}
         nb = len(self.blocks)
         for j in range(nb):
@@ -446,7 +447,7 @@ class _Flash:
             kb, vb = self._operand_block(e, 1, operand), self._operand_block(e, 2, operand)
             args = [q, kb, vb, self.locals[e][3]] + ([state] if j else [])
             for h, m in heads:
-                sub = {**base, "g_flash": "block", "kv_head": m, "q_head": m * group, "scratch": info["scratch"]}
+                sub = {**base, "g_flash": "block", "kv_head": m, "q_head": m * group, "scratch": list(info.scratch)}
                 if len(heads) > 1:
                     cut = [0, 2, h * group, m * group, 1, 2, h, m, 2, 2, h, m] + ([4, 1, h, m] if j else [])
                     sub.update(g_in=cut, g_out=[1, h, m])
