@@ -7,6 +7,7 @@ too (set LLMBUILD_DEBUG=1 for the traceback).
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -216,17 +217,28 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            return _internal_error(exc)
+        # The machine, not the input: say which file could not be written, once.
+        print(f"llmbuild: error: {exc.filename or 'a file'}: no space left on the device (free some, then rerun)",
+              file=sys.stderr)
+        return 2
     except BrokenPipeError:
         # the reader (e.g. `| head`) went away: not an error of ours
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
         return 0
     except Exception as exc:  # noqa: BLE001 - the user gets one line, developers the traceback on request
-        if os.environ.get("LLMBUILD_DEBUG"):
-            raise
-        print(f"llmbuild: internal error: {type(exc).__name__}: {exc} (LLMBUILD_DEBUG=1 shows the traceback)",
-              file=sys.stderr)
-        return 1
+        return _internal_error(exc)
     return 0
+
+
+def _internal_error(exc: Exception) -> int:
+    if os.environ.get("LLMBUILD_DEBUG"):
+        raise exc
+    print(f"llmbuild: internal error: {type(exc).__name__}: {exc} (LLMBUILD_DEBUG=1 shows the traceback)",
+          file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

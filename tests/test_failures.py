@@ -30,3 +30,26 @@ def test_the_messages_of_this_run_oldest_first(tmp_path: Path) -> None:
                      (second, "llmbuild: internal error: ValueError: boom (LLMBUILD_DEBUG=1 ...)")]
     assert summary(tmp_path, now - 10).splitlines()[0].endswith(f"(log: {first})")
     assert summary(tmp_path, now + 10) == ""
+
+
+def test_a_full_disk_is_one_line_and_exit_2(monkeypatch, capsys) -> None:
+    """The machine ran out of space: one line naming the file being written, not an internal error."""
+    import errno
+
+    import llmbuild.cli as cli
+
+    def full(args) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", "/build/x/x.llmb")
+
+    monkeypatch.setattr(cli, "cmd_recipes", full)
+    assert cli.main(["recipes"]) == 2
+    assert capsys.readouterr().err == ("llmbuild: error: /build/x/x.llmb: no space left on the device (free some, "
+                                       "then rerun)\n")
+
+    def denied(args) -> None:
+        raise OSError(errno.EACCES, "Permission denied", "/build/x")
+
+    monkeypatch.setattr(cli, "cmd_recipes", denied)
+    monkeypatch.delenv("LLMBUILD_DEBUG", raising=False)
+    assert cli.main(["recipes"]) == 1
+    assert capsys.readouterr().err.startswith("llmbuild: internal error: PermissionError")

@@ -12,7 +12,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from llmbuild import LlmbuildError
+from llmbuild import LlmbuildError, one_line
 
 TOKEN_TYPE_CONTROL = 3  # llama.cpp's token types: 3 marks special tokens like <|im_end|>
 TOKEN_TYPE_USER_DEFINED = 4  # ... and 4 added tokens that are matched whole but are not special
@@ -172,11 +172,14 @@ def _byte_level_bpe(meta: dict[str, Any], tokens: list[str]) -> Any:
 
 def read_tokenizer_bundle(ckpt_dir: Path) -> TokenizerBundle:
     """The tokenizer of a prepared checkpoint directory (following source.json to an HF directory)."""
-    directory = _tokenizer_directory(Path(ckpt_dir))
+    directory = tokenizer_directory(Path(ckpt_dir))
     tokenizer_path = directory / "tokenizer.json"
     if not tokenizer_path.is_file():
         raise LlmbuildError(f"{tokenizer_path}: missing; the checkpoint has no fast tokenizer")
-    tokenizer_json = tokenizer_path.read_text(encoding="utf-8")
+    try:
+        tokenizer_json = tokenizer_path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LlmbuildError(f"{tokenizer_path}: cannot read the tokenizer: {one_line(str(exc))[:160]}") from None
     config = _optional_json(directory / "tokenizer_config.json")
     generation = _optional_json(directory / "generation_config.json")
     model_config = _optional_json(directory / "config.json")
@@ -187,7 +190,10 @@ def read_tokenizer_bundle(ckpt_dir: Path) -> TokenizerBundle:
         chat_template = jinja.read_text(encoding="utf-8")
 
     strings = {k: _token_string(config.get(k)) for k in ("bos_token", "eos_token", "pad_token", "unk_token")}
-    ids = _token_ids_by_string(tokenizer_json)
+    try:
+        ids = _token_ids_by_string(tokenizer_json)
+    except (json.JSONDecodeError, AttributeError, KeyError, TypeError) as exc:
+        raise LlmbuildError(f"{tokenizer_path}: cannot read the tokenizer: {one_line(str(exc))[:160]}") from None
 
     def token_ids(key: str, string_key: str) -> tuple[int, ...]:
         value = generation.get(key, model_config.get(key))
@@ -206,7 +212,7 @@ def read_tokenizer_bundle(ckpt_dir: Path) -> TokenizerBundle:
     )
 
 
-def _tokenizer_directory(ckpt_dir: Path) -> Path:
+def tokenizer_directory(ckpt_dir: Path) -> Path:
     if (ckpt_dir / "tokenizer.json").is_file():
         return ckpt_dir
     pointer = _optional_json(ckpt_dir / "source.json")

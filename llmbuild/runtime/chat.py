@@ -65,6 +65,11 @@ def _compile(template: str) -> Template:
         raise LlmbuildError(f"chat template: {exc}") from None
 
 
+def check_chat_template(template: str) -> None:
+    """Compile `template` as `render_chat` will: a template the sandbox refuses raises LlmbuildError."""
+    _compile(template)
+
+
 def render_chat(
     template: str | None,
     messages: list[dict[str, str]],

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
+from llmbuild import LlmbuildError, one_line
 from llmbuild.artifacts.paths import BuildPaths, write_spec
 from llmbuild.frontend.checkpoint_scan import scan_checkpoint, scan_gguf
 from llmbuild.frontend.gguf_source import GGUFSource
@@ -44,7 +46,33 @@ def _prepare(recipe: Recipe, paths: BuildPaths) -> None:
     elif isinstance(source, GGUFSource):
         source.check_entries()
         scan_gguf(source.path, source.raw_tensors())
+    _check_tokenizer(paths.checkpoint)
     write_spec(source.spec, paths.spec)
+
+
+def _check_tokenizer(checkpoint: Path) -> None:
+    """The tokenizer files parse and the chat template compiles, now, rather than in the reference or link
+    step; a checkpoint without a tokenizer is built with fixed prompt ids (verify/reference.py)."""
+    from tokenizers import Tokenizer
+
+    from llmbuild.frontend.tokenizer_files import read_tokenizer_bundle, tokenizer_directory
+    from llmbuild.runtime.chat import check_chat_template
+
+    where = tokenizer_directory(checkpoint)
+    if not (where / "tokenizer.json").is_file():
+        return
+    bundle = read_tokenizer_bundle(checkpoint)
+    try:
+        Tokenizer.from_str(bundle.tokenizer_json)
+    except Exception as exc:  # noqa: BLE001 - the tokenizers library raises its own exception types
+        raise LlmbuildError(f"{where / 'tokenizer.json'}: cannot read the tokenizer: "
+                            f"{one_line(str(exc))[:160]}") from None
+    if bundle.chat_template:
+        try:
+            check_chat_template(bundle.chat_template)
+        except LlmbuildError as exc:
+            raise LlmbuildError(f"{where}: chat_template: expected a template that compiles, got "
+                                f"{str(exc).removeprefix('chat template: ')}") from None
 
 
 def _imported_projections(recipe: Recipe, layers: int) -> tuple[str, ...]:

@@ -397,6 +397,23 @@ def _heads_ratio(folder: Path) -> None:
     _edit_config(folder, num_key_value_heads=3)
 
 
+def _tokenizer_not_json(folder: Path) -> None:
+    _tiny(folder)
+    (folder / "tokenizer.json").write_text('{"version": "1.0", "model": {"type": "BPE", "vocab": {')
+
+
+def _tokenizer_not_a_tokenizer(folder: Path) -> None:
+    _tiny(folder)
+    (folder / "tokenizer.json").write_text('{"version": "1.0", "model": {"type": "NoSuchModel"}}')
+
+
+def _chat_template_broken(folder: Path) -> None:
+    _tiny(folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config["chat_template"] = "{% for message in messages %}{{ message['content'] }"
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+
+
 def _gptq(folder: Path) -> Path:
     shutil.copytree(QUANT_FIXTURES / "gptq_sym_g32", folder, ignore=shutil.ignore_patterns("reference_*"))
     return folder / "model.safetensors"
@@ -512,6 +529,11 @@ CHECKPOINT_CASES: tuple[CheckpointCase, ...] = (
     CheckpointCase("gptq_nan_scale", _gptq_nan_scale,
                    ("{ckpt}/model.safetensors", "model.layers.0.self_attn.k_proj.scales", "NaN or Inf"), mode="auto"),
     CheckpointCase("index_missing_shard", _index_missing_shard, ("{ckpt}", "model-00002-of-00002.safetensors")),
+    CheckpointCase("tokenizer_not_json", _tokenizer_not_json, ("{ckpt}/tokenizer.json", "cannot read the tokenizer")),
+    CheckpointCase("tokenizer_unknown_model", _tokenizer_not_a_tokenizer,
+                   ("{ckpt}/tokenizer.json", "cannot read the tokenizer")),
+    CheckpointCase("chat_template_broken", _chat_template_broken,
+                   ("{ckpt}: chat_template: expected a template that compiles",)),
     CheckpointCase("gguf_nan_norm", _gguf_nan_norm,
                    ("{ckpt}/model.gguf: tensor 'blk.3.attn_norm.weight': value 10 is NaN or Inf",), mode="bf16"),
     CheckpointCase("gguf_inf_block_scale", _gguf_nan_block_scale,
