@@ -35,17 +35,24 @@ def recipe_memory(recipe: Recipe, spec: ModelSpec | None = None) -> MemoryEstima
                            chip.global_alignment, limit, lm_head_format(spec, fmt, q.lm_head, False))
 
 
+FIT_ADVICE = "use a smaller quantization.mode, shorter stages, or set target.device_memory_bytes"
+
+
+def limit_source(recipe: Recipe) -> str:
+    """Where the device-memory limit comes from, for messages."""
+    return "target.device_memory_bytes" if recipe.target.device_memory_bytes else "the board default"
+
+
 def check_fits(recipe: Recipe, spec: ModelSpec | None = None) -> MemoryEstimate:
     """Fail in one line, with the numbers, when the recipe's model cannot fit its chip's device memory.
 
-    Cheap (milliseconds, any model size): a build calls it first, before compiling anything.
+    Cheap (milliseconds, any model size): `plan` calls it first, before compiling anything (the recipe
+    loader refuses such a model at its line already, where it knows the model's configuration).
     """
     memory = recipe_memory(recipe, spec)
     if not memory.fits:
-        source = "target.device_memory_bytes" if recipe.target.device_memory_bytes else "the board default"
         raise LlmbuildError(
             f"{recipe.path}: target.chip: {recipe.target.chip} has {memory.limit_bytes / 2**30:.2f} GiB of device "
-            f"memory ({source}), the model needs {memory.breakdown()}: use a smaller "
-            f"quantization.mode, shorter stages, or set target.device_memory_bytes"
+            f"memory ({limit_source(recipe)}), the model needs {memory.breakdown()}: {FIT_ADVICE}"
         )
     return memory

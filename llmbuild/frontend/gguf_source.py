@@ -106,13 +106,20 @@ class GGUFSource:
 
     def check_entries(self) -> None:
         """Every tensor the architecture needs present with its shape, from the index alone (prepare)."""
-        for name, expected in self._shapes.items():
-            t = self._tensors.get(name)
-            if t is None:
-                raise LlmbuildError(f"{self.path}: missing tensor for {name!r} (the GGUF metadata's model needs it)")
-            if tuple(t.shape) != tuple(expected):
-                raise LlmbuildError(f"{self.path}: tensor {t.name!r} has shape {list(t.shape)}, expected "
-                                    f"{list(expected)} from the GGUF metadata")
+        for name in self._shapes:
+            self._entry(name)
+
+    def _entry(self, name: str) -> Any:
+        """The file's tensor for canonical `name`, present and of the shape the metadata implies."""
+        expected = self._shapes.get(name)
+        if expected is None:
+            raise LlmbuildError(f"{self.path}: {name!r} is not a tensor of this {self.spec.architecture} model")
+        t = self._tensors.get(name)
+        if t is None:
+            raise LlmbuildError(f"{self.path}: missing tensor for {name!r}")
+        if tuple(t.shape) != tuple(expected):
+            raise LlmbuildError(f"{self.path}: tensor {t.name!r} has shape {list(t.shape)}, expected {list(expected)}")
+        return t
 
     def raw_tensors(self) -> list[Any]:
         """Every tensor of the file as stored (`gguf_index.GGUFTensor`: GGUF name, type, raw bytes)."""
@@ -121,20 +128,11 @@ class GGUFSource:
     def tensor(self, name: str) -> np.ndarray:
         from gguf.quants import dequantize
 
-        expected = self._shapes.get(name)
-        if expected is None:
-            raise LlmbuildError(f"{self.path}: {name!r} is not a tensor of this {self.spec.architecture} model")
-        t = self._tensors.get(name)
-        if t is None:
-            raise LlmbuildError(f"{self.path}: missing tensor for {name!r}")
+        t = self._entry(name)
         try:
             array = dequantize(t.data, t.tensor_type)
         except NotImplementedError as exc:
             raise LlmbuildError(f"{self.path}: tensor {t.name!r}: {exc}") from None
-        if array.shape != expected:
-            raise LlmbuildError(
-                f"{self.path}: tensor {t.name!r} has shape {list(array.shape)}, expected {list(expected)}"
-            )
         # F32 tensors come back as views into the read-only map: copy so callers own the result.
         array = np.array(array, dtype=np.float32, copy=True)
         return self.architecture.transform_gguf_tensor(name, array, self.spec)

@@ -126,9 +126,10 @@ class _Layer:
                 f"{self.tensors.origin}: tensor {self.name(suffix)!r} has shape {list(shape)}, "
                 f"expected {list(expected)} ({why})"
             )
-        dtype = getattr(self.tensors, "dtype", None)
-        if kinds and dtype is not None:
-            self._check_kind(suffix, dtype(self.name(suffix)), _HEADER_KINDS.get(dtype(self.name(suffix)), "?"), kinds)
+        header_dtype = getattr(self.tensors, "dtype", None)
+        if kinds and header_dtype is not None:
+            dtype = header_dtype(self.name(suffix))
+            self._check_kind(suffix, dtype, _HEADER_KINDS.get(dtype, "?"), kinds)
 
     def read(self, suffix: str, expected: tuple[int, ...], why: str, kinds: str = "") -> np.ndarray:
         self.check(suffix, expected, why, kinds)

@@ -651,7 +651,7 @@ def _check_model(recipe: Recipe, out: _Checked, check_fit: bool = True) -> None:
 def _check_fit(recipe: Recipe, spec: ModelSpec, out: _Checked) -> None:
     """The chip's device memory holds the weights, the KV cache and the buffers (the cost model's layout,
     milliseconds for any size): refused here, at the line to change, not at `plan` after `prepare`."""
-    from llmbuild.cost.for_recipe import recipe_memory
+    from llmbuild.cost.for_recipe import FIT_ADVICE, limit_source, recipe_memory
 
     memory = recipe_memory(recipe, spec)
     if memory.fits:
@@ -664,11 +664,9 @@ def _check_fit(recipe: Recipe, spec: ModelSpec, out: _Checked) -> None:
     else:
         field = "quantization.mode" if "quantization.mode" in out.given else "target.chip"
     node = out.given.get(field) or out.sections["target"]
-    where = "target.device_memory_bytes" if recipe.target.device_memory_bytes else "the board default"
     raise _fail(node.loc, field, f"expected room for the model in {recipe.target.chip}'s "
-                f"{memory.limit_bytes / 2**30:.2f} GiB of device memory ({where}), got a model that needs "
-                f"{memory.breakdown()}: use a smaller quantization.mode, shorter stages, or set "
-                "target.device_memory_bytes")
+                f"{memory.limit_bytes / 2**30:.2f} GiB of device memory ({limit_source(recipe)}), got a model that "
+                f"needs {memory.breakdown()}: {FIT_ADVICE}")
 
 
 def _config_json(checkpoint: str | Path | None, config_file: str | Path | None) -> Path | None:

@@ -13,9 +13,8 @@ from typing import Any
 
 from llmbuild import LlmbuildError
 from llmbuild.locations import BUILD_DIR_ENV
-from llmbuild.recipe.loader import RECIPES_ENV
+from llmbuild.recipe.loader import MODELS_ENV, RECIPES_ENV
 
-MODELS_ENV = "LLMBUILD_MODELS"
 # config key -> (environment variable, default when neither is set)
 _KEYS = {"build_dir": (BUILD_DIR_ENV, "build"), "recipes_dir": (RECIPES_ENV, "recipes"),
          "models_dir": (MODELS_ENV, None)}
