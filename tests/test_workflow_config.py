@@ -57,9 +57,13 @@ def test_a_bad_configuration_is_refused_by_its_schema(config: str, expected: str
 
 
 def test_keys_fall_back_to_the_environment_and_are_exported(monkeypatch: pytest.MonkeyPatch) -> None:
+    # setenv first, so that monkeypatch restores every variable the function exports (delenv of an unset
+    # variable records nothing, and the export would outlive the test).
+    for name in ("LLMBUILD_BUILD_DIR", "LLMBUILD_RECIPES", "LLMBUILD_MODELS"):
+        monkeypatch.setenv(name, "unset-by-the-test")
     monkeypatch.setenv("LLMBUILD_BUILD_DIR", "/from/env")
-    monkeypatch.delenv("LLMBUILD_RECIPES", raising=False)
-    monkeypatch.delenv("LLMBUILD_MODELS", raising=False)
+    monkeypatch.delenv("LLMBUILD_RECIPES")
+    monkeypatch.delenv("LLMBUILD_MODELS")
     config = apply_workflow_config({"build_dir": None, "recipes_dir": "/r", "models_dir": None, "recipes": None})
     assert (config.build_dir, config.recipes_dir, config.models_dir) == ("/from/env", "/r", None)
     assert os.environ["LLMBUILD_RECIPES"] == "/r" and "LLMBUILD_MODELS" not in os.environ
