@@ -27,6 +27,7 @@ class OpDef:
     top: str | None  # the top op lowered to it ("SiLU" for Active); None: made by the lowering itself (Cast)
     grouping: str  # GROUPINGS: row by row (row_local), flash attention, the key block's concat, or whole
     cost: str  # COSTS: MAC work, attention's own rule, vector work per element, or nothing (a view)
+    also_from: tuple[str, ...] = ()  # other top ops lowered to it (GELU for Active, with its own mode)
 
 
 OPS: tuple[OpDef, ...] = (
@@ -66,14 +67,20 @@ OPS: tuple[OpDef, ...] = (
     OpDef("Mul", "Elementwise product with broadcasting: the gated MLP.",
           '%m = "tpu.Mul"(%a, %b) : (tensor<1x16x128xbf16>, tensor<1x16x128xbf16>) -> tensor<1x16x128xbf16>',
           "Mul", "row_local", "vector"),
-    OpDef("Active", "An activation chosen by mode (TPU-MLIR's Active); SILU here, from top.SiLU.",
+    OpDef("Active", "An activation chosen by mode (TPU-MLIR's Active): SILU from top.SiLU, GELU from top.GELU.",
           '%g = "tpu.Active"(%x) {mode = "SILU"} : (tensor<1x16x128xbf16>) -> tensor<1x16x128xbf16>',
-          "SiLU", "row_local", "vector"),
+          "SiLU", "row_local", "vector", also_from=("GELU",)),
     OpDef("Softmax", "softmax over an axis.",
           '%p = "tpu.Softmax"(%x) {axis = -1 : i64} : (tensor<1x4x16x64xf32>) -> tensor<1x4x16x64xf32>',
           "Softmax", "whole", "vector"),
     OpDef("Cast", "Element type conversion, round to nearest even; inserted by the lowering.",
           '%c = "tpu.Cast"(%x) : (tensor<1x16x64xbf16>) -> tensor<1x16x64xf32>', None, "row_local", "vector"),
+    OpDef("LayerNorm", "(x - mean) / sqrt(var + eps) * gamma + beta over the last axis: the vision towers' norm.",
+          '%y = "tpu.LayerNorm"(%x, %g, %b) {eps = 1.0e-06 : f64} : (tensor<1x1025x1024xbf16>, ...) -> '
+          "tensor<1x1025x1024xbf16>", "LayerNorm", "row_local", "vector"),
+    OpDef("Slice", "Rows start:end of one axis: a vision tower's output without its class token.",
+          '%s = "tpu.Slice"(%x) {axis = 1 : i64, start = 1 : i64, end = 1025 : i64} : (tensor<1x1025x1024xbf16>) '
+          "-> tensor<1x1024x1024xbf16>", "Slice", "whole", "vector"),
 )
 BY_NAME = {op.name: op for op in OPS}
 
@@ -123,8 +130,8 @@ def missing_pieces(op: OpDef, pieces: Pieces) -> list[str]:
         missing.append(f"{tpu_name} in dialects/tpu.py")
     elif tpu_class.__doc__ is None:
         missing.append(f"a docstring on {tpu_name}")
-    if op.top is not None:
-        top_name = f"top.{op.top}"
+    for source in ((op.top,) if op.top is not None else ()) + op.also_from:
+        top_name = f"top.{source}"
         top_class = pieces.top_ops.get(top_name)
         if top_class is None:
             missing.append(f"{top_name} in dialects/top.py")
@@ -132,8 +139,8 @@ def missing_pieces(op: OpDef, pieces: Pieces) -> list[str]:
             missing.append(f"a docstring on {top_name}")
         if tpu_class is not None and pieces.lowering.get(top_name) is not tpu_class:
             missing.append(f"the lowering {top_name} -> {tpu_name} in passes/lower_top_to_tpu.py")
-        if op.top not in pieces.kernels:
-            missing.append(f"the kernel {op.top!r} (the interpreter runs top ops) in numerics/kernels.py")
+        if source not in pieces.kernels:
+            missing.append(f"the kernel {source!r} (the interpreter runs top ops) in numerics/kernels.py")
     if op.name not in pieces.opcodes:
         missing.append(f"an opcode for {op.name} in binary/program.py")
     if op.name not in pieces.kernels:

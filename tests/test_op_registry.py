@@ -21,7 +21,8 @@ def test_every_op_of_the_dialects_and_the_binary_is_registered() -> None:
     pieces = current_pieces()
     names = {op.name for op in OPS}
     assert {n.split(".")[1] for n in pieces.tpu_ops if n not in STRUCTURE} == names
-    assert {n.split(".")[1] for n in pieces.top_ops if n not in STRUCTURE} == {op.top for op in OPS if op.top}
+    assert {n.split(".")[1] for n in pieces.top_ops if n not in STRUCTURE} == {
+        t for op in OPS for t in ((op.top,) if op.top else ()) + op.also_from}
     assert set(pieces.opcodes) - {"Load", "Store"} == names
 
 

@@ -30,6 +30,7 @@ from llmbuild import LlmbuildError, one_line
 OPCODES = (
     "Gather", "RMSNorm", "MatMul", "Reshape", "Permute", "Rope", "FAttention",
     "Concat", "Add", "Mul", "Active", "Softmax", "Cast", "A16MatMul", "Load", "Store", "A16Gather",
+    "LayerNorm", "Slice",
 )
 OPCODE_OF = {name: i + 1 for i, name in enumerate(OPCODES)}
 DTYPES = ("f32", "f16", "bf16", "i32", "u8")

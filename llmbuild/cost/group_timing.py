@@ -48,6 +48,7 @@ ATTENTION_OPS = ("FAttention",)
 EU_OPS_PER_ELEMENT = {
     "RMSNorm": RMSNORM_OPS, "Rope": ROPE_OPS, "Active": SILU_MUL_OPS - 1, "Add": ADD_OPS, "Mul": ADD_OPS,
     "Softmax": SOFTMAX_OPS, "Cast": 1, "Concat": 1, "Permute": 1, "Gather": 1, "A16Gather": 1, "Reshape": 0,
+    "LayerNorm": RMSNORM_OPS + 2, "Slice": 1,  # LayerNorm: RMSNorm's work plus centring and the bias
 }
 DMA_OPS = ("Load", "Store")
 MAC_DTYPES = ("f32", "bf16", "f16")

@@ -110,6 +110,40 @@ class RMSNormBase(IRDLOperation):
         _expect(shape_of(self.output) == shape_of(self.input), self, "output shape must equal input")
 
 
+class LayerNormBase(IRDLOperation):
+    """`(x - mean(x)) / sqrt(var(x) + eps) * gamma + beta` over the last axis (the vision towers' norm)."""
+
+    input = operand_def(TensorType)
+    gamma = operand_def(TensorType)
+    beta = operand_def(TensorType)
+    output = result_def(TensorType)
+    eps = attr_def(FloatAttr)
+
+    def verify_(self) -> None:
+        last = shape_of(self.input)[-1:]
+        _expect(shape_of(self.gamma) == last and shape_of(self.beta) == last, self,
+                "gamma and beta must match the last axis")
+        _expect(shape_of(self.output) == shape_of(self.input), self, "output shape must equal input")
+
+
+class SliceBase(IRDLOperation):
+    """`input[..., start:end, ...]` along one axis, step 1 (a vision tower drops its class token)."""
+
+    input = operand_def(TensorType)
+    output = result_def(TensorType)
+    axis = attr_def(IntegerAttr)
+    start = attr_def(IntegerAttr)
+    end = attr_def(IntegerAttr)
+
+    def verify_(self) -> None:
+        src = shape_of(self.input)
+        axis, start, end = self.axis.value.data, self.start.value.data, self.end.value.data
+        _expect(0 <= axis < len(src), self, f"axis {axis} out of range for rank {len(src)}")
+        _expect(0 <= start < end <= src[axis], self, f"slice {start}:{end} out of range [0, {src[axis]}]")
+        want = src[:axis] + (end - start,) + src[axis + 1 :]
+        _expect(shape_of(self.output) == want, self, f"output shape should be {want}")
+
+
 class MatMulBase(IRDLOperation):
     """`input @ right (+ bias)` over the last axis; right is [K, N], or [N, K] with right_transpose."""
 
@@ -318,7 +352,7 @@ class SoftmaxBase(UnaryBase):
 
 
 class ActiveBase(UnaryBase):
-    """TPU-MLIR's `Active`: an activation function chosen by `mode` (SILU here)."""
+    """TPU-MLIR's `Active`: an activation function chosen by `mode` (SILU, GELU)."""
 
     mode = attr_def(StringAttr)
 

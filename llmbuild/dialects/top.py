@@ -193,6 +193,44 @@ class SiLUOp(common.UnaryBase):
 
 
 @irdl_op_definition
+class GELUOp(common.UnaryBase):
+    """GELU, the exact (erf) form: x / 2 * (1 + erf(x / sqrt(2))). Lowered to tpu.Active {mode = "GELU"}.
+
+    Example:
+
+        %g = "top.GELU"(%x) : (tensor<1x1025x4096xf32>) -> tensor<1x1025x4096xf32>
+    """
+
+    name = "top.GELU"
+
+
+@irdl_op_definition
+class LayerNormOp(common.LayerNormBase):
+    """(x - mean) / sqrt(var + eps) * gamma + beta over the last axis.
+
+    Example:
+
+        %y = "top.LayerNorm"(%x, %g, %b) {eps = 1.0e-06 : f64} : (tensor<1x1025x1024xf32>, tensor<1024xf32>,
+        tensor<1024xf32>) -> tensor<1x1025x1024xf32>
+    """
+
+    name = "top.LayerNorm"
+
+
+@irdl_op_definition
+class SliceOp(common.SliceBase):
+    """Rows start:end of one axis.
+
+    Example:
+
+        %s = "top.Slice"(%x) {axis = 1 : i64, start = 1 : i64, end = 1025 : i64} : (tensor<1x1025x1024xf32>) ->
+        tensor<1x1024x1024xf32>
+    """
+
+    name = "top.Slice"
+
+
+@irdl_op_definition
 class SoftmaxOp(common.SoftmaxBase):
     """softmax over an axis.
 
@@ -223,6 +261,9 @@ Top = Dialect(
         MulOp,
         SiLUOp,
         SoftmaxOp,
+        GELUOp,
+        LayerNormOp,
+        SliceOp,
     ],
     [],
 )

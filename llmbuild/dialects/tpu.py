@@ -276,7 +276,7 @@ class MulOp(common.ElementwiseBase):
 
 @irdl_op_definition
 class ActiveOp(common.ActiveBase):
-    """An activation chosen by mode (TPU-MLIR's Active); SILU here, from top.SiLU.
+    """An activation chosen by mode (TPU-MLIR's Active): SILU from top.SiLU, GELU from top.GELU.
 
     Example:
 
@@ -284,6 +284,32 @@ class ActiveOp(common.ActiveBase):
     """
 
     name = "tpu.Active"
+
+
+@irdl_op_definition
+class LayerNormOp(common.LayerNormBase):
+    """(x - mean) / sqrt(var + eps) * gamma + beta over the last axis, computed in f32.
+
+    Example:
+
+        %y = "tpu.LayerNorm"(%x, %g, %b) {eps = 1.0e-06 : f64} : (tensor<1x1025x1024xbf16>, tensor<1024xbf16>,
+        tensor<1024xbf16>) -> tensor<1x1025x1024xbf16>
+    """
+
+    name = "tpu.LayerNorm"
+
+
+@irdl_op_definition
+class SliceOp(common.SliceBase):
+    """Rows start:end of one axis, copied.
+
+    Example:
+
+        %s = "tpu.Slice"(%x) {axis = 1 : i64, start = 1 : i64, end = 1025 : i64} : (tensor<1x1025x1024xbf16>) ->
+        tensor<1x1024x1024xbf16>
+    """
+
+    name = "tpu.Slice"
 
 
 @irdl_op_definition
@@ -424,6 +450,8 @@ Tpu = Dialect(
         ActiveOp,
         SoftmaxOp,
         CastOp,
+        LayerNormOp,
+        SliceOp,
         GroupOp,
         LoadOp,
         StoreOp,

@@ -53,7 +53,7 @@ MATMULS = ("tpu.MatMul", "tpu.A16MatMul")
 # Ops whose output row t depends only on row t of their activation operands (tokens on axis 1).
 ROW_LOCAL = frozenset(
     {"tpu.RMSNorm", "tpu.MatMul", "tpu.A16MatMul", "tpu.Add", "tpu.Mul", "tpu.Active", "tpu.Cast", "tpu.Rope",
-     "tpu.Gather", "tpu.A16Gather", "tpu.Reshape"}
+     "tpu.Gather", "tpu.A16Gather", "tpu.Reshape", "tpu.LayerNorm"}
 )
 
 

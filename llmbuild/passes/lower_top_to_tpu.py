@@ -57,9 +57,14 @@ TOP_TO_TPU: dict[str, type[Operation]] = {
     "top.Mul": tpu.MulOp,
     "top.SiLU": tpu.ActiveOp,
     "top.Softmax": tpu.SoftmaxOp,
+    "top.GELU": tpu.ActiveOp,
+    "top.LayerNorm": tpu.LayerNormOp,
+    "top.Slice": tpu.SliceOp,
 }
+# Activations lowered to tpu.Active, with its mode.
+ACTIVE_MODES = {"top.SiLU": "SILU", "top.GELU": "GELU"}
 # Ops that only move data: they keep the precision of their (float) input.
-DATA_MOVEMENT = ("top.Gather", "top.Reshape", "top.Permute", "top.Concat")
+DATA_MOVEMENT = ("top.Gather", "top.Reshape", "top.Permute", "top.Concat", "top.Slice")
 
 
 def _packed_levels(weight: Operation) -> TensorType:
@@ -118,8 +123,8 @@ class LowerTopToTpu(ModulePass):
             if cls is None:
                 raise LlmbuildError(f"lower-top-to-tpu: no lowering for {old.name}")
             attrs = dict(old.attributes)
-            if old.name == "top.SiLU":
-                attrs["mode"] = StringAttr("SILU")
+            if old.name in ACTIVE_MODES:
+                attrs["mode"] = StringAttr(ACTIVE_MODES[old.name])
             if old.name in ("top.A16MatMul", "top.A16Gather"):
                 # the device reads packed levels and rounds the dequantized weight to the activation type
                 attrs["packed"] = bool_attr(old.attributes["weight_bits"].value.data == 4)
