@@ -84,6 +84,14 @@ class TargetConfig:
 
 
 @dataclass(frozen=True)
+class VisionConfig:
+    family: str  # how the tower and projector are defined (schema_table.VISION_FAMILIES)
+    exporter: str = "legacy"  # torch.onnx exporter: legacy | dynamo
+    config: dict[str, Any] | None = None  # synthetic: the vision-language config.json fields
+    image_cosine: float = 0.9999  # the vision net's features against transformers
+
+
+@dataclass(frozen=True)
 class StagesConfig:
     seq_length: int  # S: KV-cache capacity
     prefill_length: int  # L: tokens per prefill / prefill_kv call
@@ -119,5 +127,6 @@ class Recipe:
     stages: StagesConfig
     verify: VerifyConfig
     build: bool = True  # false: for `llmbuild estimate` only; `snakemake all` skips it
+    vision: VisionConfig | None = None  # a vision-language model's tower (the `vit` net)
     # The validated mapping, sections as plain data: used for per-section digests (Snakemake params).
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)

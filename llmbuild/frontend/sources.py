@@ -48,8 +48,9 @@ def gguf_file(source: SourceConfig) -> Path:
     return path
 
 
-def prepare_checkpoint(source: SourceConfig, checkpoint_dir: Path) -> None:
-    """Write what the later stages need into `checkpoint_dir`, atomically (all or nothing)."""
+def prepare_checkpoint(source: SourceConfig, checkpoint_dir: Path, vision: dict | None = None) -> None:
+    """Write what the later stages need into `checkpoint_dir`, atomically (all or nothing). `vision`: a
+    synthetic vision-language model's fields besides the text model's (recipe `vision.config`)."""
     from llmbuild.frontend.tokenizer_files import write_json, write_tokenizer_from_gguf
 
     checkpoint_dir = Path(checkpoint_dir)
@@ -58,7 +59,7 @@ def prepare_checkpoint(source: SourceConfig, checkpoint_dir: Path) -> None:
 
         if not source.config:
             raise LlmbuildError("source: a synthetic source needs 'config' (HF config.json fields)")
-        make_synthetic_checkpoint(source.config, source.seed, checkpoint_dir)
+        make_synthetic_checkpoint(source.config, source.seed, checkpoint_dir, vision)
     elif source.kind == "gguf":
         path = gguf_file(source).resolve()
         with atomic_directory(checkpoint_dir) as tmp:

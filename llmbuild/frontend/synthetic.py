@@ -40,9 +40,13 @@ BIAS_STD = 0.1
 NORM_SPREAD = 0.1  # norm weights ~ scale * (1 + U(-spread, spread)), so a swapped norm would show
 
 
-def make_synthetic_checkpoint(config: Mapping[str, Any], seed: int, out_dir: Path) -> None:
+def make_synthetic_checkpoint(config: Mapping[str, Any], seed: int, out_dir: Path,
+                              vision: Mapping[str, Any] | None = None) -> None:
     """Write an HF checkpoint (config, float32 safetensors, tokenizer, generation config) for
-    `config` (config.json fields; model_type required) with weights from `seed`."""
+    `config` (config.json fields; model_type required) with weights from `seed`. With `vision` (a vision-
+    language model's config.json fields besides the text model's), also the whole vision-language model
+    in transformers' native layout under `vlm/` (llmbuild/frontend/synthetic_vlm.py), sharing the text
+    weights and the tokenizer, which then has the image tokens."""
     from llmbuild.frontend.atomic import atomic_directory
     from llmbuild.frontend.tokenizer_files import write_json
 
@@ -50,7 +54,9 @@ def make_synthetic_checkpoint(config: Mapping[str, Any], seed: int, out_dir: Pat
     arch = get_architecture(architecture_for_hf_model_type(hf_config["model_type"]))
     spec = arch.spec_from_hf_config(hf_config, origin="source.config")
     tensors = random_tensors(spec, seed)
-    tokenizer = train_tokenizer(spec.vocab_size)
+    from llmbuild.frontend.synthetic_vlm import IMAGE_TOKENS, write_synthetic_vlm
+
+    tokenizer = train_tokenizer(spec.vocab_size, IMAGE_TOKENS if vision is not None else ())
 
     from safetensors.numpy import save_file
 
@@ -60,6 +66,8 @@ def make_synthetic_checkpoint(config: Mapping[str, Any], seed: int, out_dir: Pat
         (tmp / "tokenizer.json").write_text(tokenizer.to_str(pretty=True) + "\n", encoding="utf-8")
         write_json(tmp / "tokenizer_config.json", _tokenizer_config(hf_config, tokenizer))
         write_json(tmp / "generation_config.json", _generation_config(hf_config))
+        if vision is not None:
+            write_synthetic_vlm(tmp, hf_config, tensors, vision, seed, tokenizer)
 
 
 def full_hf_config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -126,8 +134,9 @@ def _init(rng: np.random.Generator, name: str, shape: tuple[int, ...], spec: Mod
     return (std * rng.standard_normal(shape, dtype=np.float32)).astype(np.float32)
 
 
-def train_tokenizer(vocab_size: int) -> Any:
-    """A byte-level BPE with exactly `vocab_size` tokens, trained on the shipped corpus."""
+def train_tokenizer(vocab_size: int, extra_specials: tuple[str, ...] = ()) -> Any:
+    """A byte-level BPE with exactly `vocab_size` tokens, trained on the shipped corpus; `extra_specials`
+    (a vision model's image tokens) take the places of the last reserved tokens."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     # The trainer breaks count ties by pair order, so its result does not depend on thread count
@@ -137,7 +146,7 @@ def train_tokenizer(vocab_size: int) -> Any:
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
+        vocab_size=vocab_size - len(extra_specials),
         min_frequency=2,
         special_tokens=[AddedToken(t, normalized=False, special=True) for t in SPECIAL_TOKENS],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
@@ -147,9 +156,10 @@ def train_tokenizer(vocab_size: int) -> Any:
     tokenizer.train_from_iterator(lines, trainer=trainer)
     # A small corpus runs out of merges before a large vocab_size: fill up with reserved tokens so
     # the tokenizer and the embedding agree on the vocabulary size.
-    missing = vocab_size - tokenizer.get_vocab_size(with_added_tokens=True)
+    missing = vocab_size - tokenizer.get_vocab_size(with_added_tokens=True) - len(extra_specials)
     tokenizer.add_special_tokens(
         [AddedToken(f"<|reserved_{i}|>", normalized=False, special=True) for i in range(missing)]
+        + [AddedToken(t, normalized=False, special=True) for t in extra_specials]
     )
     if tokenizer.get_vocab_size(with_added_tokens=True) != vocab_size:
         raise LlmbuildError(f"source.config: could not build a tokenizer of vocab_size {vocab_size}")

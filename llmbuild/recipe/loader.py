@@ -33,6 +33,7 @@ from llmbuild.recipe_types import (
     StagesConfig,
     TargetConfig,
     VerifyConfig,
+    VisionConfig,
 )
 
 if TYPE_CHECKING:
@@ -414,7 +415,14 @@ def _check_source_fields(out: _Checked) -> None:
             where = model_type.loc if model_type is not None else config.loc
             got = _describe(model_type.value) if model_type is not None else "nothing"
             raise _fail(where, "source.config.model_type", f"expected a string, got {got}")
-    elif kind == "gguf":
+    vision_config = out.given.get("vision.config")
+    if vision_config is not None and "vision.family" not in out.given:
+        raise _fail(vision_config.loc, "vision.config", "expected vision.family with it (the tower's "
+                                                        "definition), got no vision.family")
+    if vision_config is not None and kind != "synthetic":
+        raise _fail(vision_config.loc, "vision.config", f"expected no vision.config for source.kind {kind} "
+                                                        "(the checkpoint's config.json has it)")
+    if kind == "gguf":
         has_path, has_pkg, has_file = (f"source.{k}" in out.given for k in ("path", "package", "file"))
         if has_path and (has_pkg or has_file):
             key = "package" if has_pkg else "file"
@@ -745,8 +753,16 @@ def _build(name: str, path: Path, raw: dict[str, Any], checkpoint: Path | None,
         stages=StagesConfig(**raw["stages"]),
         verify=VerifyConfig(**{**verify, **_absent_tolerances(verify, quant["mode"]), "prompt_ids": prompt_ids}),
         build=raw["build"],
+        vision=_vision(raw["vision"], quant["mode"]),
         raw=raw,
     )
+
+
+def _vision(vision: dict[str, Any], mode: str) -> VisionConfig | None:
+    if vision["family"] is None:
+        return None
+    cosine = vision["image_cosine"] if vision["image_cosine"] is not None else 0.9999 if mode == "f32" else 0.999
+    return VisionConfig(vision["family"], vision["exporter"], copy.deepcopy(vision["config"]), cosine)
 
 
 def _absent_tolerances(verify: dict[str, Any], mode: str) -> dict[str, float]:

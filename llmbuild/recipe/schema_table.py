@@ -19,6 +19,8 @@ from typing import Any
 from llmbuild.recipe_types import DEFAULT_CALIBRATION, DEFAULT_GROUP_SIZE, LM_HEAD_CHOICES, METHODS, MODE_CHOICES
 
 SOURCE_KINDS = ("synthetic", "hf", "gguf")
+VISION_FAMILIES = ("internvl",)
+VISION_EXPORTERS = ("legacy", "dynamo")
 
 # The architectures the frontend registry is expected to provide; used only until it exists.
 _FALLBACK_ARCHITECTURES = ("llama", "qwen2", "qwen3")
@@ -279,6 +281,22 @@ FIELDS: tuple[FieldSpec, ...] = (
               constraint=Positive()),
     FieldSpec("stages.prefill_length", "integer", "L: tokens per prefill call.", required=True,
               constraint=Positive(), note="<= `stages.seq_length`"),
+    FieldSpec("vision", "section", "The vision tower of a vision-language model (absent: a text model).",
+              default={}),
+    FieldSpec("vision.family", "string",
+              "How the tower and its projector are defined: `internvl` (transformers' native InternVL: "
+              "InternViT, pixel shuffle, MLP projector). Absent: no vision net.",
+              default=None, constraint=OneOf(lambda: VISION_FAMILIES)),
+    FieldSpec("vision.exporter", "string",
+              "torch.onnx exporter of the tower: `legacy` (tracing, opset 17) or `dynamo` (opset 18).",
+              default="legacy", constraint=OneOf(lambda: VISION_EXPORTERS)),
+    FieldSpec("vision.config", "mapping",
+              "synthetic: the vision-language config.json fields besides the text model's "
+              "(`vision_config`, `downsample_ratio`, ...); the text model is `source.config`.",
+              default=None, note="needs `vision.family`; synthetic sources only"),
+    FieldSpec("vision.image_cosine", "number",
+              "Cosine similarity of the compiled vision net's image features against transformers. "
+              "Absent: 0.9999 in f32, 0.999 otherwise.", default=None, constraint=_TOL),
     FieldSpec("verify", "section", "Acceptance thresholds of the verification steps.", default={}),
     FieldSpec("verify.top_cosine", "number",
               "Cosine similarity of the numpy TOP interpretation against transformers, per layer "
@@ -315,7 +333,8 @@ BY_PATH: dict[str, FieldSpec] = {f.path: f for f in FIELDS}
 
 # Rules that involve more than one field; the loader checks each of them.
 RULES: tuple[str, ...] = (
-    "Unknown keys are errors anywhere except inside `source.config`.",
+    "Unknown keys are errors anywhere except inside `source.config` and `vision.config`.",
+    "`vision.config` needs `vision.family` and a synthetic source.",
     "`stages.prefill_length` must not exceed `stages.seq_length`.",
     "A `source` field that does not apply to `source.kind` is an error (e.g. `config` with `hf`).",
     "`synthetic` needs `source.config` with a string `model_type`.",

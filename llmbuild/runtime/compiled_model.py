@@ -40,6 +40,7 @@ class Executor(Protocol):
     def run(self, prog: Program) -> None: ...
     def get_output(self, prog: Program, name: str) -> np.ndarray: ...
     def copy_rows(self, src: TensorDesc, dst: TensorDesc, at: int, rows: int) -> None: ...
+    def set_output(self, prog: Program, name: str, value: np.ndarray) -> None: ...
 
 
 class _Programs(dict):
@@ -189,6 +190,24 @@ class CompiledModel:
                               int(self.meta["memory"]["total_bytes"]))
         self.history = 0  # rows of the KV cache that hold real tokens
         self.counts = StageCounts()
+        self._vision: Any = None
+
+    @property
+    def vision(self) -> Any:
+        """The binary's vit net (runtime/vision.py), loaded when first asked for."""
+        if self._vision is None:
+            from llmbuild.runtime.vision import VisionNet
+
+            meta = self.meta.get("vision")
+            if not isinstance(meta, dict):
+                raise LlmbuildError(f"{self.path}: this binary has no vision net (a text model takes no images)")
+            lmem = None
+            if self.faithful:
+                from llmbuild.chips import load_chip
+
+                lmem = load_chip(self.meta["chip"]).lmem_bytes
+            self._vision = VisionNet(self.container, meta, self.faithful, lmem)
+        return self._vision
 
     # ---- one chunk / one token ----------------------------------------------------------------
 
@@ -231,8 +250,9 @@ class CompiledModel:
         return self.device.get_output(prog, "logits")[0]
 
     @_quiet
-    def prefill_chunk(self, ids: list[int]) -> np.ndarray:
-        """Run up to L tokens after the current history; returns the last token's logits."""
+    def prefill_chunk(self, ids: list[int], rows: dict[int, np.ndarray] | None = None) -> np.ndarray:
+        """Run up to L tokens after the current history; returns the last token's logits. `rows`: index in
+        `ids` -> the hidden row that replaces that token's embedding (an image's features)."""
         n = len(ids)
         if not 0 < n <= self.L:
             raise LlmbuildError(f"a chunk holds 1..{self.L} tokens, got {n}")
@@ -243,6 +263,12 @@ class CompiledModel:
         padded = np.zeros((1, self.L), dtype=np.int32)
         padded[0, :n] = ids
         self._run("embedding", {"input_ids": padded}, n)
+        if rows:
+            embedding = self.nets["embedding"]
+            hidden = np.array(self.device.get_output(embedding, "hidden_states"), dtype=np.float32)
+            for row, value in rows.items():
+                hidden[0, row] = value
+            self.device.set_output(embedding, "hidden_states", hidden)
         first = self.history == 0
         if first:
             pos, mask = masks.prefill(n, self.L, self.S)
@@ -273,23 +299,32 @@ class CompiledModel:
         self.history += 1
         return self._logits(prog, 0)
 
-    def prefill(self, ids: list[int]) -> np.ndarray:
-        """A prompt of any length: the first chunk by `prefill`, the rest by `prefill_kv`."""
+    def prefill(self, ids: list[int], rows: dict[int, np.ndarray] | None = None) -> np.ndarray:
+        """A prompt of any length: the first chunk by `prefill`, the rest by `prefill_kv`. `rows`: index in
+        `ids` -> a row replacing that token's embedding (image features, `image_rows`)."""
         if not ids:
             raise LlmbuildError("empty prompt")
         logits = None
         for start in range(0, len(ids), self.L):
-            logits = self.prefill_chunk(ids[start : start + self.L])
+            chunk = {i - start: v for i, v in (rows or {}).items() if start <= i < start + self.L}
+            logits = self.prefill_chunk(ids[start : start + self.L], chunk)
         assert logits is not None
         return logits
 
+    def image_rows(self, ids: list[int], images: list[np.ndarray]) -> dict[int, np.ndarray]:
+        """Index in `ids` -> image feature row: the i-th run of image-token ids takes the i-th image's
+        features (pixels as runtime/vision.load_pixels makes them), computed by the vit net."""
+        return image_rows(ids, [self.vision.features(p) for p in images], int(self.vision.meta["image_token_id"]))
+
     def generate(
-        self, prompt: list[int], max_new_tokens: int, eos_ids: tuple[int, ...] = ()
+        self, prompt: list[int], max_new_tokens: int, eos_ids: tuple[int, ...] = (),
+        images: list[np.ndarray] | None = None,
     ) -> tuple[list[int], list[np.ndarray]]:
-        """Greedy generation after the current history. Returns (new ids, logits per step)."""
+        """Greedy generation after the current history. Returns (new ids, logits per step). `images`: the
+        pixels of the images whose token runs the prompt holds, in order."""
         out: list[int] = []
         steps: list[np.ndarray] = []
-        logits = self.prefill(prompt)
+        logits = self.prefill(prompt, self.image_rows(prompt, images) if images else None)
         for _ in range(max_new_tokens):
             steps.append(logits)
             token = int(np.argmax(logits))
@@ -328,3 +363,24 @@ def load_tokenizer(model: CompiledModel):
     except Exception as exc:  # noqa: BLE001 - the tokenizers library raises plain Exceptions for bad JSON
         raise LlmbuildError(f"{model.path}: section tokenizer: not a tokenizer this runtime reads "
                             f"({type(exc).__name__}: {one_line(str(exc)[:200])})") from None
+
+
+def image_rows(ids: list[int], features: list[np.ndarray], image_token_id: int) -> dict[int, np.ndarray]:
+    """Index in `ids` -> feature row, the runs of `image_token_id` filled by `features` in order (each run
+    exactly one image's rows, as the prompt builders make them)."""
+    runs: list[int] = []
+    for i, token in enumerate(ids):
+        if token == image_token_id and (i == 0 or ids[i - 1] != image_token_id):
+            runs.append(i)
+    if len(runs) != len(features):
+        raise LlmbuildError(f"the prompt holds {len(runs)} image(s) (runs of token {image_token_id}), "
+                            f"got {len(features)} image(s)")
+    rows: dict[int, np.ndarray] = {}
+    for start, feats in zip(runs, features, strict=True):
+        end = start
+        while end < len(ids) and ids[end] == image_token_id:
+            end += 1
+        if end - start != len(feats):
+            raise LlmbuildError(f"an image takes {len(feats)} tokens, the prompt's run at {start} has {end - start}")
+        rows.update({start + k: feats[k] for k in range(len(feats))})
+    return rows

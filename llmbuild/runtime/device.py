@@ -140,6 +140,14 @@ class Device:
                 return self.read(prog.tensors[t]).copy()
         raise KeyError(f"{prog.net} has no output {name}")
 
+    def set_output(self, prog: Program, name: str, value: np.ndarray) -> None:
+        """Overwrite an output of the program last run (the runtime puts image features into embeddings)."""
+        for n, t in prog.outputs:
+            if n == name:
+                self.write(prog.tensors[t], value)
+                return
+        raise KeyError(f"{prog.net} has no output {name}")
+
     def copy_rows(self, src: TensorDesc, dst: TensorDesc, at: int, rows: int) -> None:
         """Rows [0, rows) of `src` into rows [at, at+rows) of `dst` (axis 1), as stored bytes: how the
         runtime appends a net's new k/v rows to a layer's cache."""

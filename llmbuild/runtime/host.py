@@ -421,6 +421,13 @@ class HostExecutor:
             raise KeyError(f"{prog.net} has no output {name}")
         return _fit(self.buffers[desc.address], desc.shape)
 
+    def set_output(self, prog: Program, name: str, value: np.ndarray) -> None:
+        """Overwrite an output of the program last run, rounded to its element type as a store would."""
+        desc = self._program(prog).output_descs.get(name)
+        if desc is None:
+            raise KeyError(f"{prog.net} has no output {name}")
+        self.buffers[desc.address] = np.ascontiguousarray(round_to(np.asarray(value).reshape(desc.shape), desc.dtype))
+
     def copy_rows(self, src: TensorDesc, dst: TensorDesc, at: int, rows: int) -> None:
         """Rows [0, rows) of the buffer at `src` into rows [at, at+rows) of the cache at `dst` (axis 1)."""
         new = _fit(self.buffers[src.address], src.shape)

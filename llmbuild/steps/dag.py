@@ -28,7 +28,8 @@ STEP_SECTIONS = {
     "compile": _COMPILE_SECTIONS,
     "layer": _COMPILE_SECTIONS,
     "head": _COMPILE_SECTIONS,
-    "link": _COMPILE_SECTIONS,
+    "link": (*_COMPILE_SECTIONS, "vision"),
+    "vision": ("source", "architecture", "quantization", "target", "vision"),
     "check": _COMPILE_SECTIONS,  # and verify.check_tokens (digest), not the tolerances
     "verify": ("verify",),
     "quantize": ("source", "architecture", "quantization"),
@@ -47,6 +48,7 @@ STEP_ENTRY = {
     "layer": ("llmbuild.steps.layer",),
     "head": ("llmbuild.steps.head",),
     "link": ("llmbuild.steps.link",),
+    "vision": ("llmbuild.steps.vision",),
     "check": ("llmbuild.verify.checks",),
     "e2e": ("llmbuild.verify.e2e",),
     "verify": ("llmbuild.verify.verdict",),
@@ -56,6 +58,7 @@ STEP_DATA = {
     "layer": ("chips/data",),
     "head": ("chips/data",),
     "link": ("chips/data",),
+    "vision": ("chips/data",),
     "check": ("chips/data",),
     "e2e": ("chips/data",),
     "quantize": ("data/calibration",),
@@ -85,6 +88,13 @@ def recipe_problems(names: list[str]) -> tuple[dict[str, str], dict[str, str]]:
 @cache
 def recipe(name: str) -> Recipe:
     return load_recipe(name)
+
+
+def vision_files(name: str, build: str) -> list[str]:
+    """The vision step's outputs that link reads, for a recipe with a vision tower (else none)."""
+    if recipe(name).vision is None:
+        return []
+    return [f"{build}/{name}/vision/{f}" for f in ("vision.llmo", "weights.safetensors", "plan.json")]
 
 
 def code_digest(step: str | None = None) -> str:

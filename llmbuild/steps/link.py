@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from llmbuild import LlmbuildError, __version__
@@ -86,6 +86,11 @@ def link(recipe: Recipe) -> None:
     nets.sort(key=lambda n: (order.get(n[2], 2), n[0], stage_order.get(n[3], 0)))
     device_bytes = recipe.target.device_memory_bytes or chip.device_memory_bytes
     report = memory_report(plan, activation, device_bytes)
+    vision = _vision_parts(recipe, paths) if recipe.vision is not None else None
+    if vision is not None:
+        # The vit net's own address space (codegen/vision_plan.py) sits beside the language model's.
+        report["vision"] = vision.report
+        report["total_bytes"] += vision.report["total_bytes"]
     check_fits(recipe, report)
 
     bundle = read_tokenizer_bundle(tokenizer_dir(recipe, paths))
@@ -108,6 +113,8 @@ def link(recipe: Recipe) -> None:
             k: v for k in ("bos_token", "eos_token", "unk_token", "pad_token") if (v := getattr(bundle, k)) is not None
         },
     }
+    if vision is not None:
+        meta["vision"] = vision.meta
     sections = [
         ("meta", [json.dumps(meta, indent=1, sort_keys=True).encode()]),
         ("plan", [plan.to_json().encode()]),
@@ -116,6 +123,8 @@ def link(recipe: Recipe) -> None:
                                   plan)),
     ]
     sections += [(name, [bytes(obj.section(name))]) for _, name, _, _, obj in nets]
+    if vision is not None:
+        sections += vision.sections
     write_container(paths.binary(recipe.name), sections)
     write_json(paths.root / "memory.json", report)
     # The compiled groups timed on the chip's rates, next to the spec model's figures (docs/performance.md).
@@ -126,3 +135,50 @@ def link(recipe: Recipe) -> None:
         f"of {device_bytes / 2**30:.1f} GiB on {chip.name}; first token {perf['first_token_latency_s'] * 1e3:.2f} ms, "
         f"decode {perf['decode_tokens_per_s']:.1f} tokens/s (group-timed)"
     )
+
+
+@dataclass
+class _VisionParts:
+    meta: dict
+    report: dict
+    sections: list
+
+
+def _vision_parts(recipe: Recipe, paths: BuildPaths) -> _VisionParts:
+    """The vit net's program, plan and weight image, and what the runtime needs to feed it an image."""
+    from llmbuild.frontend.synthetic_vlm import IMAGE_TOKENS, VLM_DIR
+    from llmbuild.steps.vision import VIT_NET, vision_dir
+
+    out = vision_dir(paths)
+    plan = MemoryPlan.read(out / "plan.json")
+    obj = Container(out / "vision.llmo")
+    section = f"net:{VIT_NET}"
+    _, _, _, activation = decode_header(obj.section(section))
+    program = decode(obj.section(section))
+    shapes = {name: program.tensors[t].shape for name, t in [*program.inputs, *program.outputs]}
+    vlm = json.loads((paths.checkpoint / VLM_DIR / "config.json").read_text(encoding="utf-8"))
+    vocab = json.loads((paths.checkpoint / "tokenizer.json").read_text(encoding="utf-8"))
+    added = {t["content"]: t["id"] for t in vocab.get("added_tokens", [])}
+    missing = [t for t in IMAGE_TOKENS if t not in added]
+    if missing:
+        raise LlmbuildError(f"{paths.checkpoint / 'tokenizer.json'}: no {missing[0]!r} token (an InternVL "
+                            "tokenizer has <img>, </img> and <IMG_CONTEXT>)")
+    meta = {
+        "family": recipe.vision.family,
+        "net": VIT_NET,
+        "section": section,
+        "image_size": int(shapes["pixel_values"][-1]),
+        "tokens_per_image": int(shapes["image_features"][1]),
+        "inputs": {name: list(shape) for name, shape in shapes.items() if name != "image_features"},
+        # InternVL normalizes with ImageNet's mean and deviation, after a bicubic resize.
+        "mean": [0.485, 0.456, 0.406],
+        "std": [0.229, 0.224, 0.225],
+        "image_start_id": added[IMAGE_TOKENS[0]],
+        "image_end_id": added[IMAGE_TOKENS[1]],
+        "image_token_id": int(vlm.get("image_token_id", added[IMAGE_TOKENS[2]])),
+    }
+    report = memory_report(plan, activation, 0)
+    sections = [("vision_plan", [plan.to_json().encode()]),
+                ("vision_weights", _weight_image([out / "weights.safetensors"], plan)),
+                (section, [bytes(obj.section(section))])]
+    return _VisionParts(meta, {k: v for k, v in report.items() if k != "device_bytes"}, sections)

@@ -32,7 +32,11 @@ def prepare(recipe: Recipe) -> None:
 
 
 def _prepare(recipe: Recipe, paths: BuildPaths) -> None:
-    prepare_checkpoint(recipe.source, paths.checkpoint)
+    if recipe.vision is not None and recipe.source.kind != "synthetic":
+        raise LlmbuildError(f"{recipe.path}: vision: a vision-language model from a {recipe.source.kind} source "
+                            "is not supported yet (synthetic sources only: the language model must be read "
+                            "under its vision-language names)")
+    prepare_checkpoint(recipe.source, paths.checkpoint, recipe.vision.config if recipe.vision else None)
     source = open_source(recipe.source, paths.checkpoint)
     if isinstance(source, HFSource):
         # Before any step reads it: every tensor present with its shape, every float value finite, and

@@ -120,6 +120,12 @@ def step_resources(recipe: Recipe, spec: ModelSpec, step: str, faithful: bool = 
         kv = 2 * kv_bytes * size.layers * S * size.kv_width
         mb = BASE_MB["runtime"] + (1.15 * decoded + kv) / MB
         minutes = 5 + billions * 15
+    elif step == "vision":
+        # torch, the tower built from its config, torch.onnx's export and the import: measured 1.1 GB for the
+        # tiny InternVL; a real tower adds about 16 bytes a weight (float32 module, export, TopOp weights,
+        # the device image), which the spec of the language model does not give.
+        mb = BASE_MB["torch"] + 800
+        minutes = 10
     elif step == "link":
         mb = BASE_MB["compile"] + 100  # 16 MB reads, the programs decoded one at a time
         minutes = 2 + billions

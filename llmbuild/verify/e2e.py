@@ -13,6 +13,7 @@ transformers' apply_chat_template gave.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -62,5 +63,56 @@ def run_e2e(recipe: Recipe) -> dict:
         own = tok.chat_ids([{"role": "user", "content": recipe.verify.prompt}])
         result["chat_template_ids_equal"] = own == prompt
         result["text"] = tok.decode(ids)
+    if recipe.vision is not None:
+        result["image"] = image_e2e(recipe, paths, model, [int(i) for i in ref["generate.prompt_ids"]], eos)
     write_json(paths.e2e, result)
     return result
+
+
+IMAGE_SEED = 20261202
+
+
+def test_image(path: Path, size: int) -> Path:
+    """A fixed pseudo-random RGB image of the tower's size (smooth colour gradients and noise), written as
+    PNG so that the check reads it the way `llmbuild run --image` reads a user's file."""
+    from PIL import Image
+
+    rng = np.random.default_rng(IMAGE_SEED)
+    y, x = np.mgrid[0:size, 0:size] / max(size - 1, 1)
+    rgb = np.stack([x, y, 1 - x * y], axis=-1) * 200 + rng.integers(0, 56, (size, size, 3))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(np.clip(rgb, 0, 255).astype(np.uint8), "RGB").save(path)
+    return path
+
+
+def image_e2e(recipe: Recipe, paths: BuildPaths, model: CompiledModel, text_ids: list[int],
+              eos: tuple[int, ...]) -> dict:
+    """The binary with an image (its features from the vit net, copied into the image tokens' rows) against
+    transformers' InternVLForConditionalGeneration.generate on the same ids and pixels: greedy ids and the
+    first step's logits."""
+    import torch
+    import transformers
+
+    from llmbuild.frontend.synthetic_vlm import VLM_DIR
+    from llmbuild.runtime.vision import load_pixels
+
+    meta = model.vision.meta
+    image = test_image(paths.root / "vision" / "test_image.png", int(meta["image_size"]))
+    pixels = load_pixels(image, int(meta["image_size"]), meta["mean"], meta["std"])
+    prompt = model.vision.image_ids() + text_ids
+    model.reset()
+    ids, logits = model.generate(prompt, recipe.verify.max_new_tokens, eos, images=[pixels])
+    reference = transformers.InternVLForConditionalGeneration.from_pretrained(
+        paths.checkpoint / VLM_DIR, local_files_only=True).eval()
+    config = transformers.GenerationConfig(do_sample=False, max_new_tokens=recipe.verify.max_new_tokens,
+                                           eos_token_id=list(eos) or None, pad_token_id=eos[0] if eos else 0,
+                                           output_logits=True, return_dict_in_generate=True)
+    with torch.no_grad():
+        out = reference.generate(input_ids=torch.tensor([prompt]), pixel_values=torch.from_numpy(pixels),
+                                 generation_config=config)
+    expected = [int(i) for i in out.sequences[0, len(prompt):]]
+    parted = next((i for i, (a, b) in enumerate(zip(ids, expected, strict=False)) if a != b), None)
+    if parted is None and len(ids) != len(expected):
+        parted = min(len(ids), len(expected))
+    return {"prompt_ids": prompt, "ids": ids, "reference_ids": expected, "tokens_equal": ids == expected,
+            "first_difference": parted, "first_logits": similarity(logits[0], out.logits[0][0].numpy())}

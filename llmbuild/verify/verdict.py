@@ -68,6 +68,14 @@ def verify(recipe: Recipe) -> dict:
     if e2e["first_logits"]["cosine"] < v.logits_cosine:
         failures.append(f"end to end: first-step logits cosine {e2e['first_logits']['cosine']} "
                         f"< {v.logits_cosine}")
+    image = e2e.get("image")
+    if image is not None:
+        if v.exact_tokens and not image["tokens_equal"]:
+            failures.append(f"end to end with an image: greedy ids part from transformers at step "
+                            f"{image['first_difference']}")
+        if not image["first_logits"]["cosine"] >= v.logits_cosine:  # NaN fails too
+            failures.append(f"end to end with an image: first-step logits cosine {image['first_logits']['cosine']} "
+                            f"< {v.logits_cosine}")
     report = {
         "recipe": recipe.name,
         "passed": not failures,
@@ -80,6 +88,8 @@ def verify(recipe: Recipe) -> dict:
         "end_to_end": {k: e2e[k] for k in ("tokens_equal", "first_difference", "top2_gap_at_difference",
                                           "first_logits") if k in e2e},
     }
+    if image is not None:
+        report["end_to_end_image"] = {k: image[k] for k in ("tokens_equal", "first_difference", "first_logits")}
     if failures:
         write_json(paths.root / "verify.failed.json", report)
         raise LlmbuildError(f"{recipe.name}: verification failed: {failures[0]}"

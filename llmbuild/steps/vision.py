@@ -1,0 +1,140 @@
+"""`llmbuild vision RECIPE`: the `vit` net of a vision-language model, exported, imported, compiled, checked.
+
+    checkpoint/vlm ──torch.onnx──▶ vision/vit.onnx ──import──▶ vision/top_vit.mlir (TopOp)
+        ──lower, assign-address (its own plan), layer-group──▶ vision/tpu_vit.mlir, vision/vision.llmo
+        + vision/weights.safetensors (device format), vision/plan.json, vision/metrics.json
+
+The check runs the compiled program on the simulated device (layer groups, local memory, addresses: what
+the chip runs) and on the host path, for a fixed pseudo-random image, and compares the image features with
+transformers' own `get_image_features` on the same weights (cosine at least `vision.image_cosine`); when
+they part, the first op whose output parts from the TopOp interpretation is named. Like a layer's checks,
+NaN or Inf never passes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from xdsl.dialects.builtin import IntegerAttr, StringAttr, i64
+
+from llmbuild import LlmbuildError
+from llmbuild.artifacts.paths import BuildPaths, write_json, write_text_atomic
+from llmbuild.artifacts.weight_file import write_weight_file
+from llmbuild.binary.container import write_container
+from llmbuild.binary.memory_map import MemoryPlan
+from llmbuild.binary.program import encode
+from llmbuild.chips import load_chip
+from llmbuild.codegen.vision_plan import make_vision_plan
+from llmbuild.frontend.onnx_model import load_onnx
+from llmbuild.frontend.synthetic_vlm import VLM_DIR
+from llmbuild.frontend.vision_export import export_vision_onnx, internvl_vision_module
+from llmbuild.importer.onnx_net import MASK_INPUT, import_onnx_net
+from llmbuild.recipe_types import Recipe
+from llmbuild.steps.compile_net import compile_net
+
+VIT_NET = "vit"
+CHECK_SEED = 20261202
+
+
+def vision_dir(paths: BuildPaths) -> Path:
+    return paths.root / "vision"
+
+
+def vision_inputs(program_inputs: dict[str, tuple[int, ...]], pixels: np.ndarray) -> dict[str, np.ndarray]:
+    """The vit net's inputs for one image: the pixels, and a zero mask where the net has one (InternViT
+    attends to every patch)."""
+    inputs = {"pixel_values": pixels}
+    if MASK_INPUT in program_inputs:
+        inputs[MASK_INPUT] = np.zeros(program_inputs[MASK_INPUT], np.float32)
+    return inputs
+
+
+def build_vision(recipe: Recipe) -> None:
+    if recipe.vision is None:
+        raise LlmbuildError(f"{recipe.path}: vision: this recipe has no vision tower (set vision.family)")
+    paths = BuildPaths.of(recipe)
+    out = vision_dir(paths)
+    out.mkdir(parents=True, exist_ok=True)
+    vlm = paths.checkpoint / VLM_DIR
+    onnx_path = export_vision_onnx(vlm, out / "vit.onnx", recipe.vision.exporter)
+    graph = load_onnx(onnx_path)
+    attrs = {"top.stage": StringAttr("vision"), "top.layer": IntegerAttr(-1, i64)}
+    net = import_onnx_net(graph, VIT_NET, attrs)
+    mode, chip = recipe.quantization.mode, recipe.target.chip
+    plan = make_vision_plan(net.module, mode, load_chip(chip).global_alignment)
+    top_module = net.module.clone()
+    compiled = compile_net(net.module, plan, mode, chip, out)
+    write_weight_file(out / "weights.safetensors", plan, net.weights)
+    write_container(out / "vision.llmo", [(f"net:{VIT_NET}", [encode(compiled.program)])])
+    write_text_atomic(out / "plan.json", plan.to_json())
+    metrics = check_vision(recipe, vlm, compiled, top_module, net.weights, plan)
+    write_json(out / "metrics.json", metrics)
+    print(f"{recipe.name}: vit net, {len(compiled.program.instrs)} ops in {len(compiled.program.groups)} "
+          f"layer groups; image features cosine {metrics['cosine_device']:.7f} (device) against transformers")
+
+
+def check_vision(recipe: Recipe, vlm: Path, compiled, top_module, weights: dict[str, np.ndarray],
+                 plan: MemoryPlan) -> dict:
+    import torch
+
+    from llmbuild.dialects.interpret import interpret
+    from llmbuild.runtime.device import Device
+    from llmbuild.runtime.host import HostExecutor
+    from llmbuild.steps.weights_blob import weight_chunk
+
+    prog = compiled.program
+    shapes = {name: prog.tensors[t].shape for name, t in prog.inputs}
+    pixels = np.random.default_rng(CHECK_SEED).standard_normal(shapes["pixel_values"]).astype(np.float32)
+    inputs = vision_inputs(shapes, pixels)
+    module, _ = internvl_vision_module(vlm)
+    with torch.no_grad():
+        want = module(torch.from_numpy(pixels)).numpy()
+    base, blob = weight_chunk(plan, weights)
+    size = plan.activation_base + prog.activation_bytes
+    device = Device(size, tuple(plan.regions["weight"]), load_chip(recipe.target.chip).lmem_bytes)
+    device.load_bytes(base, blob)
+    host = HostExecutor(blob, tuple(plan.regions["weight"]))
+    got = {}
+    for name, executor in (("device", device), ("host", host)):
+        for key, value in inputs.items():
+            executor.set_input(prog, key, value)
+        executor.run(prog)
+        got[name] = executor.get_output(prog, "image_features")
+    cosines = {name: _cosine(value, want) for name, value in got.items()}
+    metrics = {"cosine_device": cosines["device"], "cosine_host": cosines["host"],
+               "host_equals_device": bool(np.array_equal(got["device"], got["host"])),
+               "threshold": recipe.vision.image_cosine, "tokens": int(want.shape[1]), "ops": len(prog.instrs),
+               "groups": len(prog.groups)}
+    worst = min(cosines.values())
+    if not worst >= recipe.vision.image_cosine:  # NaN fails too
+        reference = interpret(top_module, inputs, weights.__getitem__, reference=True)
+        first = _first_parting_op(compiled.tpu, inputs, weights, reference)
+        raise LlmbuildError(f"{recipe.path}: vision.image_cosine: the vit net's image features have cosine "
+                            f"{worst:.7f} against transformers, expected at least {recipe.vision.image_cosine}"
+                            f"{first}")
+    return metrics
+
+
+def _first_parting_op(tpu_module, inputs: dict, weights: dict, reference) -> str:
+    from llmbuild.dialects.interpret import interpret
+
+    run = interpret(tpu_module, inputs, weights.__getitem__, reference=False)
+    for loc in run.order:
+        if loc in reference.by_loc and _cosine(run.by_loc[loc], reference.by_loc[loc]) < 0.999:
+            return f"; first op apart from the TopOp interpretation: {loc}"
+    return ""
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        return float("nan")
+    denom = np.linalg.norm(a) * np.linalg.norm(b)
+    return float(a @ b / denom) if denom else float("nan")
+
+
+def read_vision_metrics(paths: BuildPaths) -> dict | None:
+    path = vision_dir(paths) / "metrics.json"
+    return json.loads(path.read_text()) if path.is_file() else None

@@ -1,0 +1,22 @@
+# The vit net of a vision-language model: the tower exported by torch.onnx, imported as TopOp, compiled
+# with its own memory plan and checked against transformers (llmbuild/steps/vision.py). Recipes without
+# `vision.family` never ask for it (link's input is empty for them).
+
+rule vision:
+    input:
+        spec=rules.prepare.output.spec,
+    output:
+        obj=f"{BUILD}/{{recipe}}/vision/vision.llmo",
+        weights=f"{BUILD}/{{recipe}}/vision/weights.safetensors",
+        plan=f"{BUILD}/{{recipe}}/vision/plan.json",
+        metrics=f"{BUILD}/{{recipe}}/vision/metrics.json",
+    params:
+        **params_for("vision"),
+    resources:
+        **resources_for("vision"),
+    benchmark:
+        f"{BUILD}/{{recipe}}/benchmarks/vision.tsv"
+    log:
+        f"{BUILD}/{{recipe}}/logs/vision.log",
+    shell:
+        "llmbuild vision {wildcards.recipe} > {log:q} 2>&1"
