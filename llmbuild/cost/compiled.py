@@ -100,3 +100,14 @@ def perf_report(meta: dict[str, Any], progs: Iterable[programs.Program]) -> dict
         "spec_estimate": spec,
         "difference_vs_spec": difference,
     }
+
+
+def time_vision(meta: dict[str, Any], prog: programs.Program, efficiency: Efficiency | None = None) -> dict[str, Any]:
+    """The vit net's groups timed like a language net, in its own address space (meta.memory.vision): the
+    encode time of one image, which comes before the prefill of a prompt that holds it."""
+    chip = load_chip(meta["chip"])
+    fitted, _ = efficiency_for(chip.name)
+    eff = efficiency or fitted
+    regions = {k: (v["base"], v["bytes"]) for k, v in meta["memory"]["vision"]["regions"].items()}
+    net = time_programs([prog], Rates(chip), eff, regions)[0]
+    return {"vision_encode_s": eff.launch_s + net.latency_s, "net": net.to_dict()}

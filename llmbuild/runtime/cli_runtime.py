@@ -32,6 +32,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt", help="a user message (chat template applied unless --raw)")
     p.add_argument("--prompt-ids", help="comma-separated token ids, fed as they are")
     p.add_argument("--raw", action="store_true", help="tokenize --prompt without the chat template")
+    p.add_argument("--image", action="append", default=[], metavar="PATH",
+                   help="an image for a vision-language binary, before the prompt (repeat for several)")
     p.add_argument("--json", action="store_true", help='print {"ids", "text", "logits"} (logits of every step)')
     p.add_argument("--timing", action="store_true",
                    help="also report the host's first-token latency and decode tokens/s (in the JSON with --json)")
@@ -68,13 +70,17 @@ def run_command(args: argparse.Namespace) -> None:
     if args.prompt_ids is None and args.prompt is None:
         raise LlmbuildError("run: give --prompt TEXT or --prompt-ids 1,2,3")
     session = _session(args, keep_logits=args.json)
+    images = list(args.image)
     if args.prompt_ids is not None:
         prompt = _parse_ids(args.prompt_ids)
+        if images:  # the image tokens first, as a chat message would have them
+            prompt = [i for _ in images for i in session.model.vision.image_ids()] + prompt
     elif args.raw:
-        prompt = session.tokenizer.encode(args.prompt)
+        prompt = session.tokenizer.encode((session.image_prompt(len(images)) if images else "") + args.prompt)
     else:
-        prompt = session.tokenizer.chat_ids([{"role": "user", "content": args.prompt}])
-    ids = session.generate(prompt)
+        content = (session.image_prompt(len(images)) if images else "") + args.prompt
+        prompt = session.tokenizer.chat_ids([{"role": "user", "content": content}])
+    ids = session.generate(prompt, images=images)
     reply = session.last_reply
     assert reply is not None
     if args.json:
@@ -120,8 +126,11 @@ def chat_command(args: argparse.Namespace, stdin: TextIO | None = None, stdout: 
     estimate = _chip_estimate(session.model.meta)
     chip = str(session.model.meta.get("chip", "chip"))
     interactive = stdin.isatty()
+    pending: list[str] = []  # images given with /image, sent with the next message
     if interactive:
-        print(f"{session.model.meta.get('recipe', args.target)}: /reset starts over, /exit or Ctrl-D ends", file=out)
+        extra = ", /image PATH adds an image to the next message" if session.model.meta.get("vision") else ""
+        print(f"{session.model.meta.get('recipe', args.target)}: /reset starts over, /exit or Ctrl-D ends{extra}",
+              file=out)
     while True:
         if interactive:
             print("you> ", end="", flush=True, file=out)
@@ -136,9 +145,13 @@ def chat_command(args: argparse.Namespace, stdin: TextIO | None = None, stdout: 
             continue
         if message in ("/exit", "/quit"):
             break
+        if message.startswith("/image "):  # an image for the next message (a vision-language binary)
+            pending.append(message.removeprefix("/image ").strip())
+            continue
         print("assistant> ", end="", flush=True, file=out)
         try:
-            session.send(message, stream=lambda piece: print(piece, end="", flush=True, file=out))
+            session.send(message, stream=lambda piece: print(piece, end="", flush=True, file=out), images=pending)
+            pending = []
         except CacheFullError as exc:
             print(file=out)
             print(f"llmbuild: {exc}", file=sys.stderr, flush=True)

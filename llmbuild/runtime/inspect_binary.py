@@ -60,6 +60,9 @@ def _inspect(path: Path) -> dict:
                 "groups": [_group(prog, g, net_time["groups"][j] if net_time else None)
                            for j, g in enumerate(prog.groups)],
             })
+        vision = _vision(c, meta) if isinstance(meta.get("vision"), dict) else None
+        if vision is not None:
+            nets.append(vision)
         sections = {name: e.size for name, e in c.entries.items()}
     chip = load_chip(meta["chip"])
     weight_bytes = sum(s.nbytes for s in plan.weights.values())
@@ -84,6 +87,30 @@ def _inspect(path: Path) -> dict:
         "weight_elements_by_dtype": dict(by_dtype),
         "nets": nets,
         "sections": sections,
+    }
+
+
+def _vision(c: Container, meta: dict) -> dict:
+    """The vit net's row: its program in its own plan (vision_plan), timed like the language nets."""
+    plan = MemoryPlan.from_json(bytes(c.section("vision_plan")).decode())
+    prog = _program(c, meta["vision"]["section"], int(meta["memory"]["vision"]["total_bytes"]))
+    timed: dict | None
+    try:
+        from llmbuild.cost.compiled import time_vision
+
+        timed = time_vision(meta, prog)["net"]
+    except Exception as exc:  # noqa: BLE001 - a timing is a report, never a reason for inspect to fail
+        print(f"inspect: the vit net could not be timed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        timed = None
+    return {
+        "name": prog.net, "stage": prog.stage, "layer": prog.layer, "instructions": len(prog.instrs),
+        "ops": dict(sorted(Counter(i.op for i in prog.instrs).items())),
+        "activation_bytes": prog.activation_bytes,
+        "weight_bytes": sum(s.nbytes for s in plan.weights.values()),
+        "lmem_bytes": prog.lmem_bytes,
+        "lmem_peak_bytes": max((g.lmem_peak_bytes for g in prog.groups), default=0),
+        "latency_s": timed["latency_s"] if timed else None,
+        "groups": [_group(prog, g, timed["groups"][j] if timed else None) for j, g in enumerate(prog.groups)],
     }
 
 
@@ -155,6 +182,10 @@ def format_report(r: dict) -> str:
     ]
     for name, region in r["memory"]["regions"].items():
         lines.append(f"  {name:<11} base {region['base']:#012x}  {region['bytes'] / mib:10.2f} MiB")
+    if "vision" in r["memory"]:
+        v = r["memory"]["vision"]
+        lines.append(f"  vision net  {v['total_bytes'] / mib:.2f} MiB in its own plan ("
+                     + ", ".join(f"{k} {x['bytes'] / mib:.2f}" for k, x in v["regions"].items()) + " MiB)")
     lines.append(f"weights: {r['weight_bytes'] / mib:.1f} MiB, stored once ({r['weight_elements_by_dtype']})")
     lines.append(f"local memory: peak {r['lmem_peak_bytes'] / 1024:.0f} KiB of {r['lmem_bytes'] / 1024:.0f} KiB "
                  f"in {r['groups']} layer groups")

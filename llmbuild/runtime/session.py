@@ -21,7 +21,7 @@ import numpy as np
 
 from llmbuild import LlmbuildError
 from llmbuild.runtime import resolve_binary
-from llmbuild.runtime.compiled_model import CacheFullError, CompiledModel, StageCounts, load_tokenizer
+from llmbuild.runtime.compiled_model import CacheFullError, CompiledModel, StageCounts, image_rows, load_tokenizer
 from llmbuild.runtime.sampling import Sampler, SamplingConfig
 from llmbuild.runtime.stream import TextStream
 
@@ -101,6 +101,7 @@ class Session:
         self.turn_starts: list[int] = []  # raw-id turns: where each starts in `ids`
         self.mode: str | None = None  # "chat" (send) or "raw" (generate); a conversation is one or the other
         self.last_reply: Reply | None = None
+        self.features: list[np.ndarray] = []  # the vit net's rows of every image in the conversation, in order
 
     @property
     def stats(self) -> dict[str, int]:
@@ -116,32 +117,57 @@ class Session:
 
     # ---- the API ----------------------------------------------------------------------------------
 
-    def send(self, message: str, max_new_tokens: int | None = None, stream: Stream | None = None) -> str:
-        """One chat turn: the reply's text (special tokens and any stop string left out)."""
+    def image_features(self, images: Sequence[str | Path | np.ndarray]) -> list[np.ndarray]:
+        """The vit net's rows of each image: a file (read and normalized as the model family does) or pixels
+        already made ([1, 3, size, size])."""
+        from llmbuild.runtime.vision import load_pixels
+
+        vision = self.model.vision
+        m = vision.meta
+        return [vision.features(img if isinstance(img, np.ndarray) else load_pixels(img, vision.size, m["mean"],
+                                                                                    m["std"])) for img in images]
+
+    def image_prompt(self, count: int = 1) -> str:
+        """The text that stands for `count` images at the start of a user message (InternVL: `<img>`, one
+        `<IMG_CONTEXT>` per feature row, `</img>`, a new line); the tokenizer makes each a special id."""
+        ids = self.model.vision.image_ids()
+        return (self.tokenizer.decode_all(ids) + "\n") * count
+
+    def send(self, message: str, max_new_tokens: int | None = None, stream: Stream | None = None,
+             images: Sequence[str | Path | np.ndarray] = ()) -> str:
+        """One chat turn: the reply's text (special tokens and any stop string left out). `images` come
+        before the message, each as its run of image tokens."""
         self._enter("chat")
         before = (list(self.ids), list(self.messages))
-        self.messages.append({"role": "user", "content": message})
+        features = self.image_features(images) if images else []
+        self.messages.append({"role": "user", "content": (self.image_prompt(len(images)) if images else "") + message})
+        self.features.extend(features)
         try:
             reply = self._turn(self._chat_ids(), max_new_tokens, stream)
         except LlmbuildError:
+            del self.features[len(self.features) - len(features):]
             self._restore(*before)
             raise
         self.messages.append({"role": "assistant", "content": reply.text})
         return reply.text
 
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int | None = None,
-                 stream: Stream | None = None) -> list[int]:
-        """One turn of raw ids: the reply's ids (ending with the EOS id when it stopped there)."""
+                 stream: Stream | None = None, images: Sequence[str | Path | np.ndarray] = ()) -> list[int]:
+        """One turn of raw ids: the reply's ids (ending with the EOS id when it stopped there). The prompt
+        holds a run of image tokens (`model.vision.image_ids()`) for each of `images`, in order."""
         self._enter("raw")
         prompt = [int(i) for i in prompt_ids]
         if not prompt or min(prompt) < 0 or max(prompt) >= self.vocab:
             raise LlmbuildError(f"prompt ids must be a non-empty list in [0, {self.vocab}), got {prompt[:16]}")
         before = (list(self.ids), list(self.messages))
         starts = list(self.turn_starts)
+        features = self.image_features(images) if images else []
+        self.features.extend(features)
         self.turn_starts.append(len(self.ids))
         try:
             reply = self._turn(self.ids + prompt, max_new_tokens, stream)
         except LlmbuildError:
+            del self.features[len(self.features) - len(features):]
             self._restore(*before)
             self.turn_starts = starts
             raise
@@ -206,7 +232,12 @@ class Session:
         if keep < self.model.history:
             self.model.truncate(keep)
         self.ids = list(target)
-        return self.model.prefill(target[keep:])
+        rows = None
+        if self.features:
+            # Every image's rows at its tokens; those before `keep` are already in the cache.
+            every = image_rows(target, self.features, int(self.model.vision.meta["image_token_id"]))
+            rows = {i - keep: v for i, v in every.items() if i >= keep}
+        return self.model.prefill(target[keep:], rows)
 
     def _restore(self, ids: list[int], messages: list[dict[str, str]]) -> None:
         """The conversation as it was before a failed turn (cache rows that still match are kept)."""

@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from llmbuild import LlmbuildError, __version__
 from llmbuild.artifacts.paths import BuildPaths, read_spec, shapes_of, tokenizer_dir, write_json
@@ -129,6 +130,12 @@ def link(recipe: Recipe) -> None:
     write_json(paths.root / "memory.json", report)
     # The compiled groups timed on the chip's rates, next to the spec model's figures (docs/performance.md).
     perf = perf_report(meta, (decode(obj.section(name)) for _, name, _, _, obj in nets))
+    if vision is not None:
+        from llmbuild.cost.compiled import time_vision
+
+        timed = time_vision(meta, vision.program)
+        perf["vision_encode_s"] = timed["vision_encode_s"]
+        perf["first_token_latency_with_image_s"] = timed["vision_encode_s"] + perf["first_token_latency_s"]
     write_json(paths.root / "perf.json", perf)
     print(
         f"{recipe.name}: {paths.binary(recipe.name)} — device memory {report['total_bytes'] / 2**20:.1f} MiB "
@@ -142,6 +149,7 @@ class _VisionParts:
     meta: dict
     report: dict
     sections: list
+    program: Any
 
 
 def _vision_parts(recipe: Recipe, paths: BuildPaths) -> _VisionParts:
@@ -181,4 +189,4 @@ def _vision_parts(recipe: Recipe, paths: BuildPaths) -> _VisionParts:
     sections = [("vision_plan", [plan.to_json().encode()]),
                 ("vision_weights", _weight_image([out / "weights.safetensors"], plan)),
                 (section, [bytes(obj.section(section))])]
-    return _VisionParts(meta, {k: v for k, v in report.items() if k != "device_bytes"}, sections)
+    return _VisionParts(meta, {k: v for k, v in report.items() if k != "device_bytes"}, sections, program)

@@ -1,0 +1,126 @@
+"""The tiny InternVL recipes built as a user builds them: the vit net in the binary, an image's features in
+the prompt, and the results checked here against transformers' InternVLForConditionalGeneration, apart from
+the build's own checks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import llmbuild, snakemake
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("onnx")
+Image = pytest.importorskip("PIL.Image")
+
+F32, BF16 = "internvl_tiny_f32", "internvl_tiny_bf16"
+TEXT = [1, 5, 9, 42]
+
+
+@pytest.fixture(scope="module")
+def built(build_root: Path) -> Path:
+    snakemake(build_root, F32, BF16)
+    return build_root
+
+
+def picture(path: Path, seed: int, size: tuple[int, int] = (90, 70)) -> Path:
+    """An RGB file of another size than the tower's (the runtime resizes it as InternVL's processor does)."""
+    rng = np.random.default_rng(seed)
+    Image.fromarray(rng.integers(0, 256, (*size, 3), dtype=np.uint8), "RGB").save(path)
+    return path
+
+
+def reference_ids(build: Path, recipe: str, prompt: list[int], pixels: np.ndarray, steps: int) -> list[int]:
+    model = transformers.InternVLForConditionalGeneration.from_pretrained(
+        build / recipe / "checkpoint" / "vlm", local_files_only=True).eval()
+    config = transformers.GenerationConfig(do_sample=False, max_new_tokens=steps, eos_token_id=None, pad_token_id=0)
+    with torch.no_grad():
+        out = model.generate(input_ids=torch.tensor([prompt]), pixel_values=torch.from_numpy(pixels),
+                             generation_config=config)
+    return [int(i) for i in out[0, len(prompt):]]
+
+
+def test_the_builds_verify_with_an_image(built: Path) -> None:
+    f32 = json.loads((built / F32 / "verify.json").read_text())
+    assert f32["passed"] and f32["end_to_end_image"]["tokens_equal"]
+    vision = json.loads((built / F32 / "vision" / "metrics.json").read_text())
+    assert vision["cosine_device"] >= 0.9999 and vision["host_equals_device"] and vision["groups"] >= 1
+    bf16 = json.loads((built / BF16 / "verify.json").read_text())
+    assert bf16["passed"] and bf16["end_to_end_image"]["first_logits"]["cosine"] >= 0.999
+    low = json.loads((built / BF16 / "vision" / "metrics.json").read_text())
+    assert 0.999 <= low["cosine_device"] < 0.9999999  # bf16 really: not an f32 net under another name
+
+
+def test_session_with_an_image_file_gives_transformers_ids_on_both_executors(built: Path, tmp_path: Path) -> None:
+    from llmbuild.runtime.session import Session
+    from llmbuild.runtime.vision import load_pixels
+
+    image = picture(tmp_path / "a.png", 1)
+    results = {}
+    for faithful in (False, True):
+        session = Session(built / F32 / f"{F32}.llmb", faithful=faithful, ignore_eos=True, max_new_tokens=12)
+        prompt = session.model.vision.image_ids() + TEXT
+        results[faithful] = session.generate(prompt, images=[image])
+    meta = session.model.vision.meta
+    pixels = load_pixels(image, meta["image_size"], meta["mean"], meta["std"])
+    assert results[False] == results[True] == reference_ids(built, F32, prompt, pixels, 12)
+
+
+def test_the_image_changes_the_reply_and_several_images_work(built: Path, tmp_path: Path) -> None:
+    from llmbuild.runtime.session import Session
+
+    session = Session(built / F32 / f"{F32}.llmb", ignore_eos=True, max_new_tokens=12)
+    ids = session.model.vision.image_ids()
+    replies = []
+    for images in ([picture(tmp_path / "a.png", 1)], [picture(tmp_path / "b.png", 2)]):
+        session.reset()
+        replies.append(session.generate(ids + TEXT, images=images))
+    assert replies[0] != replies[1]
+    # Two images in one prompt, each at its own run of image tokens, against transformers with both.
+    from llmbuild.runtime.vision import load_pixels
+
+    meta = session.model.vision.meta
+    two = [picture(tmp_path / "a.png", 1), picture(tmp_path / "b.png", 2)]
+    session.reset()
+    got = session.generate(ids + ids + TEXT, images=two)
+    pixels = np.concatenate([load_pixels(p, meta["image_size"], meta["mean"], meta["std"]) for p in two])
+    assert got == reference_ids(built, F32, ids + ids + TEXT, pixels, 12)
+
+
+def test_chat_turns_with_images_reuse_the_cache(built: Path, tmp_path: Path) -> None:
+    from llmbuild.runtime.session import Session
+
+    session = Session(built / F32 / f"{F32}.llmb", max_new_tokens=2)  # two turns in the tiny S = 64
+    first = session.send("a", images=[picture(tmp_path / "a.png", 1)])
+    before = dict(session.stats)
+    second = session.send("b", images=[picture(tmp_path / "b.png", 2)])
+    assert isinstance(first, str) and isinstance(second, str)
+    # The second turn prefilled only its own tokens on top of the cached first turn (image rows included).
+    assert session.stats["prefill"] == before["prefill"] and session.stats["prefill_kv"] > before["prefill_kv"]
+    assert len(session.features) == 2
+
+
+def test_run_image_command_line(built: Path, tmp_path: Path) -> None:
+    image = picture(tmp_path / "a.png", 1)
+    r = llmbuild(built, "run", F32, "--image", str(image), "--prompt", "describe", "--max-new-tokens", "4", "--json")
+    assert r.returncode == 0, r.stderr
+    assert len(json.loads(r.stdout)["ids"]) >= 1
+    bad = llmbuild(built, "run", F32, "--image", str(tmp_path / "missing.png"), "--prompt", "x")
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "image file not found" in bad.stderr
+    (tmp_path / "not.png").write_text("text")
+    bad = llmbuild(built, "run", F32, "--image", str(tmp_path / "not.png"), "--prompt", "x")
+    assert bad.returncode == 2 and "not an image" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_inspect_and_perf_show_the_vit_net(built: Path) -> None:
+    r = llmbuild(built, "inspect", F32, "--json")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    vit = [n for n in report["nets"] if n["name"] == "vit"]
+    assert len(vit) == 1 and vit[0]["groups"] and vit[0]["ops"].get("FAttention") == 2
+    assert "vision" in report["memory"]
+    perf = json.loads((built / F32 / "perf.json").read_text())
+    assert 0 < perf["vision_encode_s"] < perf["first_token_latency_with_image_s"]
