@@ -14,8 +14,10 @@ include: "rules/common.smk"
 include: "rules/prepare.smk"
 include: "rules/quantize.smk"
 include: "rules/reference.smk"
+include: "rules/vision.smk"
 include: "rules/compile.smk"
 include: "rules/verify.smk"
+include: "rules/zoo.smk"
 
 
 rule all:

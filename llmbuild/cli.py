@@ -89,6 +89,12 @@ def cmd_head(args: argparse.Namespace) -> None:
     build_head(_recipe(args))
 
 
+def cmd_vision(args: argparse.Namespace) -> None:
+    from llmbuild.steps.vision import build_vision
+
+    build_vision(_recipe(args))
+
+
 def cmd_link(args: argparse.Namespace) -> None:
     from llmbuild.steps.link import link
 
@@ -152,6 +158,32 @@ def cmd_layers(args: argparse.Namespace) -> None:
     print(layer_count(_recipe(args)))
 
 
+def cmd_zoo_recipe(args: argparse.Namespace) -> None:
+    from llmbuild.locations import build_root
+    from llmbuild.zoo.attempt import attempt, outcome_line
+    from llmbuild.zoo.jsonio import write_json
+
+    write_json(args.out, result := attempt(args.recipe, build_root(), args.snakefile, args.cores))
+    print(outcome_line(result))
+
+
+def cmd_zoo_page(args: argparse.Namespace) -> None:
+    from llmbuild.zoo.report import finish_run
+
+    record = finish_run(args.zoo_dir, args.run)
+    print(f"{args.zoo_dir}/index.html: {len(record['recipes'])} recipes, {len(record['regressions'])} regressions")
+
+
+def cmd_zoo_check(args: argparse.Namespace) -> None:
+    from llmbuild.locations import build_root
+    from llmbuild.zoo.check import latest_regressions
+
+    run, lines = latest_regressions(args.zoo_dir or build_root() / "zoo")
+    print("\n".join(lines) if lines else f"zoo run {run}: no regression since the previous run")
+    if lines:
+        sys.exit(1)  # the nightly's failure: a regression (2 stays "bad input")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="llmbuild", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="verb", required=True)
@@ -185,9 +217,19 @@ def build_parser() -> argparse.ArgumentParser:
     sp = verb("check", cmd_check, "check compiled layers (or the head nets) against the reference: metrics.json")
     sp.add_argument("--layer", type=int, nargs="+")
     sp.add_argument("--head", action="store_true")
+    verb("vision", cmd_vision, "export, import, compile and check the vit net of a vision-language model")
     verb("link", cmd_link, "link every object into the deployable binary")
     verb("e2e", cmd_e2e, "run the binary against transformers generate: e2e.json")
     verb("verify", cmd_verify, "apply the recipe's tolerances to every check: verify.json")
+    sp = verb("zoo-recipe", cmd_zoo_recipe, "build one recipe for the zoo and record its outcome (never fails)")
+    sp.add_argument("--snakefile", required=True)
+    sp.add_argument("--cores", type=int, default=1)
+    sp.add_argument("--out", required=True, help="the result's JSON file")
+    sp = verb("zoo-page", cmd_zoo_page, "write the zoo's history record, regressions and pages", recipe=False)
+    sp.add_argument("zoo_dir")
+    sp.add_argument("--run", required=True)
+    sp = verb("zoo-check", cmd_zoo_check, "list the latest zoo run's regressions; exit 1 if any", recipe=False)
+    sp.add_argument("zoo_dir", nargs="?", help="default: <build root>/zoo")
     verb("layers", cmd_layers, "print the number of transformer layers of the recipe's model")
     verb("recipes", cmd_recipes, "list the recipes", recipe=False)
     from llmbuild.cli_estimate import add_estimate_arguments  # light: argparse only

@@ -89,6 +89,7 @@ class VisionConfig:
     exporter: str = "legacy"  # torch.onnx exporter: legacy | dynamo
     config: dict[str, Any] | None = None  # synthetic: the vision-language config.json fields
     image_cosine: float = 0.9999  # the vision net's features against transformers
+    max_tiles: int = 1  # InternVL's dynamic tiling (a thumbnail added when an image takes several tiles)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,10 @@ from llmbuild.recipe import list_recipes
 import sys
 import time
 
+# What `snakemake --report report.html` says of the workflow; the results it shows are marked report() in
+# the rule files, one category per recipe.
+report: "../report/workflow.rst"
+
 # build_dir, recipes_dir, models_dir (and their environment variables) for this run and every job.
 CONFIG = apply_workflow_config(config)
 BUILD = CONFIG.build_dir

@@ -67,9 +67,14 @@ rule link:
         head_weights=rules.head.output.weights,
         layers=lambda w: _layer_files(w.recipe, layer_ids(w), "layer.llmo"),
         weights=lambda w: _layer_files(w.recipe, layer_ids(w), "weights.safetensors"),
+        vision=lambda w: dag.vision_files(w.recipe, BUILD),
     output:
         binary=f"{BUILD}/{{recipe}}/{{recipe}}.llmb",
-        perf=f"{BUILD}/{{recipe}}/perf.json",
+        # The binary's summaries in `snakemake --report` (the binary itself is too big to embed in a page).
+        memory=report(f"{BUILD}/{{recipe}}/memory.json", caption="../report/memory.rst", category="{recipe}",
+                      subcategory="binary"),
+        perf=report(f"{BUILD}/{{recipe}}/perf.json", caption="../report/perf.rst", category="{recipe}",
+                    subcategory="binary"),
     params:
         **params_for("link"),
     resources:

@@ -9,7 +9,8 @@ rule quantize:
         calibration=lambda w: dag.calibration_file(w.recipe),
     output:
         quantized=directory(f"{BUILD}/{{recipe}}/quantized"),
-        report=f"{BUILD}/{{recipe}}/quantize.json",
+        report=report(f"{BUILD}/{{recipe}}/quantize.json", caption="../report/quantize.rst", category="{recipe}",
+                      subcategory="quantization"),
     params:
         recipe_digest=lambda w: dag.digest(w.recipe, "quantize"),
         code=dag.code_digest("quantize"),

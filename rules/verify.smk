@@ -60,7 +60,8 @@ rule e2e:
         binary=rules.link.output.binary,
         reference=rules.reference.output.reference,
     output:
-        e2e=f"{BUILD}/{{recipe}}/e2e.json",
+        e2e=report(f"{BUILD}/{{recipe}}/e2e.json", caption="../report/e2e.rst", category="{recipe}",
+                   subcategory="verification"),
     params:
         **params_for("e2e"),
     threads: 1  # beside the checks, which need the same cores; its tiles give the same bits on any count
@@ -80,7 +81,8 @@ rule verify:
         head=rules.head_check.output.metrics,
         layers=lambda w: [f"{BUILD}/{w.recipe}/layers/{i}/metrics.json" for i in layer_ids(w)],
     output:
-        report=f"{BUILD}/{{recipe}}/verify.json",
+        report=report(f"{BUILD}/{{recipe}}/verify.json", caption="../report/verify.rst", category="{recipe}",
+                      subcategory="verification"),
     params:
         **params_for("verify"),
     resources:

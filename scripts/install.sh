@@ -12,7 +12,10 @@ fi
 python -m pip install -q --upgrade pip
 # torch first, pinned: a bare torch requirement would pull a multi-GB CUDA build.
 python -m pip install -q torch==2.13.0
-python -m pip install -q -e ".[compiler,reference,test,quant]"
+python -m pip install -q -e ".[compiler,reference,test,quant,cluster,vision]"
+# Snakemake's SLURM executor (profiles/slurm/); --no-deps: it asks numpy>=2.4.5 (for its optional efficiency
+# report) against gptqmodel's numpy==2.2.6 pin; the `cluster` extra above installs its other requirements.
+python -m pip install -q --no-deps snakemake-executor-plugin-slurm==2.8.0
 # AutoAWQ for the build's AWQ step; --no-deps keeps triton (1 GB, GPU only) out. It needs nothing the
 # line above has not installed, but `pip check` then lists triton and zstandard as missing.
 python -m pip install -q --no-deps autoawq==0.2.9

@@ -56,16 +56,15 @@ def test_the_builds_verify_with_an_image(built: Path) -> None:
 
 def test_session_with_an_image_file_gives_transformers_ids_on_both_executors(built: Path, tmp_path: Path) -> None:
     from llmbuild.runtime.session import Session
-    from llmbuild.runtime.vision import load_pixels
 
-    image = picture(tmp_path / "a.png", 1)
+    image = picture(tmp_path / "a.png", 1)  # 70 wide, 90 high: a 2 x 2 grid and the thumbnail (max_tiles 4)
     results = {}
     for faithful in (False, True):
         session = Session(built / F32 / f"{F32}.llmb", faithful=faithful, ignore_eos=True, max_new_tokens=12)
-        prompt = session.model.vision.image_ids() + TEXT
+        prompt = session.image_ids(image) + TEXT
         results[faithful] = session.generate(prompt, images=[image])
-    meta = session.model.vision.meta
-    pixels = load_pixels(image, meta["image_size"], meta["mean"], meta["std"])
+    pixels = session.image_pixels([image])[0]
+    assert len(pixels) == 5 and prompt.count(session.model.vision.meta["image_token_id"]) == 5 * 4
     assert results[False] == results[True] == reference_ids(built, F32, prompt, pixels, 12)
 
 
@@ -73,30 +72,28 @@ def test_the_image_changes_the_reply_and_several_images_work(built: Path, tmp_pa
     from llmbuild.runtime.session import Session
 
     session = Session(built / F32 / f"{F32}.llmb", ignore_eos=True, max_new_tokens=12)
-    ids = session.model.vision.image_ids()
     replies = []
-    for images in ([picture(tmp_path / "a.png", 1)], [picture(tmp_path / "b.png", 2)]):
+    for image in (picture(tmp_path / "a.png", 1), picture(tmp_path / "b.png", 2)):
         session.reset()
-        replies.append(session.generate(ids + TEXT, images=images))
+        replies.append(session.generate(session.image_ids(image) + TEXT, images=[image]))
     assert replies[0] != replies[1]
-    # Two images in one prompt, each at its own run of image tokens, against transformers with both.
-    from llmbuild.runtime.vision import load_pixels
-
-    meta = session.model.vision.meta
-    two = [picture(tmp_path / "a.png", 1), picture(tmp_path / "b.png", 2)]
+    # Two images in one prompt (one tiled, one square: a single tile), each at its own run of image tokens,
+    # against transformers with both images' tiles.
+    two = [picture(tmp_path / "a.png", 1), picture(tmp_path / "c.png", 3, (56, 56))]
+    prompt = session.image_ids(two[0]) + session.image_ids(two[1]) + TEXT
     session.reset()
-    got = session.generate(ids + ids + TEXT, images=two)
-    pixels = np.concatenate([load_pixels(p, meta["image_size"], meta["mean"], meta["std"]) for p in two])
-    assert got == reference_ids(built, F32, ids + ids + TEXT, pixels, 12)
+    got = session.generate(prompt, images=two)
+    assert got == reference_ids(built, F32, prompt, np.concatenate(session.image_pixels(two)), 12)
 
 
 def test_chat_turns_with_images_reuse_the_cache(built: Path, tmp_path: Path) -> None:
     from llmbuild.runtime.session import Session
 
     session = Session(built / F32 / f"{F32}.llmb", max_new_tokens=2)  # two turns in the tiny S = 64
-    first = session.send("a", images=[picture(tmp_path / "a.png", 1)])
+    square = (56, 56)  # one tile each
+    first = session.send("a", images=[picture(tmp_path / "a.png", 1, square)])
     before = dict(session.stats)
-    second = session.send("b", images=[picture(tmp_path / "b.png", 2)])
+    second = session.send("b", images=[picture(tmp_path / "b.png", 2, square)])
     assert isinstance(first, str) and isinstance(second, str)
     # The second turn prefilled only its own tokens on top of the cached first turn (image rows included).
     assert session.stats["prefill"] == before["prefill"] and session.stats["prefill_kv"] > before["prefill_kv"]

@@ -762,7 +762,8 @@ def _vision(vision: dict[str, Any], mode: str) -> VisionConfig | None:
     if vision["family"] is None:
         return None
     cosine = vision["image_cosine"] if vision["image_cosine"] is not None else 0.9999 if mode == "f32" else 0.999
-    return VisionConfig(vision["family"], vision["exporter"], copy.deepcopy(vision["config"]), cosine)
+    return VisionConfig(vision["family"], vision["exporter"], copy.deepcopy(vision["config"]), cosine,
+                        vision["max_tiles"])
 
 
 def _absent_tolerances(verify: dict[str, Any], mode: str) -> dict[str, float]:

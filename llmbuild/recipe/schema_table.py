@@ -294,6 +294,10 @@ FIELDS: tuple[FieldSpec, ...] = (
               "synthetic: the vision-language config.json fields besides the text model's "
               "(`vision_config`, `downsample_ratio`, ...); the text model is `source.config`.",
               default=None, note="needs `vision.family`; synthetic sources only"),
+    FieldSpec("vision.max_tiles", "integer",
+              "InternVL's dynamic tiling: an image is cut into up to this many tiles of the tower's size (the "
+              "grid closest to its aspect ratio), plus a thumbnail of the whole when there are several; 1: the "
+              "image resized to one tile. The vit net runs once per tile.", default=1, constraint=Positive()),
     FieldSpec("vision.image_cosine", "number",
               "Cosine similarity of the compiled vision net's image features against transformers. "
               "Absent: 0.9999 in f32, 0.999 otherwise.", default=None, constraint=_TOL),

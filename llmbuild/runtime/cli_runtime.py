@@ -70,16 +70,15 @@ def run_command(args: argparse.Namespace) -> None:
     if args.prompt_ids is None and args.prompt is None:
         raise LlmbuildError("run: give --prompt TEXT or --prompt-ids 1,2,3")
     session = _session(args, keep_logits=args.json)
-    images = list(args.image)
+    images = session.image_pixels(args.image) if args.image else []
     if args.prompt_ids is not None:
         prompt = _parse_ids(args.prompt_ids)
         if images:  # the image tokens first, as a chat message would have them
-            prompt = [i for _ in images for i in session.model.vision.image_ids()] + prompt
+            prompt = [i for p in images for i in session.model.vision.image_ids(len(p))] + prompt
     elif args.raw:
-        prompt = session.tokenizer.encode((session.image_prompt(len(images)) if images else "") + args.prompt)
+        prompt = session.tokenizer.encode(session.image_prompt(images) + args.prompt)
     else:
-        content = (session.image_prompt(len(images)) if images else "") + args.prompt
-        prompt = session.tokenizer.chat_ids([{"role": "user", "content": content}])
+        prompt = session.tokenizer.chat_ids([{"role": "user", "content": session.image_prompt(images) + args.prompt}])
     ids = session.generate(prompt, images=images)
     reply = session.last_reply
     assert reply is not None

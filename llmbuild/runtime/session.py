@@ -117,21 +117,22 @@ class Session:
 
     # ---- the API ----------------------------------------------------------------------------------
 
-    def image_features(self, images: Sequence[str | Path | np.ndarray]) -> list[np.ndarray]:
-        """The vit net's rows of each image: a file (read and normalized as the model family does) or pixels
-        already made ([1, 3, size, size])."""
-        from llmbuild.runtime.vision import load_pixels
-
+    def image_pixels(self, images: Sequence[str | Path | np.ndarray]) -> list[np.ndarray]:
+        """Each image's tiles [tiles, 3, size, size]: a file, read and tiled as the model family does
+        (runtime/vision.load_pixels), or pixels already made."""
         vision = self.model.vision
-        m = vision.meta
-        return [vision.features(img if isinstance(img, np.ndarray) else load_pixels(img, vision.size, m["mean"],
-                                                                                    m["std"])) for img in images]
+        return [np.asarray(img, np.float32).reshape(-1, 3, vision.size, vision.size) if isinstance(img, np.ndarray)
+                else vision.pixels(img) for img in images]
 
-    def image_prompt(self, count: int = 1) -> str:
-        """The text that stands for `count` images at the start of a user message (InternVL: `<img>`, one
-        `<IMG_CONTEXT>` per feature row, `</img>`, a new line); the tokenizer makes each a special id."""
-        ids = self.model.vision.image_ids()
-        return (self.tokenizer.decode_all(ids) + "\n") * count
+    def image_ids(self, image: str | Path | np.ndarray) -> list[int]:
+        """The ids that stand for `image` in a raw prompt (its tile count depends on its shape)."""
+        return self.model.vision.image_ids(self.image_pixels([image])[0].shape[0])
+
+    def image_prompt(self, pixels: Sequence[np.ndarray]) -> str:
+        """The text that stands for these images at the start of a user message (InternVL: `<img>`, one
+        `<IMG_CONTEXT>` per feature row, `</img>`, a new line, each); the tokenizer makes them special ids."""
+        vision = self.model.vision
+        return "".join(self.tokenizer.decode_all(vision.image_ids(len(p))) + "\n" for p in pixels)
 
     def send(self, message: str, max_new_tokens: int | None = None, stream: Stream | None = None,
              images: Sequence[str | Path | np.ndarray] = ()) -> str:
@@ -139,8 +140,9 @@ class Session:
         before the message, each as its run of image tokens."""
         self._enter("chat")
         before = (list(self.ids), list(self.messages))
-        features = self.image_features(images) if images else []
-        self.messages.append({"role": "user", "content": (self.image_prompt(len(images)) if images else "") + message})
+        pixels = self.image_pixels(images)
+        features = [self.model.vision.features(p) for p in pixels]
+        self.messages.append({"role": "user", "content": self.image_prompt(pixels) + message})
         self.features.extend(features)
         try:
             reply = self._turn(self._chat_ids(), max_new_tokens, stream)
@@ -154,14 +156,14 @@ class Session:
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int | None = None,
                  stream: Stream | None = None, images: Sequence[str | Path | np.ndarray] = ()) -> list[int]:
         """One turn of raw ids: the reply's ids (ending with the EOS id when it stopped there). The prompt
-        holds a run of image tokens (`model.vision.image_ids()`) for each of `images`, in order."""
+        holds a run of image tokens (`image_ids(image)`) for each of `images`, in order."""
         self._enter("raw")
         prompt = [int(i) for i in prompt_ids]
         if not prompt or min(prompt) < 0 or max(prompt) >= self.vocab:
             raise LlmbuildError(f"prompt ids must be a non-empty list in [0, {self.vocab}), got {prompt[:16]}")
         before = (list(self.ids), list(self.messages))
         starts = list(self.turn_starts)
-        features = self.image_features(images) if images else []
+        features = [self.model.vision.features(p) for p in self.image_pixels(images)]
         self.features.extend(features)
         self.turn_starts.append(len(self.ids))
         try:

@@ -54,36 +54,75 @@ class VisionNet:
         self.size = int(meta["image_size"])
 
     def features(self, pixels: np.ndarray) -> np.ndarray:
-        """[tokens_per_image, hidden] float32 for one image's pixels [1, 3, size, size]."""
+        """[tiles * tokens_per_image, hidden] float32 for one image's tiles [tiles, 3, size, size] (the vit
+        net is compiled for one tile: it runs once per tile, and the rows follow in tile order)."""
         prog = self.program
         inputs = {name: prog.tensors[t].shape for name, t in prog.inputs}
-        self.executor.set_input(prog, "pixel_values", pixels)
-        if MASK_INPUT in inputs:  # InternViT attends to every patch
-            self.executor.set_input(prog, MASK_INPUT, np.zeros(inputs[MASK_INPUT], np.float32))
-        with np.errstate(over="ignore", under="ignore"):
-            self.executor.run(prog)
-        return np.asarray(self.executor.get_output(prog, "image_features"), np.float32)[0]
+        rows = []
+        for tile in np.asarray(pixels, np.float32).reshape(-1, 3, self.size, self.size):
+            self.executor.set_input(prog, "pixel_values", tile[None])
+            if MASK_INPUT in inputs:  # InternViT attends to every patch
+                self.executor.set_input(prog, MASK_INPUT, np.zeros(inputs[MASK_INPUT], np.float32))
+            with np.errstate(over="ignore", under="ignore"):
+                self.executor.run(prog)
+            rows.append(np.asarray(self.executor.get_output(prog, "image_features"), np.float32)[0])
+        return np.concatenate(rows)
 
-    def image_ids(self) -> list[int]:
-        """The ids one image takes in a prompt: <img>, tokens_per_image <IMG_CONTEXT>, </img>."""
+    def image_ids(self, tiles: int = 1) -> list[int]:
+        """The ids one image of `tiles` tiles takes in a prompt: <img>, tokens_per_image <IMG_CONTEXT> per
+        tile, </img>."""
         m = self.meta
-        return [int(m["image_start_id"]), *[int(m["image_token_id"])] * self.tokens, int(m["image_end_id"])]
+        return [int(m["image_start_id"]), *[int(m["image_token_id"])] * (self.tokens * tiles), int(m["image_end_id"])]
+
+    def pixels(self, path: str | Path) -> np.ndarray:
+        """An image file as this binary's model family prepares it (`load_pixels`)."""
+        m = self.meta
+        return load_pixels(path, self.size, m["mean"], m["std"], int(m.get("max_tiles", 1)))
 
 
-def load_pixels(path: str | Path, size: int, mean: list[float], std: list[float]) -> np.ndarray:
-    """An image file as InternVL's processor makes it: RGB, bicubic resize to size x size, /255, normalized
-    by the mean and deviation per channel; [1, 3, size, size] float32."""
+def tile_grid(height: int, width: int, size: int, min_tiles: int, max_tiles: int) -> tuple[int, int]:
+    """(columns, rows) of InternVL's dynamic tiling: among the grids of min..max tiles (by tile count), the
+    one whose aspect ratio is closest to the image's; on a tie the larger grid, while the image covers more
+    than half of its area (transformers' GotOcr2 image processor, which InternVL uses, decides the same)."""
+    grids = sorted(((c, r) for c in range(1, max_tiles + 1) for r in range(1, max_tiles + 1)
+                    if min_tiles <= c * r <= max_tiles), key=lambda g: g[0] * g[1])
+    aspect, area = width / height, width * height
+    best, best_diff = (1, 1), float("inf")
+    for c, r in grids:
+        diff = abs(aspect - c / r)
+        if diff < best_diff:
+            best, best_diff = (c, r), diff
+        elif diff == best_diff and area > 0.5 * size * size * c * r:
+            best = (c, r)
+    return best
+
+
+def load_pixels(path: str | Path, size: int, mean: list[float], std: list[float], max_tiles: int = 1,
+                use_thumbnail: bool = True) -> np.ndarray:
+    """An image file as InternVL's processor makes it: RGB; with `max_tiles` > 1, resized (bicubic) to the
+    grid of `tile_grid` and cut into size x size tiles row by row, plus the whole image resized as a
+    thumbnail when there is more than one tile; else resized to one tile. Each tile /255 and normalized by
+    the mean and deviation per channel: [tiles, 3, size, size] float32."""
     try:
         from PIL import Image
     except ImportError:
         raise LlmbuildError("reading images needs Pillow: pip install pillow") from None
     try:
         with Image.open(path) as image:
-            rgb = image.convert("RGB").resize((size, size), Image.Resampling.BICUBIC)
+            rgb = image.convert("RGB")
     except FileNotFoundError:
         raise LlmbuildError(f"{path}: image file not found") from None
     except OSError as exc:
         raise LlmbuildError(f"{path}: not an image Pillow can read ({one_line(str(exc))})") from None
-    pixels = np.asarray(rgb, dtype=np.float32) / 255.0
-    pixels = (pixels - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
-    return np.ascontiguousarray(pixels.transpose(2, 0, 1)[None])
+    tiles = []
+    if max_tiles > 1:
+        columns, rows = tile_grid(rgb.height, rgb.width, size, 1, max_tiles)
+        canvas = rgb.resize((size * columns, size * rows), Image.Resampling.BICUBIC)
+        tiles = [canvas.crop((c * size, r * size, (c + 1) * size, (r + 1) * size))
+                 for r in range(rows) for c in range(columns)]
+    # No tiling: the image resized to one tile. One tile of a grid: that tile. Several: and the thumbnail.
+    if not tiles or (len(tiles) > 1 and use_thumbnail):
+        tiles.append(rgb.resize((size, size), Image.Resampling.BICUBIC))
+    scaled = np.stack([np.asarray(t, dtype=np.float32) for t in tiles]) / 255.0
+    pixels = (scaled - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
+    return np.ascontiguousarray(pixels.transpose(0, 3, 1, 2), dtype=np.float32)

@@ -16,6 +16,7 @@ from llmbuild.binary.container import write_container
 from llmbuild.binary.memory_map import MemoryPlan
 from llmbuild.binary.program import encode
 from llmbuild.importer.nets import STAGES, build_block
+from llmbuild.progress_log import StepProgress
 from llmbuild.quant.scheme import recipe_scheme
 from llmbuild.recipe_types import Recipe
 from llmbuild.steps.compile_net import compile_net
@@ -30,11 +31,13 @@ def build_layer(recipe: Recipe, layer: int) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
     scheme = recipe_scheme(recipe.quantization)
+    # A 7B layer is a job of its own and takes minutes: a line a stage in the job's log.
+    progress = StepProgress(f"layer {layer} of {spec.num_layers}", total=len(STAGES))
     _, device_weights = layer_weights(recipe, paths, spec, layer)
-    compiled = [
-        compile_net(build_block(spec, layer, stage, shapes, scheme), plan, recipe.quantization.mode,
-                    recipe.target.chip, out)
-        for stage in STAGES
-    ]
+    compiled = []
+    for stage in STAGES:
+        compiled.append(compile_net(build_block(spec, layer, stage, shapes, scheme), plan,
+                                    recipe.quantization.mode, recipe.target.chip, out))
+        progress.done(f"{stage} compiled")
     write_weight_file(paths.layer_weights(layer), plan, device_weights)
     write_container(paths.layer_object(layer), [(f"net:{c.name}", [encode(c.program)]) for c in compiled])

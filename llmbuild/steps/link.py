@@ -181,6 +181,8 @@ def _vision_parts(recipe: Recipe, paths: BuildPaths) -> _VisionParts:
         # InternVL normalizes with ImageNet's mean and deviation, after a bicubic resize.
         "mean": [0.485, 0.456, 0.406],
         "std": [0.229, 0.224, 0.225],
+        "max_tiles": recipe.vision.max_tiles,  # InternVL's dynamic tiling, with a thumbnail
+        "use_thumbnail": True,
         "image_start_id": added[IMAGE_TOKENS[0]],
         "image_end_id": added[IMAGE_TOKENS[1]],
         "image_token_id": int(vlm.get("image_token_id", added[IMAGE_TOKENS[2]])),

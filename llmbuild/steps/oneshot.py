@@ -4,7 +4,9 @@ one-command converter, as a recipe and the ordinary DAG.
 It writes OUT/<name>.yaml for the checkpoint (architecture and quantization detected), then runs the
 same Snakemake DAG as `snakemake <recipe>` with the recipe directory and the build directory pointed at
 OUT, so the binary, every intermediate file and the recipe end up side by side in OUT: `llmbuild run
-OUT` runs the binary, and editing the recipe and compiling again rebuilds only what changed.
+OUT` runs the binary, and editing the recipe and compiling again rebuilds only what changed. The build
+shows its progress on stderr as it goes (steps/progress.py) and ends with the binary or the failed step's
+one-line message.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import json
 import os
 import re
 import shlex
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from llmbuild import LlmbuildError
 from llmbuild.recipe_types import LIBRARY_METHODS, MODE_CHOICES
+from llmbuild.steps.progress import declared_minutes, run_with_progress
 
 SNAKEFILE = Path(__file__).resolve().parent.parent.parent / "Snakefile"
 # A recipe's name is its Snakemake target and its build directory's name: letters, digits, underscores
@@ -153,17 +155,17 @@ def compile_checkpoint(req: CompileRequest) -> Path:
     tmp = recipe_path.with_name(recipe_path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(recipe_path)
-    load_recipe(name, out)
+    recipe = load_recipe(name, out)
     if not SNAKEFILE.is_file():
         raise LlmbuildError(f"{SNAKEFILE}: not found; `llmbuild compile` runs the Snakefile of a source checkout "
                             "(pip install -e .)")
     build_dir = _link_build_dir(out, name)
     env = dict(os.environ, HF_HUB_OFFLINE="1")
+    # Not --quiet: the progress is read from Snakemake's job lines, which stay off the terminal.
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(out),
-           "--cores", str(req.cores), "--config", f"recipes_dir={out}", f"build_dir={build_dir}",
-           "--quiet", "rules", "--", name]
+           "--cores", str(req.cores), "--config", f"recipes_dir={out}", f"build_dir={build_dir}", "--", name]
     started = time.time()
-    result = subprocess.run(cmd, env=env, check=False)
+    result = run_with_progress(cmd, env, name, declared_minutes(recipe))
     if result.returncode != 0:
         from llmbuild.steps.failures import step_errors
 
@@ -171,5 +173,14 @@ def compile_checkpoint(req: CompileRequest) -> Path:
         if reasons:  # the step's own message, already `llmbuild: error: ...`
             log, message = reasons[0]
             raise LlmbuildError(f"{message.split(': ', 2)[-1]} (the build of {recipe_path}; log: {log})")
-        raise LlmbuildError(f"llmbuild compile: the build of {recipe_path} failed (logs in {out / 'logs'})")
+        raise LlmbuildError(f"the build of {recipe_path} failed: {_snakemake_reason(result.tail)} "
+                            f"(Snakemake's log: {result.state.snakemake_log or out / '.snakemake' / 'log'})")
     return out / f"{name}.llmb"
+
+
+def _snakemake_reason(tail: list[str]) -> str:
+    """Snakemake's own first error line (a missing input, a rule that failed without an llmbuild message)."""
+    for line in tail:
+        if "Error" in line or "Exception" in line:
+            return line.strip()
+    return "Snakemake stopped"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from llmbuild import LlmbuildError
 from llmbuild.artifacts.paths import BuildPaths, read_spec, tokenizer_dir, write_json
+from llmbuild.progress_log import StepProgress
 from llmbuild.quant.scheme import recipe_scheme
 from llmbuild.recipe_types import LIBRARY_METHODS, Recipe
 
@@ -32,9 +33,13 @@ def quantize(recipe: Recipe) -> dict:
     scheme = recipe_scheme(q)
     assert scheme is not None and q.calibration is not None
     start = time.perf_counter()
+    # Phases only: the library quantizes layer by layer inside one call (its own log lines come between).
+    progress = StepProgress(f"quantize ({q.origin})")
     ids = calibration_ids(Path(q.calibration), tokenizer_dir(recipe, paths), q.calibration_samples,
                           q.calibration_length)
+    progress.note(f"{len(ids)} calibration samples of {q.calibration_length} tokens ready")
     float_dir = _float_checkpoint(recipe, paths)
+    progress.note(f"float checkpoint ready; {q.origin} quantizes it now")
     try:
         report = quantize_checkpoint(q.origin, float_dir, paths.quantized, bits=scheme.bits,
                                      group_size=q.group_size, sym=q.sym, desc_act=q.desc_act,
@@ -45,6 +50,7 @@ def quantize(recipe: Recipe) -> dict:
     report = {**report, "recipe": recipe.name, "calibration": {"file": q.calibration, "samples": len(ids),
               "tokens_per_sample": q.calibration_length}, "step_seconds": round(time.perf_counter() - start, 1)}
     write_json(paths.root / "quantize.json", report)
+    progress.note("quantized checkpoint written")
     return report
 
 

@@ -25,6 +25,7 @@ from llmbuild.importer.rope import rope_tables
 from llmbuild.numerics.kernels import clear_dequantize_cache
 from llmbuild.passes import run_passes
 from llmbuild.passes.canonicalize import Canonicalize
+from llmbuild.progress_log import StepProgress
 from llmbuild.quant.scheme import head_scheme, recipe_scheme
 from llmbuild.recipe_types import Recipe
 from llmbuild.verify.layer_check import CheckExecutor, check_case, faithful_layers
@@ -56,10 +57,13 @@ def check_layer(recipe: Recipe, layer: int) -> None:
     executor = CheckExecutor(plan, image, activation, layer in faithful_layers(spec.num_layers))
     lookup = {**weights, **rope}
     metrics: dict = {"layer": layer, "stages": {}}
+    # A check on the simulated device takes minutes on a big layer: a line a stage in the job's log.
+    progress = StepProgress(f"check layer {layer} of {spec.num_layers}", total=len(STAGES))
     for stage in STAGES:
         top = run_passes(build_block(spec, layer, stage, shapes, scheme), [Canonicalize()])
         case = stage_case(stage, ref, layer, shapes, recipe.verify.check_tokens)
         metrics["stages"][stage] = check_case(top, programs[block_net_name(layer, stage)], case, lookup, executor)
+        progress.done(f"{stage} checked")
     clear_dequantize_cache()  # the next layer of this job needs none of this one's weights
     write_json(paths.layer_metrics(layer), metrics)
 
@@ -89,7 +93,9 @@ def check_head(recipe: Recipe) -> None:
     executor = CheckExecutor(plan, image, max(p.activation_bytes for p in programs.values()), faithful=True)
     nets = head_nets(spec, shapes, head_scheme(recipe.quantization))
     metrics: dict = {"layer": "head", "stages": {}}
+    progress = StepProgress("check head", total=len(cases))  # lm_head over a big vocabulary is the long one
     for name, case in cases.items():
         top = run_passes(nets[name], [Canonicalize()])
         metrics["stages"][name] = check_case(top, programs[name], case, weights, executor)
+        progress.done(f"{name} checked")
     write_json(paths.head_metrics, metrics)

@@ -73,13 +73,14 @@ IMAGE_SEED = 20261202
 
 
 def test_image(path: Path, size: int) -> Path:
-    """A fixed pseudo-random RGB image of the tower's size (smooth colour gradients and noise), written as
-    PNG so that the check reads it the way `llmbuild run --image` reads a user's file."""
+    """A fixed pseudo-random RGB image twice as wide as the tower's tiles (smooth colour gradients and
+    noise: with vision.max_tiles >= 2 it is cut into two tiles and a thumbnail), written as PNG so that the
+    check reads it the way `llmbuild run --image` reads a user's file."""
     from PIL import Image
 
     rng = np.random.default_rng(IMAGE_SEED)
-    y, x = np.mgrid[0:size, 0:size] / max(size - 1, 1)
-    rgb = np.stack([x, y, 1 - x * y], axis=-1) * 200 + rng.integers(0, 56, (size, size, 3))
+    y, x = np.mgrid[0:size, 0 : 2 * size] / max(2 * size - 1, 1)
+    rgb = np.stack([x, y, 1 - x * y], axis=-1) * 200 + rng.integers(0, 56, (size, 2 * size, 3))
     path.parent.mkdir(parents=True, exist_ok=True)
     Image.fromarray(np.clip(rgb, 0, 255).astype(np.uint8), "RGB").save(path)
     return path
@@ -94,12 +95,10 @@ def image_e2e(recipe: Recipe, paths: BuildPaths, model: CompiledModel, text_ids:
     import transformers
 
     from llmbuild.frontend.synthetic_vlm import VLM_DIR
-    from llmbuild.runtime.vision import load_pixels
-
     meta = model.vision.meta
     image = test_image(paths.root / "vision" / "test_image.png", int(meta["image_size"]))
-    pixels = load_pixels(image, int(meta["image_size"]), meta["mean"], meta["std"])
-    prompt = model.vision.image_ids() + text_ids
+    pixels = model.vision.pixels(image)  # tiled as `llmbuild run --image` tiles a user's file
+    prompt = model.vision.image_ids(len(pixels)) + text_ids
     model.reset()
     ids, logits = model.generate(prompt, recipe.verify.max_new_tokens, eos, images=[pixels])
     reference = transformers.InternVLForConditionalGeneration.from_pretrained(

@@ -21,6 +21,7 @@ import numpy as np
 from llmbuild import LlmbuildError
 from llmbuild.artifacts.layer_weights import quantized_checkpoint_dir
 from llmbuild.artifacts.paths import BuildPaths, read_spec, shapes_of, tokenizer_dir
+from llmbuild.progress_log import StepProgress
 from llmbuild.quant.scheme import head_scheme, recipe_scheme
 from llmbuild.recipe_types import Recipe
 from llmbuild.verify.stage_cases import split_lengths
@@ -103,18 +104,20 @@ def make_reference(recipe: Recipe, paths: BuildPaths, out: Path) -> None:
     from llmbuild.verify.stream_model import streamed_model
 
     model, _ = streamed_model(weights)
-    tensors = layer_outputs(model, ids)
+    # One line a layer, then one a generated token, in the step's log: a 7B reference runs for minutes.
+    tensors = layer_outputs(model, ids, StepProgress("reference forward", total=spec.num_layers))
     prompt = prompt_ids_for(recipe, _tokenizer(recipe, paths), spec.vocab_size)
-    generated, first = greedy(model, prompt, recipe.verify.max_new_tokens, spec.eos_token_ids)
+    generated, first = greedy(model, prompt, recipe.verify.max_new_tokens, spec.eos_token_ids,
+                              StepProgress("reference generate", total=recipe.verify.max_new_tokens))
     tensors["generate.prompt_ids"] = np.array(prompt, dtype=np.int64)
     tensors["generate.ids"] = np.array(generated, dtype=np.int64)
     tensors["generate.first_logits"] = first
     save_reference(tensors, out)
 
 
-def layer_outputs(model: Any, ids: np.ndarray) -> dict[str, np.ndarray]:
+def layer_outputs(model: Any, ids: np.ndarray, progress: StepProgress | None = None) -> dict[str, np.ndarray]:
     """One forward pass over `ids`: `ids`, `logits` at the last position, and each layer's input,
-    output and cached k/v."""
+    output and cached k/v; `progress` gets a line as each layer ends."""
     import torch
 
     seen: dict[str, np.ndarray] = {}
@@ -127,6 +130,8 @@ def layer_outputs(model: Any, ids: np.ndarray) -> dict[str, np.ndarray]:
         def post(module, args, kwargs, output):
             h = output[0] if isinstance(output, tuple) else output
             seen[f"layers.{i}.output"] = h[0].detach().numpy().copy()
+            if progress is not None:
+                progress.done(f"layer {i} done")
 
         return pre, post
 
@@ -156,10 +161,12 @@ def layer_outputs(model: Any, ids: np.ndarray) -> dict[str, np.ndarray]:
     return tensors
 
 
-def greedy(model: Any, prompt: list[int], max_new_tokens: int, eos: tuple[int, ...]) -> tuple[list[int], np.ndarray]:
+def greedy(model: Any, prompt: list[int], max_new_tokens: int, eos: tuple[int, ...],
+           progress: StepProgress | None = None) -> tuple[list[int], np.ndarray]:
     """(new ids, logits of the first step) of transformers' greedy `generate` with a KV cache, stopping
     after an id in `eos`. Plain greedy: no generation_config.json setting (repetition_penalty, ...) applies,
-    as the compiled model's greedy loop applies none."""
+    as the compiled model's greedy loop applies none. `progress` gets a line a token (generate runs the
+    last decoder layer once per new token)."""
     import torch
     from transformers import GenerationConfig
 
@@ -171,8 +178,14 @@ def greedy(model: Any, prompt: list[int], max_new_tokens: int, eos: tuple[int, .
         output_logits=True,
         return_dict_in_generate=True,
     )
-    with torch.no_grad():
-        out = model.generate(torch.tensor([prompt]), generation_config=config)
+    last = model.get_decoder().layers[-1]
+    hook = None if progress is None else last.register_forward_hook(lambda *_: progress.done("token generated"))
+    try:
+        with torch.no_grad():
+            out = model.generate(torch.tensor([prompt]), generation_config=config)
+    finally:
+        if hook is not None:
+            hook.remove()
     return [int(i) for i in out.sequences[0, len(prompt) :]], out.logits[0][0].numpy().copy()
 
 
