@@ -34,7 +34,11 @@ def snakemake(build: Path, *args: str, recipes: Path | None = None, check: bool 
 
 def planned_jobs(build: Path, target: str, recipes: Path | None = None, models: Path | None = None) -> dict[str, int]:
     """The jobs a dry run would execute, by rule (from Snakemake's job-stats table)."""
-    out = snakemake(build, "-n", target, recipes=recipes, models=models).stdout
+    return job_stats(snakemake(build, "-n", target, recipes=recipes, models=models).stdout)
+
+
+def job_stats(out: str) -> dict[str, int]:
+    """Snakemake's job-stats table in its output, by rule (empty when it printed none)."""
     jobs: dict[str, int] = {}
     lines = out.splitlines()
     if "Job stats:" not in lines:

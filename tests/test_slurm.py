@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, snakemake
+from helpers import ROOT, job_stats, snakemake
 
 RECIPE = "qwen2_tiny_f32"
 SCRIPT = ROOT / "scripts" / "slurm-local.sh"
@@ -64,15 +64,8 @@ def cluster():
 
 def _job_stats(out: str) -> Counter:
     """The jobs Snakemake planned, by rule (its job-stats table)."""
-    lines = out.splitlines()
-    assert "Job stats:" in lines, out[-3000:]
-    jobs: Counter = Counter()
-    for line in lines[lines.index("Job stats:") + 3 :]:
-        parts = line.split()
-        if len(parts) != 2 or parts[0] == "total":
-            break
-        jobs[parts[0]] = int(parts[1])
-    return jobs
+    assert "Job stats:" in out.splitlines(), out[-3000:]
+    return Counter(job_stats(out))
 
 
 def _slurm_jobs(prefix: str) -> list[dict[str, str]]:

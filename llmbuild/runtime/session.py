@@ -120,6 +120,8 @@ class Session:
     def image_pixels(self, images: Sequence[str | Path | np.ndarray]) -> list[np.ndarray]:
         """Each image's tiles [tiles, 3, size, size]: a file, read and tiled as the model family does
         (runtime/vision.load_pixels), or pixels already made."""
+        if not images:  # a text turn: a text model has no vision net to ask
+            return []
         vision = self.model.vision
         return [np.asarray(img, np.float32).reshape(-1, 3, vision.size, vision.size) if isinstance(img, np.ndarray)
                 else vision.pixels(img) for img in images]
@@ -131,6 +133,8 @@ class Session:
     def image_prompt(self, pixels: Sequence[np.ndarray]) -> str:
         """The text that stands for these images at the start of a user message (InternVL: `<img>`, one
         `<IMG_CONTEXT>` per feature row, `</img>`, a new line, each); the tokenizer makes them special ids."""
+        if not pixels:
+            return ""
         vision = self.model.vision
         return "".join(self.tokenizer.decode_all(vision.image_ids(len(p))) + "\n" for p in pixels)
 
