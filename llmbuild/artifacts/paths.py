@@ -117,3 +117,11 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 def write_json(path: Path, data: object) -> None:
     write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+VIT_NET = "vit"  # the vision tower's net (steps/vision.py writes it, link puts it in the binary)
+
+
+def vision_dir(paths: BuildPaths) -> Path:
+    """Where the vision step writes the vit net's object, weights, plan, metrics and ONNX file."""
+    return paths.root / "vision"

@@ -154,8 +154,8 @@ class _VisionParts:
 
 def _vision_parts(recipe: Recipe, paths: BuildPaths) -> _VisionParts:
     """The vit net's program, plan and weight image, and what the runtime needs to feed it an image."""
+    from llmbuild.artifacts.paths import VIT_NET, vision_dir
     from llmbuild.frontend.synthetic_vlm import IMAGE_TOKENS, VLM_DIR
-    from llmbuild.steps.vision import VIT_NET, vision_dir
 
     out = vision_dir(paths)
     plan = MemoryPlan.read(out / "plan.json")

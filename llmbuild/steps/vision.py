@@ -20,7 +20,7 @@ import numpy as np
 from xdsl.dialects.builtin import IntegerAttr, StringAttr, i64
 
 from llmbuild import LlmbuildError
-from llmbuild.artifacts.paths import BuildPaths, write_json, write_text_atomic
+from llmbuild.artifacts.paths import VIT_NET, BuildPaths, vision_dir, write_json, write_text_atomic
 from llmbuild.artifacts.weight_file import write_weight_file
 from llmbuild.binary.container import write_container
 from llmbuild.binary.memory_map import MemoryPlan
@@ -34,12 +34,7 @@ from llmbuild.importer.onnx_net import MASK_INPUT, import_onnx_net
 from llmbuild.recipe_types import Recipe
 from llmbuild.steps.compile_net import compile_net
 
-VIT_NET = "vit"
 CHECK_SEED = 20261202
-
-
-def vision_dir(paths: BuildPaths) -> Path:
-    return paths.root / "vision"
 
 
 def vision_inputs(program_inputs: dict[str, tuple[int, ...]], pixels: np.ndarray) -> dict[str, np.ndarray]:

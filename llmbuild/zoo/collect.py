@@ -20,6 +20,7 @@ def collect(build_dir: Path, name: str) -> dict:
     e2e = read_json_if_any(folder / "e2e.json") or {}
     perf = read_json_if_any(folder / "perf.json") or {}
     memory = read_json_if_any(folder / "memory.json") or {}
+    vision = read_json_if_any(folder / "vision" / "metrics.json")
     rules = benchmarks.read_rules(folder / "benchmarks")
     seconds = [r["seconds"] for r in rules.values() if r["seconds"] is not None]
     rss = [r["max_rss_mb"] for r in rules.values() if r["max_rss_mb"] is not None]
@@ -30,10 +31,15 @@ def collect(build_dir: Path, name: str) -> dict:
         "build_seconds": round(sum(seconds), 3) if seconds else None,  # every rule once, one after another
         "peak_rss_mb": max(rss) if rss else None,
         "verify": _verify(verify),
-        "margins": _margins(verify),
+        "margins": _margins(verify, vision),
         "nets": similarity.per_net(folder),
-        "tokens": e2e.get("ids"),
-        "tokens_equal": e2e.get("tokens_equal"),
+        "tokens": e2e.get("ids") if "image" not in e2e else [*e2e.get("ids", []), -1, *e2e["image"]["ids"]],
+        "tokens_equal": e2e.get("tokens_equal") if "image" not in e2e else bool(
+            e2e.get("tokens_equal") and e2e["image"]["tokens_equal"]),
+        # A vision-language recipe's vit net against transformers (vision/metrics.json) and its run with an image.
+        "vision": None if vision is None else {"cosine": vision.get("cosine_device"),
+                                               "threshold": vision.get("threshold"),
+                                               "image_tokens_equal": (e2e.get("image") or {}).get("tokens_equal")},
         "host_tokens_per_s": _host_speed(e2e),
         "chip": {key: perf.get(key) for key in ("first_token_latency_s", "decode_tokens_per_s",
                                                  "decode_roofline_fraction", "chip", "mode")},
@@ -53,14 +59,17 @@ def _verify(report: dict) -> dict:
     }
 
 
-def _margins(report: dict) -> dict[str, float | None]:
-    """How far each worst similarity sits above its tolerance (a drop is a regression even while it passes)."""
+def _margins(report: dict, vision: dict | None = None) -> dict[str, float | None]:
+    """How far each worst similarity sits above its tolerance (a drop is a regression even while it passes);
+    with a vit net, its image features' cosine above `vision.image_cosine` too."""
     worst, tolerances = report.get("worst_cosine", {}), report.get("tolerances", {})
     margins = {}
     for key, tolerance in _MARGINS.items():
         margins[key] = _difference(worst.get(key), tolerances.get(tolerance))
     logits = report.get("end_to_end", {}).get("first_logits", {}).get("cosine")
     margins["logits"] = _difference(logits, tolerances.get("logits_cosine"))
+    if vision is not None:
+        margins["vision"] = _difference(vision.get("cosine_device"), vision.get("threshold"))
     return margins
 
 
