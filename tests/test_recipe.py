@@ -526,3 +526,25 @@ def test_real_size_recipes_without_checkpoints_are_skipped_by_all_and_explain_wh
     assert all("LLMBUILD_MODELS" in m and "not found" in m and "\n" not in m for m in missing.values())
     with pytest.raises(MissingCheckpointError):
         load_recipe("qwen2_7b_w4")
+
+
+# --- the vision section ----------------------------------------------------------------------
+
+
+def test_vision_section_loads_with_defaults_and_per_mode_tolerance() -> None:
+    f32, bf16 = load_recipe("internvl_tiny_f32", RECIPES), load_recipe("internvl_tiny_bf16", RECIPES)
+    assert f32.vision is not None and f32.vision.family == "internvl" and f32.vision.max_tiles == 4
+    assert f32.vision.exporter == "legacy" and f32.vision.image_cosine == 0.9999
+    assert bf16.vision is not None and bf16.vision.image_cosine == 0.999
+    assert load_recipe("qwen2_tiny_f32", RECIPES).vision is None
+
+
+def test_vision_fields_are_checked(tmp_path: Path) -> None:
+    base = (RECIPES / "internvl_tiny_f32.yaml").read_text()
+    write(tmp_path, "_tiny_common", (RECIPES / "_tiny_common.yaml").read_text())
+    bad = write(tmp_path, "bad_family", base.replace("family: internvl", "family: llava"))
+    assert "bad_family.yaml:24: vision.family: expected one of internvl, got string 'llava'" in error_of(bad)
+    bad = write(tmp_path, "bad_tiles", base.replace("max_tiles: 4", "max_tiles: 0"))
+    assert "vision.max_tiles: expected" in error_of(bad)
+    no_family = write(tmp_path, "no_family", base.replace("  family: internvl\n", ""))
+    assert "vision.config: expected vision.family with it" in error_of(no_family)
