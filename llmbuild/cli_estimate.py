@@ -71,9 +71,29 @@ def estimate_command(args: argparse.Namespace) -> None:
     others = {name: estimate(spec, mode, group, chip, seq, prefill, args.position, schedule=name,
                              device_memory_bytes=limit) for name in SCHEDULES}
     est = others[args.schedule]
+    vision = _vision(recipe if args.recipe is not None else None, spec.hidden_size, mode, chip)
     if args.json:
         headlines = {name: e.headline() for name, e in others.items()}
-        print(json.dumps({"name": title, "source": source, **est.to_dict(), "schedules": headlines}, indent=1))
+        extra = {"vision": vision} if vision else {}
+        print(json.dumps({"name": title, "source": source, **est.to_dict(), **extra, "schedules": headlines},
+                         indent=1))
     else:
         print(text_report(est, title, others=[e for name, e in others.items() if name != args.schedule],
                           ops=args.ops))
+        if vision:
+            print(f"vision: {vision['vision_encode_s'] * 1e3:.2f} ms per {vision['image_size']} px tile "
+                  f"({vision['vision_tokens_per_tile']:.0f} image tokens), before the first token")
+
+
+def _vision(recipe, text_hidden: int, mode: str, chip: str) -> dict | None:
+    """The vision tower's estimate per tile for a recipe with one (its config from vision.config)."""
+    if recipe is None or recipe.vision is None:
+        return None
+    from llmbuild.cost.vision_estimate import vision_estimate
+
+    config = (recipe.vision.config or {}).get("vision_config")
+    if config is None:
+        return None  # an hf source's tower is described by its checkpoint (not read without it yet)
+    size = config.get("image_size")
+    return {**vision_estimate(config, text_hidden, mode, chip),
+            "image_size": int(size[0] if isinstance(size, list) else size)}

@@ -121,3 +121,20 @@ def test_inspect_and_perf_show_the_vit_net(built: Path) -> None:
     assert "vision" in report["memory"]
     perf = json.loads((built / F32 / "perf.json").read_text())
     assert 0 < perf["vision_encode_s"] < perf["first_token_latency_with_image_s"]
+
+
+def test_estimate_reports_the_vision_tower_per_tile() -> None:
+    from llmbuild.cost.vision_estimate import vision_estimate
+
+    r = llmbuild(Path("/nonexistent"), "estimate", F32, "--json")
+    assert r.returncode == 0, r.stderr
+    vision = json.loads(r.stdout)["vision"]
+    assert vision["vision_encode_s"] > 0 and vision["vision_tokens_per_tile"] == 4 and vision["image_size"] == 56
+    # InternViT-300M at 448 px (1025 tokens, width 1024, 24 layers, MLP 4096) with a 1536-wide language model:
+    # about 0.7 TFLOP a tile, and the work grows with the layers.
+    big = {"hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 24, "image_size": 448,
+           "patch_size": 14}
+    one = vision_estimate(big, 1536, "bf16", "bm1684x")
+    assert 0.6e12 < one["vision_flops"] < 0.8e12 and one["vision_tokens_per_tile"] == 256
+    two = vision_estimate({**big, "num_hidden_layers": 48}, 1536, "bf16", "bm1684x")
+    assert 1.9 < two["vision_flops"] / one["vision_flops"] < 2.0 and two["vision_encode_s"] > one["vision_encode_s"]
