@@ -138,3 +138,40 @@ def test_estimate_reports_the_vision_tower_per_tile() -> None:
     assert 0.6e12 < one["vision_flops"] < 0.8e12 and one["vision_tokens_per_tile"] == 256
     two = vision_estimate({**big, "num_hidden_layers": 48}, 1536, "bf16", "bm1684x")
     assert 1.9 < two["vision_flops"] / one["vision_flops"] < 2.0 and two["vision_encode_s"] > one["vision_encode_s"]
+
+
+def test_internvl_from_a_hugging_face_directory(built: Path, tmp_path: Path) -> None:
+    """The same model as a directory transformers would save (`language_model.model.*`, `vision_tower.*`: the
+    layout the published native checkpoints have), read by an hf recipe: the language model through its
+    vision-language names, the tower exported from the directory itself."""
+    import shutil
+
+    from helpers import ROOT
+    from safetensors.numpy import load_file, save_file
+
+    source = built / F32 / "checkpoint" / "vlm"
+    hf = tmp_path / "InternVL-tiny"
+    hf.mkdir()
+    renamed = {}
+    for key, value in load_file(str(source / "model.safetensors")).items():
+        key = key.replace("model.language_model.", "language_model.model.", 1).replace("model.vision_tower.",
+                                                                                     "vision_tower.", 1)
+        renamed[key.replace("model.multi_modal_projector.", "multi_modal_projector.", 1)] = value
+    save_file(renamed, str(hf / "model.safetensors"), metadata={"format": "pt"})
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        shutil.copyfile(source / name, hf / name)
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    shutil.copyfile(ROOT / "recipes" / "_tiny_common.yaml", recipes / "_tiny_common.yaml")
+    (recipes / "internvl_hf.yaml").write_text(
+        "base: _tiny_common\ndescription: the tiny InternVL from a directory\narchitecture: qwen2\n"
+        f"source:\n  kind: hf\n  path: {hf}\nvision:\n  family: internvl\n  max_tiles: 4\nquantization:\n"
+        "  mode: f32\n")
+    build = tmp_path / "build"
+    snakemake(build, "internvl_hf", recipes=recipes)
+    report = json.loads((build / "internvl_hf" / "verify.json").read_text())
+    assert report["passed"] and report["end_to_end"]["tokens_equal"] and report["end_to_end_image"]["tokens_equal"]
+    # the same weights: the same binary's programs and weights as the synthetic build's
+    f32_e2e = json.loads((built / F32 / "e2e.json").read_text())
+    hf_e2e = json.loads((build / "internvl_hf" / "e2e.json").read_text())
+    assert hf_e2e["image"]["ids"] == f32_e2e["image"]["ids"] and hf_e2e["ids"] == f32_e2e["ids"]

@@ -125,3 +125,11 @@ VIT_NET = "vit"  # the vision tower's net (steps/vision.py writes it, link puts 
 def vision_dir(paths: BuildPaths) -> Path:
     """Where the vision step writes the vit net's object, weights, plan, metrics and ONNX file."""
     return paths.root / "vision"
+
+
+def vlm_dir(recipe: Recipe, paths: BuildPaths) -> Path:
+    """The whole vision-language checkpoint (what transformers loads as the reference and the tower is
+    exported from): an hf source's directory, or the one a synthetic prepare wrote beside the text model."""
+    if recipe.source.kind == "hf" and recipe.source.path:
+        return Path(recipe.source.path)
+    return paths.checkpoint / "vlm"

@@ -54,7 +54,27 @@ def has_hf_weights(directory: Path) -> bool:
     return (directory / SINGLE_FILE).is_file() or (directory / INDEX_FILE).is_file()
 
 
+# A vision-language checkpoint names its language model under one of these (transformers' native InternVL
+# saves `language_model.model.*` and `language_model.lm_head.*`; its modules are `model.language_model.*`).
+VLM_TEXT_PREFIXES = ("language_model.model.", "model.language_model.", "language_model.")
+# Fields a vision-language config.json sets at the top level for its language model too.
+VLM_INHERITED = ("bos_token_id", "eos_token_id", "pad_token_id", "tie_word_embeddings", "torch_dtype")
+
+
+def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The language model's fields of a config.json: a vision-language model's `text_config` (with the
+    token ids and tying it sets at the top level), any other config as it is."""
+    text = cfg.get("text_config")
+    if not (isinstance(text, dict) and isinstance(cfg.get("vision_config"), dict)):
+        return cfg
+    return {**text, **{k: cfg[k] for k in VLM_INHERITED if k in cfg and k not in text}}
+
+
 def canonical_name(hf_name: str) -> str:
+    """A language model tensor's name without its checkpoint prefix (`model.`, or a vision-language model's)."""
+    for prefix in VLM_TEXT_PREFIXES:
+        if hf_name.startswith(prefix):
+            return hf_name[len(prefix):]
     return hf_name.removeprefix("model.")
 
 
@@ -66,7 +86,7 @@ class HFSource:
         config_path = self.directory / "config.json"
         if not config_path.is_file():
             raise LlmbuildError(f"{config_path}: missing; not a Hugging Face checkpoint directory")
-        cfg = read_json(config_path)
+        cfg = text_config(read_json(config_path))
         model_type = cfg.get("model_type")
         if not isinstance(model_type, str):
             raise LlmbuildError(f"{config_path}: missing field 'model_type'")

@@ -154,8 +154,8 @@ class _VisionParts:
 
 def _vision_parts(recipe: Recipe, paths: BuildPaths) -> _VisionParts:
     """The vit net's program, plan and weight image, and what the runtime needs to feed it an image."""
-    from llmbuild.artifacts.paths import VIT_NET, vision_dir
-    from llmbuild.frontend.synthetic_vlm import IMAGE_TOKENS, VLM_DIR
+    from llmbuild.artifacts.paths import VIT_NET, vision_dir, vlm_dir
+    from llmbuild.frontend.synthetic_vlm import IMAGE_TOKENS
 
     out = vision_dir(paths)
     plan = MemoryPlan.read(out / "plan.json")
@@ -164,12 +164,12 @@ def _vision_parts(recipe: Recipe, paths: BuildPaths) -> _VisionParts:
     _, _, _, activation = decode_header(obj.section(section))
     program = decode(obj.section(section))
     shapes = {name: program.tensors[t].shape for name, t in [*program.inputs, *program.outputs]}
-    vlm = json.loads((paths.checkpoint / VLM_DIR / "config.json").read_text(encoding="utf-8"))
-    vocab = json.loads((paths.checkpoint / "tokenizer.json").read_text(encoding="utf-8"))
+    vlm = json.loads((vlm_dir(recipe, paths) / "config.json").read_text(encoding="utf-8"))
+    vocab = json.loads((tokenizer_dir(recipe, paths) / "tokenizer.json").read_text(encoding="utf-8"))
     added = {t["content"]: t["id"] for t in vocab.get("added_tokens", [])}
     missing = [t for t in IMAGE_TOKENS if t not in added]
     if missing:
-        raise LlmbuildError(f"{paths.checkpoint / 'tokenizer.json'}: no {missing[0]!r} token (an InternVL "
+        raise LlmbuildError(f"{tokenizer_dir(recipe, paths) / 'tokenizer.json'}: no {missing[0]!r} token (an InternVL "
                             "tokenizer has <img>, </img> and <IMG_CONTEXT>)")
     meta = {
         "family": recipe.vision.family,

@@ -32,10 +32,9 @@ def prepare(recipe: Recipe) -> None:
 
 
 def _prepare(recipe: Recipe, paths: BuildPaths) -> None:
-    if recipe.vision is not None and recipe.source.kind != "synthetic":
-        raise LlmbuildError(f"{recipe.path}: vision: a vision-language model from a {recipe.source.kind} source "
-                            "is not supported yet (synthetic sources only: the language model must be read "
-                            "under its vision-language names)")
+    if recipe.vision is not None and recipe.source.kind == "gguf":
+        raise LlmbuildError(f"{recipe.path}: vision: a vision-language model from a GGUF file is not supported "
+                            "(give its Hugging Face directory, source.kind hf)")
     prepare_checkpoint(recipe.source, paths.checkpoint, recipe.vision.config if recipe.vision else None)
     source = open_source(recipe.source, paths.checkpoint)
     if isinstance(source, HFSource):

@@ -20,7 +20,7 @@ import numpy as np
 from xdsl.dialects.builtin import IntegerAttr, StringAttr, i64
 
 from llmbuild import LlmbuildError
-from llmbuild.artifacts.paths import VIT_NET, BuildPaths, vision_dir, write_json, write_text_atomic
+from llmbuild.artifacts.paths import VIT_NET, BuildPaths, vision_dir, vlm_dir, write_json, write_text_atomic
 from llmbuild.artifacts.weight_file import write_weight_file
 from llmbuild.binary.container import write_container
 from llmbuild.binary.memory_map import MemoryPlan
@@ -28,7 +28,6 @@ from llmbuild.binary.program import encode
 from llmbuild.chips import load_chip
 from llmbuild.codegen.vision_plan import make_vision_plan
 from llmbuild.frontend.onnx_model import load_onnx
-from llmbuild.frontend.synthetic_vlm import VLM_DIR
 from llmbuild.frontend.vision_export import export_vision_onnx, internvl_vision_module
 from llmbuild.importer.onnx_net import MASK_INPUT, import_onnx_net
 from llmbuild.recipe_types import Recipe
@@ -52,7 +51,7 @@ def build_vision(recipe: Recipe) -> None:
     paths = BuildPaths.of(recipe)
     out = vision_dir(paths)
     out.mkdir(parents=True, exist_ok=True)
-    vlm = paths.checkpoint / VLM_DIR
+    vlm = vlm_dir(recipe, paths)
     onnx_path = export_vision_onnx(vlm, out / "vit.onnx", recipe.vision.exporter)
     graph = load_onnx(onnx_path)
     attrs = {"top.stage": StringAttr("vision"), "top.layer": IntegerAttr(-1, i64)}

@@ -94,7 +94,7 @@ def image_e2e(recipe: Recipe, paths: BuildPaths, model: CompiledModel, text_ids:
     import torch
     import transformers
 
-    from llmbuild.frontend.synthetic_vlm import VLM_DIR
+    from llmbuild.artifacts.paths import vlm_dir
     meta = model.vision.meta
     image = test_image(paths.root / "vision" / "test_image.png", int(meta["image_size"]))
     pixels = model.vision.pixels(image)  # tiled as `llmbuild run --image` tiles a user's file
@@ -102,7 +102,7 @@ def image_e2e(recipe: Recipe, paths: BuildPaths, model: CompiledModel, text_ids:
     model.reset()
     ids, logits = model.generate(prompt, recipe.verify.max_new_tokens, eos, images=[pixels])
     reference = transformers.InternVLForConditionalGeneration.from_pretrained(
-        paths.checkpoint / VLM_DIR, local_files_only=True).eval()
+        vlm_dir(recipe, paths), local_files_only=True).eval()
     config = transformers.GenerationConfig(do_sample=False, max_new_tokens=recipe.verify.max_new_tokens,
                                            eos_token_id=list(eos) or None, pad_token_id=eos[0] if eos else 0,
                                            output_logits=True, return_dict_in_generate=True)

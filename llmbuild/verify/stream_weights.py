@@ -79,6 +79,17 @@ class SafetensorsTables:
         else:
             raise LlmbuildError(f"{self.directory}: no {SINGLE_FILE} or {INDEX_FILE}")
         self._files: dict[str, Path] = files
+        # A vision-language checkpoint's language model under the names transformers' text model reads.
+        from llmbuild.frontend.hf import canonical_name
+
+        self._keys: dict[str, str] = {}
+        for key in files:
+            name = canonical_name(key)
+            name = name if name.startswith("lm_head.") else "model." + name
+            if name != key and name not in files:
+                self._keys[name] = key
+        for name, key in self._keys.items():
+            self._files[name] = files[key]
 
     def __contains__(self, name: object) -> bool:
         return name in self._files
@@ -90,7 +101,7 @@ class SafetensorsTables:
         if file is None:
             raise LlmbuildError(f"{self.directory}: missing tensor {name!r} for the reference model")
         with safe_open(str(file), framework="pt") as f:
-            part = f.get_slice(name)
+            part = f.get_slice(self._keys.get(name, name))
             if not part.get_dtype().startswith(("F", "BF")):
                 raise LlmbuildError(f"{file}: tensor {name!r} has dtype {part.get_dtype()}, expected a float")
             value = take(part)
@@ -136,7 +147,9 @@ class HFWeights:
     def __init__(self, directory: Path) -> None:
         import transformers
 
-        self.config = transformers.AutoConfig.from_pretrained(Path(directory), local_files_only=True)
+        config = transformers.AutoConfig.from_pretrained(Path(directory), local_files_only=True)
+        # A vision-language checkpoint: the reference is its language model (the vit net is checked apart).
+        self.config = config.get_text_config() if hasattr(config, "vision_config") else config
         self.tables = SafetensorsTables(Path(directory))
 
     def layer(self, i: int, keys: Sequence[str], out: Buffers | None = None) -> dict[str, torch.Tensor]:
