@@ -171,6 +171,11 @@ def test_internvl_from_a_hugging_face_directory(built: Path, tmp_path: Path) -> 
     snakemake(build, "internvl_hf", recipes=recipes)
     report = json.loads((build / "internvl_hf" / "verify.json").read_text())
     assert report["passed"] and report["end_to_end"]["tokens_equal"] and report["end_to_end_image"]["tokens_equal"]
+    # `llmbuild compile DIR` writes the same kind of recipe for the directory: the tower is seen
+    from llmbuild.steps.oneshot import CompileRequest, recipe_for
+
+    _, text = recipe_for(CompileRequest(hf, tmp_path / "out", "f32", "bm1684x", 64, 16))
+    assert 'vision: {"family": "internvl"}' in text and 'architecture: "qwen2"' in text
     # the same weights: the same binary's programs and weights as the synthetic build's
     f32_e2e = json.loads((built / F32 / "e2e.json").read_text())
     hf_e2e = json.loads((build / "internvl_hf" / "e2e.json").read_text())

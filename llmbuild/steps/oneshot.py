@@ -58,7 +58,7 @@ def recipe_for(req: CompileRequest) -> tuple[str, str]:
     if req.quantize not in MODE_CHOICES:
         raise LlmbuildError(f"--quantize: expected one of {', '.join(MODE_CHOICES)}, got {req.quantize}")
     checkpoint = req.checkpoint.expanduser().resolve()
-    source, architecture = _source(checkpoint)
+    source, architecture, vision = _source(checkpoint)
     prefill = req.prefill_length or min(req.seq_length, 128)
     quant: dict = {"mode": req.quantize}
     if req.method != "auto":
@@ -72,6 +72,7 @@ def recipe_for(req: CompileRequest) -> tuple[str, str]:
         "quantization": quant,
         "target": {"chip": req.chip},
         "stages": {"seq_length": req.seq_length, "prefill_length": prefill},
+        **({"vision": vision} if vision else {}),
         "verify": {"exact_tokens": req.quantize == "f32"},
     }
     header = (f"# Written by `llmbuild compile {checkpoint} --quantize {req.quantize} --chip {req.chip} "
@@ -84,23 +85,35 @@ def recipe_for(req: CompileRequest) -> tuple[str, str]:
     return name, header + body + "\n"
 
 
-def _source(checkpoint: Path) -> tuple[dict, str]:
+# A vision-language config.json's model_type -> the recipe's vision.family (its tower becomes the vit net).
+VISION_FAMILIES = {"internvl": "internvl"}
+
+
+def _source(checkpoint: Path) -> tuple[dict, str, dict | None]:
+    """(the recipe's source, its architecture, its vision section or None)."""
+    from llmbuild.frontend.hf import text_config
     from llmbuild.frontend.registry import architecture_for_gguf, architecture_for_hf_model_type
 
     if checkpoint.is_file() and checkpoint.suffix == ".gguf":
         from llmbuild.frontend.gguf_source import gguf_metadata
 
         arch = gguf_metadata(checkpoint).get("general.architecture")
-        return {"kind": "gguf", "path": str(checkpoint)}, architecture_for_gguf(str(arch))
+        return {"kind": "gguf", "path": str(checkpoint)}, architecture_for_gguf(str(arch)), None
     config = checkpoint / "config.json"
     if not config.is_file():
         raise LlmbuildError(f"{checkpoint}: expected a Hugging Face checkpoint directory (with config.json) "
                             "or a .gguf file")
     try:
-        model_type = json.loads(config.read_text(encoding="utf-8")).get("model_type")
+        fields = json.loads(config.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise LlmbuildError(f"{config}: cannot read JSON: {exc}") from None
-    return {"kind": "hf", "path": str(checkpoint)}, architecture_for_hf_model_type(str(model_type))
+    if not isinstance(fields, dict):
+        raise LlmbuildError(f"{config}: expected a JSON object")
+    family = VISION_FAMILIES.get(str(fields.get("model_type")))
+    text = text_config(fields)
+    vision = {"family": family} if family and text is not fields else None
+    architecture = architecture_for_hf_model_type(str(text.get("model_type")), str(config))
+    return {"kind": "hf", "path": str(checkpoint)}, architecture, vision
 
 
 def _prompt_kind(checkpoint: Path) -> str:
