@@ -92,8 +92,15 @@ def _vision(recipe, text_hidden: int, mode: str, chip: str) -> dict | None:
     from llmbuild.cost.vision_estimate import vision_estimate
 
     config = (recipe.vision.config or {}).get("vision_config")
-    if config is None:
-        return None  # an hf source's tower is described by its checkpoint (not read without it yet)
+    if config is None and recipe.source.kind == "hf":
+        # The checkpoint's own config.json, else the one shipped with the recipe (no weights needed).
+        from llmbuild.frontend.hf import read_json
+
+        folder = Path(recipe.source.path) if recipe.source.path else None
+        path = folder / "config.json" if folder and (folder / "config.json").is_file() else recipe.source.config_file
+        config = read_json(Path(path)).get("vision_config") if path else None
+    if not isinstance(config, dict):
+        return None
     size = config.get("image_size")
     return {**vision_estimate(config, text_hidden, mode, chip),
             "image_size": int(size[0] if isinstance(size, list) else size)}

@@ -138,6 +138,12 @@ def test_estimate_reports_the_vision_tower_per_tile() -> None:
     assert 0.6e12 < one["vision_flops"] < 0.8e12 and one["vision_tokens_per_tile"] == 256
     two = vision_estimate({**big, "num_hidden_layers": 48}, 1536, "bf16", "bm1684x")
     assert 1.9 < two["vision_flops"] / one["vision_flops"] < 2.0 and two["vision_encode_s"] > one["vision_encode_s"]
+    # The real-size recipe, without its weights: the tower from the shipped config.json
+    r = llmbuild(Path("/nonexistent"), "estimate", "internvl3_2b_w4", "--json", env={"LLMBUILD_MODELS": "/nonexistent"})
+    assert r.returncode == 0, r.stderr
+    real = json.loads(r.stdout)
+    assert real["vision"]["vision_tokens_per_tile"] == 256 and real["vision"]["image_size"] == 448
+    assert real["vision"]["vision_flops"] == pytest.approx(one["vision_flops"], rel=1e-9)
 
 
 def test_internvl_from_a_hugging_face_directory(built: Path, tmp_path: Path) -> None:
