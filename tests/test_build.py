@@ -127,13 +127,16 @@ def test_every_mlir_file_parses_with_upstream_mlir_opt(build: Path) -> None:
             pytest.fail("mlir-opt-22 is not installed (scripts/install.sh installs mlir-22-tools)")
         pytest.skip("mlir-opt-22 not installed")
     files = sorted(build.glob("*/layers/*/*.mlir")) + sorted(build.glob("*/head/*.mlir"))
-    assert len(files) > 100
+    vision = sorted(build.glob("*/vision/*.mlir"))  # the vit nets: ops imported from ONNX
+    assert len(files) > 100 and len(vision) >= 4
+    files += vision
     # One mlir-opt call per file would take minutes: join them with the split marker instead.
     joined = "\n// -----\n".join(f.read_text() for f in files)
     r = subprocess.run([tool, "--allow-unregistered-dialect", "--split-input-file"], input=joined,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[:2000]
     assert r.stdout.count("tpu.MatMul") > 0 and r.stdout.count("top.RMSNorm") > 0
+    assert r.stdout.count("tpu.LayerNorm") > 0 and r.stdout.count("top.GELU") > 0
 
 
 def test_second_run_has_nothing_to_do(build: Path) -> None:
