@@ -19,15 +19,9 @@ from llmbuild.dialects.interpret import interpret  # noqa: E402
 from llmbuild.frontend.onnx_model import load_onnx  # noqa: E402
 from llmbuild.frontend.vision_export import export_vision_onnx, internvl_vision_module  # noqa: E402
 from llmbuild.importer.onnx_net import MASK_INPUT, import_onnx_net  # noqa: E402
+from llmbuild.verify.similarity import cosine  # noqa: E402
 
 IMAGE = 56  # 4x4 patches of 14: 16 tokens and the class token, 4 image tokens after the pixel shuffle
-
-
-def cosine(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
-    if not (np.isfinite(a).all() and np.isfinite(b).all()):
-        return float("nan")
-    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,6 @@ NaN or Inf never passes.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +31,7 @@ from llmbuild.frontend.vision_export import export_vision_onnx, internvl_vision_
 from llmbuild.importer.onnx_net import MASK_INPUT, import_onnx_net
 from llmbuild.recipe_types import Recipe
 from llmbuild.steps.compile_net import compile_net
+from llmbuild.verify.similarity import cosine
 
 CHECK_SEED = 20261202
 
@@ -96,7 +96,7 @@ def check_vision(recipe: Recipe, vlm: Path, compiled, top_module, weights: dict[
             executor.set_input(prog, key, value)
         executor.run(prog)
         got[name] = executor.get_output(prog, "image_features")
-    cosines = {name: _cosine(value, want) for name, value in got.items()}
+    cosines = {name: cosine(value, want) for name, value in got.items()}
     metrics = {"cosine_device": cosines["device"], "cosine_host": cosines["host"],
                "host_equals_device": bool(np.array_equal(got["device"], got["host"])),
                "threshold": recipe.vision.image_cosine, "tokens": int(want.shape[1]), "ops": len(prog.instrs),
@@ -116,19 +116,6 @@ def _first_parting_op(tpu_module, inputs: dict, weights: dict, reference) -> str
 
     run = interpret(tpu_module, inputs, weights.__getitem__, reference=False)
     for loc in run.order:
-        if loc in reference.by_loc and _cosine(run.by_loc[loc], reference.by_loc[loc]) < 0.999:
+        if loc in reference.by_loc and cosine(run.by_loc[loc], reference.by_loc[loc]) < 0.999:
             return f"; first op apart from the TopOp interpretation: {loc}"
     return ""
-
-
-def _cosine(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
-    if not (np.isfinite(a).all() and np.isfinite(b).all()):
-        return float("nan")
-    denom = np.linalg.norm(a) * np.linalg.norm(b)
-    return float(a @ b / denom) if denom else float("nan")
-
-
-def read_vision_metrics(paths: BuildPaths) -> dict | None:
-    path = vision_dir(paths) / "metrics.json"
-    return json.loads(path.read_text()) if path.is_file() else None

@@ -39,9 +39,7 @@ def run_e2e(recipe: Recipe) -> dict:
     ids, logits = model.generate(prompt, recipe.verify.max_new_tokens, eos)
     seconds = time.perf_counter() - start
 
-    parted = next((i for i, (a, b) in enumerate(zip(ids, expected, strict=False)) if a != b), None)
-    if parted is None and len(ids) != len(expected):
-        parted = min(len(ids), len(expected))
+    parted = first_difference(ids, expected)
     gap = None
     if parted is not None and parted < len(logits):
         top2 = np.sort(logits[parted])[-2:]
@@ -67,6 +65,14 @@ def run_e2e(recipe: Recipe) -> dict:
         result["image"] = image_e2e(recipe, paths, model, [int(i) for i in ref["generate.prompt_ids"]], eos)
     write_json(paths.e2e, result)
     return result
+
+
+def first_difference(ids: list[int], expected: list[int]) -> int | None:
+    """The first step where the two greedy runs part (a shorter run parts where it ends); None if equal."""
+    parted = next((i for i, (a, b) in enumerate(zip(ids, expected, strict=False)) if a != b), None)
+    if parted is None and len(ids) != len(expected):
+        parted = min(len(ids), len(expected))
+    return parted
 
 
 IMAGE_SEED = 20261202
@@ -110,8 +116,6 @@ def image_e2e(recipe: Recipe, paths: BuildPaths, model: CompiledModel, text_ids:
         out = reference.generate(input_ids=torch.tensor([prompt]), pixel_values=torch.from_numpy(pixels),
                                  generation_config=config)
     expected = [int(i) for i in out.sequences[0, len(prompt):]]
-    parted = next((i for i, (a, b) in enumerate(zip(ids, expected, strict=False)) if a != b), None)
-    if parted is None and len(ids) != len(expected):
-        parted = min(len(ids), len(expected))
+    parted = first_difference(ids, expected)
     return {"prompt_ids": prompt, "ids": ids, "reference_ids": expected, "tokens_equal": ids == expected,
             "first_difference": parted, "first_logits": similarity(logits[0], out.logits[0][0].numpy())}
