@@ -67,7 +67,9 @@ rule link:
         head_weights=rules.head.output.weights,
         layers=lambda w: _layer_files(w.recipe, layer_ids(w), "layer.llmo"),
         weights=lambda w: _layer_files(w.recipe, layer_ids(w), "weights.safetensors"),
-        vision=lambda w: dag.vision_files(w.recipe, BUILD),
+        # The vit net's files for a vision-language recipe, none for a text one.
+        vision=lambda w: dag.when_vision(w.recipe, rules.vision.output.obj, rules.vision.output.weights,
+                                         rules.vision.output.plan),
     output:
         binary=f"{BUILD}/{{recipe}}/{{recipe}}.llmb",
         # The binary's summaries in `snakemake --report` (the binary itself is too big to embed in a page).

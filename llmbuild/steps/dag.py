@@ -90,11 +90,12 @@ def recipe(name: str) -> Recipe:
     return load_recipe(name)
 
 
-def vision_files(name: str, build: str) -> list[str]:
-    """The vision step's outputs that link reads, for a recipe with a vision tower (else none)."""
+def when_vision(name: str, *patterns: str) -> list[str]:
+    """`patterns` (the vision rule's outputs, `{recipe}` in them) for a recipe with a vision tower, else
+    none: link reads the vit net only where there is one."""
     if recipe(name).vision is None:
         return []
-    return [f"{build}/{name}/vision/{f}" for f in ("vision.llmo", "weights.safetensors", "plan.json")]
+    return [p.replace("{recipe}", name) for p in patterns]
 
 
 def code_digest(step: str | None = None) -> str:
