@@ -100,6 +100,27 @@ def test_chat_turns_with_images_reuse_the_cache(built: Path, tmp_path: Path) -> 
     assert len(session.features) == 2
 
 
+def test_dropping_old_turns_drops_their_images(built: Path, tmp_path: Path) -> None:
+    from llmbuild.runtime.session import Session
+
+    session = Session(built / F32 / f"{F32}.llmb", policy="drop_oldest", max_new_tokens=4, ignore_eos=True)
+    square = (56, 56)
+    dropped = 0
+    for turn in range(8):  # one-tile images: each turn about 20 of the tiny S = 64 tokens
+        session.send(f"turn {turn}", images=[picture(tmp_path / f"{turn}.png", turn, square)])
+        dropped += session.last_reply.dropped_turns
+        # Every image still in the conversation has its rows, and only those.
+        runs = session.ids.count(session.model.vision.meta["image_token_id"]) // session.model.vision.tokens
+        assert len(session.features) == runs >= 1
+    assert dropped >= 1
+    # The kept conversation still gives the ids a fresh session gets for it (the newest image's rows at
+    # its own tokens, not an older image's).
+    fresh = Session(built / F32 / f"{F32}.llmb", ignore_eos=True, max_new_tokens=4)
+    prompt = session.ids[: len(session.ids) - len(session.last_reply.ids)]
+    images = [picture(tmp_path / f"{turn}.png", turn, square) for turn in range(8 - runs, 8)]
+    assert fresh.generate(prompt, images=images) == session.last_reply.ids
+
+
 def test_run_image_command_line(built: Path, tmp_path: Path) -> None:
     image = picture(tmp_path / "a.png", 1)
     r = llmbuild(built, "run", F32, "--image", str(image), "--prompt", "describe", "--max-new-tokens", "4", "--json")

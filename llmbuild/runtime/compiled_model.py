@@ -365,13 +365,15 @@ def load_tokenizer(model: CompiledModel):
                             f"({type(exc).__name__}: {one_line(str(exc)[:200])})") from None
 
 
+def image_runs(ids: list[int], image_token_id: int) -> list[int]:
+    """Where each run of `image_token_id` starts in `ids` (one run per image)."""
+    return [i for i, token in enumerate(ids) if token == image_token_id and (i == 0 or ids[i - 1] != image_token_id)]
+
+
 def image_rows(ids: list[int], features: list[np.ndarray], image_token_id: int) -> dict[int, np.ndarray]:
     """Index in `ids` -> feature row, the runs of `image_token_id` filled by `features` in order (each run
     exactly one image's rows, as the prompt builders make them)."""
-    runs: list[int] = []
-    for i, token in enumerate(ids):
-        if token == image_token_id and (i == 0 or ids[i - 1] != image_token_id):
-            runs.append(i)
+    runs = image_runs(ids, image_token_id)
     if len(runs) != len(features):
         raise LlmbuildError(f"the prompt holds {len(runs)} image(s) (runs of token {image_token_id}), "
                             f"got {len(features)} image(s)")

@@ -21,7 +21,14 @@ import numpy as np
 
 from llmbuild import LlmbuildError
 from llmbuild.runtime import resolve_binary
-from llmbuild.runtime.compiled_model import CacheFullError, CompiledModel, StageCounts, image_rows, load_tokenizer
+from llmbuild.runtime.compiled_model import (
+    CacheFullError,
+    CompiledModel,
+    StageCounts,
+    image_rows,
+    image_runs,
+    load_tokenizer,
+)
 from llmbuild.runtime.sampling import Sampler, SamplingConfig
 from llmbuild.runtime.stream import TextStream
 
@@ -287,8 +294,17 @@ class Session:
                 "send a shorter message"
             )
         self._drop(drop)
+        self._keep_features(kept)
         self.model.reset()
         return kept, drop
+
+    def _keep_features(self, kept: list[int]) -> None:
+        """Only the rows of the images still in the conversation: dropped turns take their images' runs of
+        image tokens with them, the oldest first, so the newest features are the ones kept."""
+        if not self.features:
+            return
+        runs = len(image_runs(kept, int(self.model.vision.meta["image_token_id"])))
+        self.features = self.features[len(self.features) - runs :] if runs else []
 
     def _old_turns(self) -> int:
         """Earlier turns that may be dropped (this one and a system message stay)."""
