@@ -67,9 +67,10 @@ OPS: tuple[OpDef, ...] = (
     OpDef("Mul", "Elementwise product with broadcasting: the gated MLP.",
           '%m = "tpu.Mul"(%a, %b) : (tensor<1x16x128xbf16>, tensor<1x16x128xbf16>) -> tensor<1x16x128xbf16>',
           "Mul", "row_local", "vector"),
-    OpDef("Active", "An activation chosen by mode (TPU-MLIR's Active): SILU from top.SiLU, GELU from top.GELU.",
+    OpDef("Active", "An activation chosen by mode (TPU-MLIR's Active): SILU from top.SiLU, GELU from top.GELU, "
+          "GELU_TANH from top.GELUTanh.",
           '%g = "tpu.Active"(%x) {mode = "SILU"} : (tensor<1x16x128xbf16>) -> tensor<1x16x128xbf16>',
-          "SiLU", "row_local", "vector", also_from=("GELU",)),
+          "SiLU", "row_local", "vector", also_from=("GELU", "GELUTanh")),
     OpDef("Softmax", "softmax over an axis.",
           '%p = "tpu.Softmax"(%x) {axis = -1 : i64} : (tensor<1x4x16x64xf32>) -> tensor<1x4x16x64xf32>',
           "Softmax", "whole", "vector"),

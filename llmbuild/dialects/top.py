@@ -205,6 +205,19 @@ class GELUOp(common.UnaryBase):
 
 
 @irdl_op_definition
+class GELUTanhOp(common.UnaryBase):
+    """GELU, the tanh form: x / 2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) (SigLIP's
+    gelu_pytorch_tanh). Lowered to tpu.Active {mode = "GELU_TANH"}.
+
+    Example:
+
+        %g = "top.GELUTanh"(%x) : (tensor<1x1024x4304xf32>) -> tensor<1x1024x4304xf32>
+    """
+
+    name = "top.GELUTanh"
+
+
+@irdl_op_definition
 class LayerNormOp(common.LayerNormBase):
     """(x - mean) / sqrt(var + eps) * gamma + beta over the last axis.
 
@@ -262,6 +275,7 @@ Top = Dialect(
         SiLUOp,
         SoftmaxOp,
         GELUOp,
+        GELUTanhOp,
         LayerNormOp,
         SliceOp,
     ],

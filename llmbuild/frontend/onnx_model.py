@@ -39,6 +39,7 @@ class OnnxGraph:
     nodes: list[OnnxNode]  # in topological order; each reads at least one graph input's descendant
     constants: dict[str, np.ndarray] = field(default_factory=dict)
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # every non-constant value
+    integer_inputs: frozenset[str] = frozenset()  # graph inputs of an integer type (indices: position ids)
 
 
 def load_onnx(path: Path) -> OnnxGraph:
@@ -83,8 +84,10 @@ def load_onnx(path: Path) -> OnnxGraph:
     inputs = {i.name: _static_shape(i, path) for i in graph.input if i.name not in constants}
     shapes = {v.name: _static_shape(v, path) for v in [*graph.value_info, *graph.output]}
     shapes.update(inputs)
+    integer = frozenset(i.name for i in graph.input if i.name in inputs and i.type.tensor_type.elem_type in (
+        onnx.TensorProto.INT32, onnx.TensorProto.INT64))
     return OnnxGraph(path, opset, inputs, [o.name for o in graph.output], [node for _, node in kept],
-                     constants, shapes)
+                     constants, shapes, integer)
 
 
 def _static_shape(value: Any, path: Path) -> tuple[int, ...]:

@@ -27,13 +27,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.dialects.builtin import ModuleOp, StringAttr, f32, i32
 from xdsl.ir import SSAValue
 
 from llmbuild import LlmbuildError
 from llmbuild.dialects import common, top
 from llmbuild.frontend.onnx_model import OnnxGraph, OnnxNode
 from llmbuild.importer.graph import TopGraph, tensor
+from llmbuild.importer.onnx_patterns import fuse_gelu_tanh
 
 MASK_INPUT = "attention_mask"
 SQRT2 = math.sqrt(2.0)
@@ -49,12 +50,13 @@ class Transposed:
 
 @dataclass(frozen=True)
 class Scores:
-    """q·kᵀ·scale of an attention whose q and k are [B, T, H, D]; `probs` once a softmax ran over it."""
+    """q·kᵀ·scale (+ mask) of an attention whose q and k are [B, T, H, D]; `probs` once a softmax ran over it."""
 
     q: SSAValue
     k: SSAValue
     scale: float
     probs: bool = False
+    mask: SSAValue | None = None  # an additive mask the graph adds (a net input), else the net's zero mask
 
 
 @dataclass(frozen=True)
@@ -136,9 +138,9 @@ class _Importer:
     def run(self) -> OnnxImport:
         names = []
         for name, shape in self.graph.inputs.items():
-            self.values[name] = self.top.arg(name, shape)
+            self.values[name] = self.top.arg(name, shape, i32 if name in self.graph.integer_inputs else f32)
             names.append(name)
-        for node in self.graph.nodes:
+        for node in fuse_gelu_tanh(self.graph):
             handler: Callable[[OnnxNode], Value] | None = getattr(self, f"op_{node.op}", None)
             if handler is None:
                 raise self.fail(node, "operator not supported by the ONNX importer (supported: "
@@ -185,6 +187,11 @@ class _Importer:
             x = self.act(node, a)
             return self.top.linear(x, self.weight(f"{b}.T", right.T), None, node.outputs[0])
         left_v, right_v = self.values.get(a), self.values.get(b)
+        left = self.const(a)
+        if left is not None and left.ndim == 4 and isinstance(right_v, Transposed) and right_v.perm == (0, 2, 3, 1):
+            # Queries that are constants (a resampler's learned queries), already [B, H, T, D].
+            q = self.weight(f"{a}.queries", np.ascontiguousarray(left.transpose(0, 2, 1, 3)))
+            return Scores(q, right_v.source, 1.0)
         if isinstance(left_v, Transposed) and isinstance(right_v, Transposed) and left_v.perm == (0, 2, 1, 3) \
                 and right_v.perm == (0, 2, 3, 1):  # q·kᵀ of an attention
             return Scores(left_v.source, right_v.source, 1.0)
@@ -196,9 +203,12 @@ class _Importer:
 
     def attention(self, node: OnnxNode, probs: Scores, v: SSAValue) -> Value:
         b, t, h, d = common.shape_of(probs.q)
-        if self.mask is None:
-            self.mask = self.top.arg(MASK_INPUT, (b, 1, t, common.shape_of(probs.k)[1]))
-        out = self.top.attention(probs.q, probs.k, v, self.mask, probs.scale, node.outputs[0])
+        mask = probs.mask
+        if mask is None:
+            if self.mask is None:
+                self.mask = self.top.arg(MASK_INPUT, (b, 1, t, common.shape_of(probs.k)[1]))
+            mask = self.mask
+        out = self.top.attention(probs.q, probs.k, v, mask, probs.scale, node.outputs[0])
         # FAttention gives [B, T, H*D]; the graph's MatMul gives [B, H, T, D]: its own transposes follow.
         return Transposed(self.top.reshape(out, (b, t, h, d), f"{node.outputs[0]}.heads"), (0, 2, 1, 3))
 
@@ -264,13 +274,46 @@ class _Importer:
     def gelu(self, x: SSAValue, node: OnnxNode) -> SSAValue:
         return self.emit(top.GELUOp, [x], common.shape_of(x), node.outputs[0])
 
+    def op_GeluTanh(self, node: OnnxNode) -> Value:
+        """A tanh GELU region (importer/onnx_patterns.py replaced it by this node)."""
+        x = self.act(node, node.inputs[0])
+        return self.emit(top.GELUTanhOp, [x], common.shape_of(x), node.outputs[0])
+
+    def op_Tanh(self, node: OnnxNode) -> Value:
+        raise self.fail(node, "Tanh outside the tanh GELU pattern x/2 * (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))")
+
+    def op_Gather(self, node: OnnxNode) -> Value:
+        """Rows of a constant table by indices that are a net input (a tower's position ids)."""
+        table = self.const(node.inputs[0])
+        index = node.inputs[1]
+        if table is None or index not in self.graph.integer_inputs:
+            raise self.fail(node, "a Gather other than rows of a constant table by an integer net input")
+        axis = int(node.attrs.get("axis", 0)) % table.ndim
+        indices = self.values[index]
+        assert isinstance(indices, SSAValue)
+        return self.top.gather(self.weight(node.inputs[0], table), indices, node.outputs[0], axis)
+
     def op_Add(self, node: OnnxNode) -> Value:
         a, b = node.inputs
         va, vb = self.values.get(a), self.values.get(b)
         for lazy, c in ((va, self.scalar(b)), (vb, self.scalar(a))):
             if isinstance(lazy, GeluPart) and lazy.stage == "erf" and c is not None and math.isclose(c, 1.0):
                 return GeluPart("1+erf", lazy.x)
+        for lazy, other in ((va, b), (vb, a)):
+            if isinstance(lazy, Scores) and not lazy.probs and lazy.mask is None and other in self.graph.inputs:
+                return self.masked(node, lazy, other)
         return self.elementwise(node, top.AddOp)
+
+    def masked(self, node: OnnxNode, scores: Scores, name: str) -> Scores:
+        """Scores plus an additive mask that is a net input of shape [B, 1, T, S] (a padded slice's)."""
+        b, t, _, _ = common.shape_of(scores.q)
+        want = (b, 1, t, common.shape_of(scores.k)[1])
+        if self.graph.inputs[name] != want:
+            raise self.fail(node, f"attention mask {name!r} of shape {list(self.graph.inputs[name])} (expected "
+                                  f"{list(want)}: [batch, 1, queries, keys])")
+        value = self.values[name]
+        assert isinstance(value, SSAValue)
+        return Scores(scores.q, scores.k, scores.scale, mask=value)
 
     def op_Sub(self, node: OnnxNode) -> Value:
         a, b = node.inputs
@@ -290,7 +333,7 @@ class _Importer:
         v = self.values.get(node.inputs[0])
         axis = node.attrs.get("axis", -1)
         if isinstance(v, Scores) and axis in (-1, 3):
-            return Scores(v.q, v.k, v.scale, probs=True)
+            return Scores(v.q, v.k, v.scale, probs=True, mask=v.mask)
         x = self.act(node, node.inputs[0])
         return self.emit(top.SoftmaxOp, [x], common.shape_of(x), node.outputs[0], axis=common.i64_attr(axis))
 

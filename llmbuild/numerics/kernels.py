@@ -54,7 +54,8 @@ ROW_SKIPPING = frozenset({"MatMul", "A16MatMul", "FAttention"})
 # Ops that compute each token's row from that row alone: an executor may compute (and round) the real rows
 # only and leave zeros after them (what a product of those rows reads; a row's bits in a product do not
 # depend on the other rows' values). Shared by the interpreter and the host path.
-ROW_LOCAL = frozenset({"Add", "Mul", "Active", "SiLU", "GELU", "RMSNorm", "LayerNorm", "Cast", "Rope", "Gather"})
+ROW_LOCAL = frozenset({"Add", "Mul", "Active", "SiLU", "GELU", "GELUTanh", "RMSNorm", "LayerNorm", "Cast", "Rope",
+                       "Gather"})
 
 
 def on_real_rows(compute: Callable[..., np.ndarray], xs: Sequence[np.ndarray], cut: Sequence[bool],
@@ -484,7 +485,18 @@ def gelu_kernel(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
     return gelu(x)
 
 
-ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {"SILU": silu, "GELU": gelu}
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    # The tanh form (SigLIP's gelu_pytorch_tanh), in the input's precision as torch computes it.
+    c = np.asarray(np.sqrt(2.0 / np.pi), x.dtype)
+    return x * 0.5 * (1.0 + np.tanh(c * (x + np.asarray(0.044715, x.dtype) * x * x * x)))
+
+
+@kernel("GELUTanh")
+def gelu_tanh_kernel(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
+    return gelu_tanh(x)
+
+
+ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {"SILU": silu, "GELU": gelu, "GELU_TANH": gelu_tanh}
 
 
 @kernel("Active")

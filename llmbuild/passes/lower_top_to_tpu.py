@@ -58,11 +58,12 @@ TOP_TO_TPU: dict[str, type[Operation]] = {
     "top.SiLU": tpu.ActiveOp,
     "top.Softmax": tpu.SoftmaxOp,
     "top.GELU": tpu.ActiveOp,
+    "top.GELUTanh": tpu.ActiveOp,
     "top.LayerNorm": tpu.LayerNormOp,
     "top.Slice": tpu.SliceOp,
 }
 # Activations lowered to tpu.Active, with its mode.
-ACTIVE_MODES = {"top.SiLU": "SILU", "top.GELU": "GELU"}
+ACTIVE_MODES = {"top.SiLU": "SILU", "top.GELU": "GELU", "top.GELUTanh": "GELU_TANH"}
 # Ops that only move data: they keep the precision of their (float) input.
 DATA_MOVEMENT = ("top.Gather", "top.Reshape", "top.Permute", "top.Concat", "top.Slice")
 

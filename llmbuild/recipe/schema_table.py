@@ -19,7 +19,7 @@ from typing import Any
 from llmbuild.recipe_types import DEFAULT_CALIBRATION, DEFAULT_GROUP_SIZE, LM_HEAD_CHOICES, METHODS, MODE_CHOICES
 
 SOURCE_KINDS = ("synthetic", "hf", "gguf")
-VISION_FAMILIES = ("internvl",)
+VISION_FAMILIES = ("internvl", "minicpmv")
 VISION_EXPORTERS = ("legacy", "dynamo")
 
 # The architectures the frontend registry is expected to provide; used only until it exists.
