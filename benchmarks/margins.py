@@ -5,7 +5,7 @@
 Each argument is a build folder (one sub-folder per recipe, as `snakemake` writes them). For every recipe
 with a verify.json the table shows the worst similarity of each kind the verify step compares: TOP
 against transformers (outputs), TPU against TOP (every op and every output), and the end-to-end
-first-step logits against transformers in f32. The last table takes the worst over the recipes of one
+logits of every step against transformers in f32. The last table takes the worst over the recipes of one
 activation dtype, the key of the per-mode default tolerances (llmbuild/recipe/tolerances.py); docs/
 verification.md shows how the defaults were chosen from it.
 """
@@ -52,7 +52,9 @@ def margins(build: Path) -> dict[str, float]:
             for _, cosine, euclid in entry["tpu_vs_top"]["ops"]:
                 take("tpu_cosine", cosine)
                 take("tpu_euclid", euclid)
-    take("logits_cosine", json.loads((build / "e2e.json").read_text())["first_logits"]["cosine"])
+    e2e = json.loads((build / "e2e.json").read_text())
+    for step in e2e.get("step_logits") or [e2e["first_logits"]]:  # every teacher-forced step
+        take("logits_cosine", step["cosine"])
     return worst
 
 

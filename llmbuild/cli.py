@@ -105,8 +105,10 @@ def cmd_e2e(args: argparse.Namespace) -> None:
     from llmbuild.verify.e2e import run_e2e
 
     result = run_e2e(_recipe(args))
-    print(f"greedy ids equal transformers: {result['tokens_equal']}; "
-          f"first-step logits cosine {result['first_logits']['cosine']}")
+    worst = min(step["cosine"] for step in result["step_logits"])
+    print(f"greedy ids equal transformers: {result['tokens_equal']} (teacher-forced, "
+          f"{result['steps_differing']} of {len(result['ids'])} steps differ); logits cosine "
+          f"{result['first_logits']['cosine']} at the first step, {worst} at the worst")
 
 
 def cmd_verify(args: argparse.Namespace) -> None:

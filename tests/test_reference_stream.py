@@ -233,7 +233,7 @@ def test_reference_file_of_a_recipe(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     t = n1 + n2 + 1
     assert t == 33  # L = 16: 16 prefill rows, 16 prefill_kv rows, one decode row
     layers = recipe.source.config["num_hidden_layers"]
-    assert set(ref) == {"ids", "logits", "generate.prompt_ids", "generate.ids", "generate.first_logits"} | {
+    assert set(ref) == {"ids", "logits", "generate.prompt_ids", "generate.ids", "generate.logits"} | {
         f"layers.{i}.{what}" for i in range(layers) for what in ("input", "output", "k", "v")
     }
     assert ref["ids"].shape == (t,) and ref["ids"].dtype == np.int64
@@ -241,6 +241,9 @@ def test_reference_file_of_a_recipe(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert ref["logits"].shape == (512,) and ref["logits"].dtype == np.float32
     assert list(ref["generate.prompt_ids"]) == list(recipe.verify.prompt_ids)
     assert 0 < len(ref["generate.ids"]) <= recipe.verify.max_new_tokens
+    assert ref["generate.logits"].shape == (len(ref["generate.ids"]), 512)
+    # Each step's logits chose that step's greedy id.
+    assert list(ref["generate.logits"].argmax(axis=1)) == list(ref["generate.ids"])
 
 
 needs_smollm2 = pytest.mark.skipif(

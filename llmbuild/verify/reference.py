@@ -3,7 +3,8 @@
 Written once per recipe to reference.safetensors, so per-layer jobs compare against it without
 importing torch. Contents: `ids` [T]; per layer `layers.{i}.input|output` [T, H] and `layers.{i}.k|v`
 [T, kv_heads, head_dim] (k after RoPE, as cached); `logits` [V] at the last position; and the end-to-end greedy run:
-`generate.prompt_ids`, `generate.ids`, `generate.first_logits`. Floats are stored as float32, the type
+`generate.prompt_ids`, `generate.ids` and `generate.logits` [steps, V] (every step's logits, so the end-to-end
+check compares every step, not only the first). Floats are stored as float32, the type
 transformers computed them in (so nothing is lost); ids as int64.
 
 transformers' model is streamed one decoder layer at a time (verify/stream_model.py), with weights read
@@ -107,11 +108,11 @@ def make_reference(recipe: Recipe, paths: BuildPaths, out: Path) -> None:
     # One line a layer, then one a generated token, in the step's log: a 7B reference runs for minutes.
     tensors = layer_outputs(model, ids, StepProgress("reference forward", total=spec.num_layers))
     prompt = prompt_ids_for(recipe, _tokenizer(recipe, paths), spec.vocab_size)
-    generated, first = greedy(model, prompt, recipe.verify.max_new_tokens, spec.eos_token_ids,
+    generated, logits = greedy(model, prompt, recipe.verify.max_new_tokens, spec.eos_token_ids,
                               StepProgress("reference generate", total=recipe.verify.max_new_tokens))
     tensors["generate.prompt_ids"] = np.array(prompt, dtype=np.int64)
     tensors["generate.ids"] = np.array(generated, dtype=np.int64)
-    tensors["generate.first_logits"] = first
+    tensors["generate.logits"] = logits
     save_reference(tensors, out)
 
 
@@ -163,7 +164,7 @@ def layer_outputs(model: Any, ids: np.ndarray, progress: StepProgress | None = N
 
 def greedy(model: Any, prompt: list[int], max_new_tokens: int, eos: tuple[int, ...],
            progress: StepProgress | None = None) -> tuple[list[int], np.ndarray]:
-    """(new ids, logits of the first step) of transformers' greedy `generate` with a KV cache, stopping
+    """(new ids, logits of every step [steps, V]) of transformers' greedy `generate` with a KV cache, stopping
     after an id in `eos`. Plain greedy: no generation_config.json setting (repetition_penalty, ...) applies,
     as the compiled model's greedy loop applies none. `progress` gets a line a token (generate runs the
     last decoder layer once per new token)."""
@@ -186,7 +187,7 @@ def greedy(model: Any, prompt: list[int], max_new_tokens: int, eos: tuple[int, .
     finally:
         if hook is not None:
             hook.remove()
-    return [int(i) for i in out.sequences[0, len(prompt) :]], out.logits[0][0].numpy().copy()
+    return [int(i) for i in out.sequences[0, len(prompt) :]], np.stack([step[0].numpy() for step in out.logits])
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
