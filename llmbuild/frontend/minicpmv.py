@@ -270,3 +270,22 @@ def export_minicpmv_onnx(model_dir: Path, out: Path, exporter: str = "legacy") -
         torch.onnx.export(module, args, str(out), input_names=list(STATIC_INPUTS), output_names=["image_features"],
                           opset_version=18 if exporter == "dynamo" else 17, dynamo=exporter == "dynamo")
     return out
+
+
+def runtime_meta(cfg: dict[str, Any], added: dict[str, int], tokenizer_path: Path) -> dict[str, Any]:
+    """What the runtime needs to slice an image and write its placeholders (the binary's meta.vision): the
+    slicing sizes, the normalization, and the ids of MiniCPM-V's image tokens in the tokenizer."""
+    from llmbuild.frontend.synthetic_minicpmv import IMAGE_TOKENS
+    from llmbuild.runtime.minicpmv_slices import MEAN, STD
+
+    missing = [t for t in IMAGE_TOKENS if t not in added]
+    if missing:
+        raise LlmbuildError(f"{tokenizer_path}: no {missing[0]!r} token (a MiniCPM-V tokenizer has "
+                            f"{', '.join(IMAGE_TOKENS)})")
+    geo = vit_geometry(cfg)
+    start, end, slice_start, slice_end, unk, id_start, id_end = (int(added[t]) for t in IMAGE_TOKENS)
+    return {"patch_size": geo["patch"], "scale_resolution": geo["scale"], "max_slices": geo["max_slices"],
+            "max_patches": geo["max_patches"], "position_side": geo["side"], "embed_dim": geo["embed_dim"],
+            "mean": list(MEAN), "std": list(STD), "use_image_id": bool(cfg.get("use_image_id", True)),
+            "image_start_id": start, "image_end_id": end, "slice_start_id": slice_start, "slice_end_id": slice_end,
+            "image_token_id": unk, "image_id_start_id": id_start, "image_id_end_id": id_end}

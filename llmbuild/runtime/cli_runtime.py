@@ -74,7 +74,7 @@ def run_command(args: argparse.Namespace) -> None:
     if args.prompt_ids is not None:
         prompt = _parse_ids(args.prompt_ids)
         if images:  # the image tokens first, as a chat message would have them
-            prompt = [i for p in images for i in session.model.vision.image_ids(len(p))] + prompt
+            prompt = [i for k, p in enumerate(images) for i in session.model.vision.image_ids(p, k)] + prompt
     elif args.raw:
         prompt = session.tokenizer.encode(session.image_prompt(images) + args.prompt)
     else:

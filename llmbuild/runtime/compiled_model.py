@@ -314,7 +314,8 @@ class CompiledModel:
     def image_rows(self, ids: list[int], images: list[np.ndarray]) -> dict[int, np.ndarray]:
         """Index in `ids` -> image feature row: the i-th run of image-token ids takes the i-th image's
         features (pixels as runtime/vision.load_pixels makes them), computed by the vit net."""
-        return image_rows(ids, [self.vision.features(p) for p in images], int(self.vision.meta["image_token_id"]))
+        runs = [rows for p in images for rows in self.vision.run_rows(p)]  # a MiniCPM-V image: a run per slice
+        return image_rows(ids, runs, int(self.vision.meta["image_token_id"]))
 
     def generate(
         self, prompt: list[int], max_new_tokens: int, eos_ids: tuple[int, ...] = (),

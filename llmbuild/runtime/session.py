@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -124,18 +125,22 @@ class Session:
 
     # ---- the API ----------------------------------------------------------------------------------
 
-    def image_pixels(self, images: Sequence[str | Path | np.ndarray]) -> list[np.ndarray]:
-        """Each image's tiles [tiles, 3, size, size]: a file, read and tiled as the model family does
-        (runtime/vision.load_pixels), or pixels already made."""
+    def image_pixels(self, images: Sequence[Any]) -> list[Any]:
+        """Each image as the model family feeds it (runtime/vision.VisionNet.prepare): a file, read and
+        tiled (InternVL: [tiles, 3, size, size]) or sliced (MiniCPM-V: a SlicedImage), or pixels already made."""
         if not images:  # a text turn: a text model has no vision net to ask
             return []
-        vision = self.model.vision
-        return [np.asarray(img, np.float32).reshape(-1, 3, vision.size, vision.size) if isinstance(img, np.ndarray)
-                else vision.pixels(img) for img in images]
+        return [self.model.vision.prepare(img) for img in images]
 
-    def image_ids(self, image: str | Path | np.ndarray) -> list[int]:
-        """The ids that stand for `image` in a raw prompt (its tile count depends on its shape)."""
-        return self.model.vision.image_ids(self.image_pixels([image])[0].shape[0])
+    def image_ids(self, image: Any, index: int = 0) -> list[int]:
+        """The ids that stand for `image` in a raw prompt (its tile or slice count depends on its shape);
+        `index`: its place among the images of the message (MiniCPM-V writes it)."""
+        return self.model.vision.image_ids(self.image_pixels([image])[0], index)
+
+    def _image_rows(self, prepared: Sequence[Any]) -> list[np.ndarray]:
+        """The vit net's rows of these images, one array per run of image tokens (a MiniCPM-V image has one
+        run per slice, so `features` and the prompt's runs correspond one to one)."""
+        return [rows for p in prepared for rows in self.model.vision.run_rows(p)]
 
     def image_prompt(self, pixels: Sequence[np.ndarray]) -> str:
         """The text that stands for these images at the start of a user message (InternVL: `<img>`, one
@@ -143,7 +148,7 @@ class Session:
         if not pixels:
             return ""
         vision = self.model.vision
-        return "".join(self.tokenizer.decode_all(vision.image_ids(len(p))) + "\n" for p in pixels)
+        return "".join(self.tokenizer.decode_all(vision.image_ids(p, i)) + "\n" for i, p in enumerate(pixels))
 
     def send(self, message: str, max_new_tokens: int | None = None, stream: Stream | None = None,
              images: Sequence[str | Path | np.ndarray] = ()) -> str:
@@ -152,7 +157,7 @@ class Session:
         self._enter("chat")
         before = (list(self.ids), list(self.messages))
         pixels = self.image_pixels(images)
-        features = [self.model.vision.features(p) for p in pixels]
+        features = self._image_rows(pixels)
         self.messages.append({"role": "user", "content": self.image_prompt(pixels) + message})
         self.features.extend(features)
         try:
@@ -174,7 +179,7 @@ class Session:
             raise LlmbuildError(f"prompt ids must be a non-empty list in [0, {self.vocab}), got {prompt[:16]}")
         before = (list(self.ids), list(self.messages))
         starts = list(self.turn_starts)
-        features = [self.model.vision.features(p) for p in self.image_pixels(images)]
+        features = self._image_rows(self.image_pixels(images))
         self.features.extend(features)
         self.turn_starts.append(len(self.ids))
         try:

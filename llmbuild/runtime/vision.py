@@ -1,4 +1,5 @@
-"""The `vit` net of a vision-language binary: images in, the rows of the image tokens out.
+"""The `vit` net of a vision-language binary: images in, the rows of the image tokens out (InternVL's
+tiles here; MiniCPM-V's slices in runtime/minicpmv_slices.py; VisionNet dispatches on meta.family).
 
 The vit net has its own plan and weight image (`vision_plan`, `vision_weights`; codegen/vision_plan.py),
 so it runs on an executor of its own, the simulated device or the host path like the language model. An
@@ -23,6 +24,7 @@ from llmbuild.binary.memory_map import MemoryPlan
 from llmbuild.binary.validate import validate_program
 from llmbuild.runtime.device import Device
 from llmbuild.runtime.host import HostExecutor
+from llmbuild.runtime.minicpmv_slices import SlicedImage, load_sliced, placeholder_ids, slice_inputs
 
 MASK_INPUT = "attention_mask"
 
@@ -51,7 +53,69 @@ class VisionNet:
         else:
             self.executor = HostExecutor(weights, region)
         self.tokens = int(meta["tokens_per_image"])
-        self.size = int(meta["image_size"])
+        self.family = str(meta.get("family", "internvl"))
+        self.size = int(meta.get("image_size", 0))  # InternVL's tile; MiniCPM-V's pieces vary
+        self._container = container
+        self._tokenizer: Any = None
+
+    # ---- any family: what Session, CompiledModel and the CLI call ----------------------------------------
+
+    def prepare(self, image: str | Path | np.ndarray | SlicedImage) -> np.ndarray | SlicedImage:
+        """An image as this family feeds it: a file read and tiled/sliced (`pixels`), or pixels already
+        made (InternVL: tiles [tiles, 3, size, size]; MiniCPM-V: a SlicedImage)."""
+        if self.family == "minicpmv":
+            if isinstance(image, SlicedImage):
+                return image
+            if isinstance(image, np.ndarray):
+                raise LlmbuildError("a MiniCPM-V binary takes image files or SlicedImage pieces "
+                                    "(runtime/minicpmv_slices.load_sliced), not a pixel array")
+            return self.pixels(image)
+        if isinstance(image, SlicedImage):
+            raise LlmbuildError("an InternVL binary takes image files or tiles [tiles, 3, size, size], not a "
+                                "SlicedImage")
+        if isinstance(image, np.ndarray):
+            return np.asarray(image, np.float32).reshape(-1, 3, self.size, self.size)
+        return self.pixels(image)
+
+    def run_rows(self, prepared: np.ndarray | SlicedImage) -> list[np.ndarray]:
+        """The rows of one prepared image, one array per run of image tokens its placeholder has (InternVL:
+        one run for all its tiles; MiniCPM-V: one per piece, the overview's and each slice's)."""
+        if isinstance(prepared, SlicedImage):
+            return [self._piece_rows(piece) for piece in prepared.pieces]
+        return [self.features(prepared)]
+
+    def image_ids(self, image: int | np.ndarray | SlicedImage, index: int = 0) -> list[int]:
+        """The ids standing for one prepared image in a prompt (InternVL: `image` may be its tile count);
+        `index`: the image's place in its message (MiniCPM-V writes it as `<image_id>index</image_id>`)."""
+        if self.family == "minicpmv":
+            if not isinstance(image, SlicedImage):
+                raise LlmbuildError("a MiniCPM-V image's ids depend on its slices: pass the prepared image")
+            return placeholder_ids(self.meta, image.grid, index, self._encode)
+        return self.tile_ids(image if isinstance(image, int) else len(image))
+
+    # ---- MiniCPM-V --------------------------------------------------------------------------------------
+
+    def _piece_rows(self, piece: np.ndarray) -> np.ndarray:
+        """[query_num, hidden] of one MiniCPM-V piece [3, h, w]: the static net, fed the piece padded with
+        the inputs the host computes from its patch grid."""
+        m, prog = self.meta, self.program
+        inputs = slice_inputs(piece, int(m["patch_size"]), int(m["max_patches"]), int(m["position_side"]),
+                              self.tokens, int(m["embed_dim"]))
+        for name, value in inputs.items():
+            self.executor.set_input(prog, name, value)
+        with np.errstate(over="ignore", under="ignore"):
+            self.executor.run(prog)
+        return np.asarray(self.executor.get_output(prog, "image_features"), np.float32)[0]
+
+    def _encode(self, text: str) -> list[int]:
+        """Plain text (an image's index, a new line) as ids, by the binary's tokenizer."""
+        if self._tokenizer is None:
+            from tokenizers import Tokenizer
+
+            self._tokenizer = Tokenizer.from_str(bytes(self._container.section("tokenizer")).decode())
+        return list(self._tokenizer.encode(text, add_special_tokens=False).ids)
+
+    # ---- InternVL ---------------------------------------------------------------------------------------
 
     def features(self, pixels: np.ndarray) -> np.ndarray:
         """[tiles * tokens_per_image, hidden] float32 for one image's tiles [tiles, 3, size, size] (the vit
@@ -68,15 +132,17 @@ class VisionNet:
             rows.append(np.asarray(self.executor.get_output(prog, "image_features"), np.float32)[0])
         return np.concatenate(rows)
 
-    def image_ids(self, tiles: int = 1) -> list[int]:
-        """The ids one image of `tiles` tiles takes in a prompt: <img>, tokens_per_image <IMG_CONTEXT> per
-        tile, </img>."""
+    def tile_ids(self, tiles: int = 1) -> list[int]:
+        """The ids one InternVL image of `tiles` tiles takes in a prompt: <img>, tokens_per_image
+        <IMG_CONTEXT> per tile, </img>."""
         m = self.meta
         return [int(m["image_start_id"]), *[int(m["image_token_id"])] * (self.tokens * tiles), int(m["image_end_id"])]
 
-    def pixels(self, path: str | Path) -> np.ndarray:
-        """An image file as this binary's model family prepares it (`load_pixels`)."""
+    def pixels(self, path: str | Path) -> np.ndarray | SlicedImage:
+        """An image file as this binary's model family prepares it (`load_pixels`; MiniCPM-V: `load_sliced`)."""
         m = self.meta
+        if self.family == "minicpmv":
+            return load_sliced(path, int(m["scale_resolution"]), int(m["patch_size"]), int(m["max_slices"]))
         return load_pixels(path, self.size, m["mean"], m["std"], int(m.get("max_tiles", 1)))
 
 

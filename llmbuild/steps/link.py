@@ -168,25 +168,33 @@ def _vision_parts(recipe: Recipe, paths: BuildPaths) -> _VisionParts:
     vocab = json.loads((tokenizer_dir(recipe, paths) / "tokenizer.json").read_text(encoding="utf-8"))
     added = {t["content"]: t["id"] for t in vocab.get("added_tokens", [])}
     missing = [t for t in IMAGE_TOKENS if t not in added]
-    if missing:
+    if recipe.vision.family == "minicpmv":  # its own tokens, slicing and normalization (frontend/minicpmv.py)
+        from llmbuild.frontend.minicpmv import runtime_meta
+
+        meta = {"family": "minicpmv", "net": VIT_NET, "section": section,
+                "tokens_per_image": int(shapes["image_features"][1]),
+                "inputs": {name: list(shape) for name, shape in shapes.items() if name != "image_features"},
+                **runtime_meta(vlm, added, tokenizer_dir(recipe, paths) / "tokenizer.json")}
+    elif missing:
         raise LlmbuildError(f"{tokenizer_dir(recipe, paths) / 'tokenizer.json'}: no {missing[0]!r} token (an InternVL "
                             "tokenizer has <img>, </img> and <IMG_CONTEXT>)")
-    meta = {
-        "family": recipe.vision.family,
-        "net": VIT_NET,
-        "section": section,
-        "image_size": int(shapes["pixel_values"][-1]),
-        "tokens_per_image": int(shapes["image_features"][1]),
-        "inputs": {name: list(shape) for name, shape in shapes.items() if name != "image_features"},
-        # InternVL normalizes with ImageNet's mean and deviation, after a bicubic resize.
-        "mean": [0.485, 0.456, 0.406],
-        "std": [0.229, 0.224, 0.225],
-        "max_tiles": recipe.vision.max_tiles,  # InternVL's dynamic tiling, with a thumbnail
-        "use_thumbnail": True,
-        "image_start_id": added[IMAGE_TOKENS[0]],
-        "image_end_id": added[IMAGE_TOKENS[1]],
-        "image_token_id": int(vlm.get("image_token_id", added[IMAGE_TOKENS[2]])),
-    }
+    else:
+        meta = {
+            "family": recipe.vision.family,
+            "net": VIT_NET,
+            "section": section,
+            "image_size": int(shapes["pixel_values"][-1]),
+            "tokens_per_image": int(shapes["image_features"][1]),
+            "inputs": {name: list(shape) for name, shape in shapes.items() if name != "image_features"},
+            # InternVL normalizes with ImageNet's mean and deviation, after a bicubic resize.
+            "mean": [0.485, 0.456, 0.406],
+            "std": [0.229, 0.224, 0.225],
+            "max_tiles": recipe.vision.max_tiles,  # InternVL's dynamic tiling, with a thumbnail
+            "use_thumbnail": True,
+            "image_start_id": added[IMAGE_TOKENS[0]],
+            "image_end_id": added[IMAGE_TOKENS[1]],
+            "image_token_id": int(vlm.get("image_token_id", added[IMAGE_TOKENS[2]])),
+        }
     report = memory_report(plan, activation, 0)
     sections = [("vision_plan", [plan.to_json().encode()]),
                 ("vision_weights", _weight_image([out / "weights.safetensors"], plan)),

@@ -1,0 +1,35 @@
+"""The end-to-end image run of a MiniCPM-V binary: its greedy ids against the torch reference's.
+
+The test image (verify/e2e.test_image, twice as wide as a slice) is sliced by the runtime as `llmbuild run
+--image` slices a user's file (an overview and two slices), the prompt holds its placeholder ids as
+MiniCPM-V's processor writes them, and the binary's vit net fills the `<unk>` rows. The reference
+(frontend/minicpmv.reference_generate) runs transformers' tower on each piece at its own size, the published
+resampler, and Qwen2ForCausalLM.generate with those rows in its input embeddings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmbuild.artifacts.paths import BuildPaths, vlm_dir
+from llmbuild.recipe_types import Recipe
+from llmbuild.verify.similarity import similarity
+
+
+def minicpmv_image_e2e(recipe: Recipe, paths: BuildPaths, model: Any, text_ids: list[int],
+                       eos: tuple[int, ...]) -> dict:
+    from llmbuild.frontend.minicpmv import reference_generate
+    from llmbuild.verify.e2e import first_difference, test_image
+
+    vision = model.vision
+    image = test_image(paths.root / "vision" / "test_image.png", int(vision.meta["scale_resolution"]))
+    sliced = vision.pixels(image)
+    prompt = vision.image_ids(sliced, 0) + text_ids
+    model.reset()
+    steps = recipe.verify.max_new_tokens
+    ids, logits = model.generate(prompt, steps, eos, images=[sliced])
+    expected, first = reference_generate(vlm_dir(recipe, paths), prompt, list(sliced.pieces),
+                                         int(vision.meta["image_token_id"]), steps, eos)
+    return {"prompt_ids": prompt, "ids": ids, "reference_ids": expected, "tokens_equal": ids == expected,
+            "first_difference": first_difference(ids, expected), "first_logits": similarity(logits[0], first),
+            "slices": len(sliced.pieces) - 1, "grid": list(sliced.grid) if sliced.grid else None}
