@@ -4,10 +4,12 @@ The binary runs on the host path (the same programs as the simulated device, tes
 it; the layer checks run the device itself on sampled layers), which reads the weights from the
 memory-mapped binary: a 7B binary is never copied into memory.
 
-Records (tolerances are applied by `llmbuild verify`): greedy ids of both, where they part and, there,
-the gap between the binary's two best logits (a near-tie explains a parting; a wide gap is a bug); the
-cosine of the first-step logits; and whether llmbuild's own chat templating gave the prompt ids that
-transformers' apply_chat_template gave.
+The binary is teacher-forced along the reference's greedy run (each step fed the reference's token), so
+every step's logits are compared in the reference's context. Records (tolerances are applied by
+`llmbuild verify`): the binary's choice at every step and the reference's greedy ids, where they first
+part and both runs' top-2 logit gaps there (a near-tie explains a parting; a wide gap is a bug), how many
+steps differ, the similarity of every step's logits; and whether llmbuild's own chat templating gave the
+prompt ids that transformers' apply_chat_template gave.
 """
 
 from __future__ import annotations
@@ -36,22 +38,17 @@ def run_e2e(recipe: Recipe) -> dict:
     model = CompiledModel(paths.binary(recipe.name), faithful=False, cache_bytes=E2E_CACHE_BYTES)
     eos = tuple(model.meta["eos_token_ids"])
     start = time.perf_counter()
-    ids, logits = model.generate(prompt, recipe.verify.max_new_tokens, eos)
+    logits = teacher_forced(model, prompt, expected)
     seconds = time.perf_counter() - start
-
-    parted = first_difference(ids, expected)
-    gap = None
-    if parted is not None and parted < len(logits):
-        top2 = np.sort(logits[parted])[-2:]
-        gap = float(top2[1] - top2[0])
+    ids = [int(np.argmax(step)) for step in logits]
     result = {
         "prompt_ids": prompt,
         "ids": ids,
         "reference_ids": expected,
         "tokens_equal": ids == expected,
-        "first_difference": parted,
-        "top2_gap_at_difference": gap,
-        "first_logits": similarity(logits[0], ref["generate.first_logits"]),
+        **parting(ids, expected, logits, ref["generate.logits"]),
+        "first_logits": similarity(logits[0], ref["generate.logits"][0]),
+        "step_logits": [similarity(a, b) for a, b in zip(logits, ref["generate.logits"], strict=True)],
         "host_seconds": round(seconds, 3),
         "executor": "host",
     }
@@ -75,6 +72,34 @@ def first_difference(ids: list[int], expected: list[int]) -> int | None:
     return parted
 
 
+def teacher_forced(model: CompiledModel, prompt: list[int], expected: list[int]) -> list[np.ndarray]:
+    """The binary's logits at every step of the reference's greedy run, each step fed the reference's token
+    rather than its own choice: every step is then compared in the same context as the reference's, and
+    one near-tie resolved the other way does not leave the steps after it unchecked. Where the binary's
+    own choices all equal the reference's ids, its free-running greedy ids are those ids."""
+    logits = [model.prefill(prompt)]
+    for token in expected[:-1]:
+        logits.append(model.decode_token(token))
+    return logits
+
+
+def parting(ids: list[int], expected: list[int], logits: list[np.ndarray], ref_logits: np.ndarray) -> dict:
+    """Where the binary's choice first differs from the reference's, and both runs' top-2 logit gaps
+    there (a near-tie explains a parting; a wide gap is a bug)."""
+    parted = first_difference(ids, expected)
+    if parted is None:
+        return {"first_difference": None, "top2_gap_at_difference": None, "reference_top2_gap_at_difference": None,
+                "steps_differing": 0}
+
+    def gap(row: np.ndarray) -> float:
+        top2 = np.sort(np.asarray(row, np.float32))[-2:]
+        return round(float(top2[1] - top2[0]), 6)
+
+    return {"first_difference": parted, "top2_gap_at_difference": gap(logits[parted]),
+            "reference_top2_gap_at_difference": gap(ref_logits[parted]),
+            "steps_differing": sum(a != b for a, b in zip(ids, expected, strict=True))}
+
+
 IMAGE_SEED = 20261202
 
 
@@ -95,12 +120,16 @@ def test_image(path: Path, size: int) -> Path:
 def image_e2e(recipe: Recipe, paths: BuildPaths, model: CompiledModel, text_ids: list[int],
               eos: tuple[int, ...]) -> dict:
     """The binary with an image (its features from the vit net, copied into the image tokens' rows) against
-    transformers' InternVLForConditionalGeneration.generate on the same ids and pixels: greedy ids and the
-    first step's logits."""
-    import torch
-    import transformers
-
+    transformers' InternVLForConditionalGeneration.generate on the same ids and pixels, streamed layer by layer
+    over the text reference's weights (verify/stream_vlm.py): greedy ids and the first step's logits."""
     from llmbuild.artifacts.paths import vlm_dir
+    from llmbuild.verify.reference import reference_weights
+    from llmbuild.verify.stream_vlm import image_generate
+
+    if model.vision.family == "minicpmv":  # sliced, against the torch reference (verify/e2e_minicpmv.py)
+        from llmbuild.verify.e2e_minicpmv import minicpmv_image_e2e
+
+        return minicpmv_image_e2e(recipe, paths, model, text_ids, eos)
     if model.vision.family == "minicpmv":  # sliced, against the torch reference (verify/e2e_minicpmv.py)
         from llmbuild.verify.e2e_minicpmv import minicpmv_image_e2e
 
@@ -111,15 +140,8 @@ def image_e2e(recipe: Recipe, paths: BuildPaths, model: CompiledModel, text_ids:
     prompt = model.vision.image_ids(len(pixels)) + text_ids
     model.reset()
     ids, logits = model.generate(prompt, recipe.verify.max_new_tokens, eos, images=[pixels])
-    reference = transformers.InternVLForConditionalGeneration.from_pretrained(
-        vlm_dir(recipe, paths), local_files_only=True).eval()
-    config = transformers.GenerationConfig(do_sample=False, max_new_tokens=recipe.verify.max_new_tokens,
-                                           eos_token_id=list(eos) or None, pad_token_id=eos[0] if eos else 0,
-                                           output_logits=True, return_dict_in_generate=True)
-    with torch.no_grad():
-        out = reference.generate(input_ids=torch.tensor([prompt]), pixel_values=torch.from_numpy(pixels),
-                                 generation_config=config)
-    expected = [int(i) for i in out.sequences[0, len(prompt):]]
+    expected, reference_logits = image_generate(reference_weights(recipe, paths), vlm_dir(recipe, paths), prompt,
+                                                pixels, recipe.verify.max_new_tokens, eos)
     parted = first_difference(ids, expected)
     return {"prompt_ids": prompt, "ids": ids, "reference_ids": expected, "tokens_equal": ids == expected,
-            "first_difference": parted, "first_logits": similarity(logits[0], out.logits[0][0].numpy())}
+            "first_difference": parted, "first_logits": similarity(logits[0], reference_logits[0])}
