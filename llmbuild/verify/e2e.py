@@ -130,10 +130,6 @@ def image_e2e(recipe: Recipe, paths: BuildPaths, model: CompiledModel, text_ids:
         from llmbuild.verify.e2e_minicpmv import minicpmv_image_e2e
 
         return minicpmv_image_e2e(recipe, paths, model, text_ids, eos)
-    if model.vision.family == "minicpmv":  # sliced, against the torch reference (verify/e2e_minicpmv.py)
-        from llmbuild.verify.e2e_minicpmv import minicpmv_image_e2e
-
-        return minicpmv_image_e2e(recipe, paths, model, text_ids, eos)
     meta = model.vision.meta
     image = test_image(paths.root / "vision" / "test_image.png", int(meta["image_size"]))
     pixels = model.vision.pixels(image)  # tiled as `llmbuild run --image` tiles a user's file
