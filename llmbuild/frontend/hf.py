@@ -15,6 +15,7 @@ import numpy as np
 
 from llmbuild import LlmbuildError
 from llmbuild.frontend.arch.base import expected_shapes
+from llmbuild.frontend.internvl_chat import is_internvl_chat, native_config
 from llmbuild.frontend.registry import architecture_for_hf_model_type, get_architecture
 from llmbuild.frontend.safetensors_header import read_header
 from llmbuild.frontend.spec import ModelSpec
@@ -64,6 +65,8 @@ VLM_INHERITED = ("bos_token_id", "eos_token_id", "pad_token_id", "tie_word_embed
 def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
     """The language model's fields of a config.json: a vision-language model's `text_config` (with the
     token ids and tying it sets at the top level), any other config as it is."""
+    if is_internvl_chat(cfg):  # InternVL's original layout: its llm_config, under the native names
+        cfg = native_config(cfg)
     text = cfg.get("text_config")
     if not (isinstance(text, dict) and isinstance(cfg.get("vision_config"), dict)):
         return cfg

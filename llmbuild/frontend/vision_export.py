@@ -14,7 +14,6 @@ the two import to graphs that compute the same values.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -23,17 +22,20 @@ from llmbuild import LlmbuildError
 EXPORTERS = ("legacy", "dynamo")
 # transformers 5 saves the native layout without the "model." its modules carry; some exports keep it.
 VISION_PREFIXES = ("vision_tower.", "multi_modal_projector.")
+ENCODER_LAYERS = "vision_tower.encoder.layer."
 
 
-def internvl_vision_module(model_dir: Path) -> tuple[Any, Any]:
+def internvl_vision_module(model_dir: Path, layers: bool = True) -> tuple[Any, Any]:
     """(module mapping pixel_values [1, 3, S, S] to image features [1, tokens, hidden], its config), with
-    only the vision tower's and the projector's weights read from the checkpoint."""
+    only the vision tower's and the projector's weights read from the checkpoint. `layers=False` leaves the
+    encoder layers on the meta device (verify/stream_vlm.py makes them one at a time)."""
     import torch
-    from safetensors import safe_open
-    from transformers import AutoModel, InternVLConfig
+    from transformers import AutoModel
     from transformers.models.internvl import modeling_internvl as internvl
 
-    config = InternVLConfig.from_pretrained(model_dir)
+    from llmbuild.frontend.internvl_chat import TensorView, load_config
+
+    config = load_config(model_dir)  # either layout: the native one's InternVLConfig
     config.vision_config._attn_implementation = "eager"
 
     class InternVLVision(torch.nn.Module):
@@ -54,25 +56,32 @@ def internvl_vision_module(model_dir: Path) -> tuple[Any, Any]:
             out = self.get_image_features(pixel_values=pixel_values, return_dict=True)
             return out.pooler_output
 
-    module = InternVLVision().eval()
-    state = {}
-    for path in sorted(Path(model_dir).glob("*.safetensors")):
-        with safe_open(str(path), framework="pt") as f:
-            for key in f.keys():  # noqa: SIM118 - a safetensors handle is not a dict
-                name = key.removeprefix("model.")
-                if name.startswith(VISION_PREFIXES):
-                    state[name] = f.get_tensor(key).to(torch.float32)
-    missing, unexpected = module.load_state_dict(state, strict=False)
+    # Built on the meta device and given the checkpoint's tensors (assign=True): a 300M tower is held once,
+    # not also as a random initialisation (1.2 GB more, and seconds of drawing).
+    with torch.device("meta"):
+        module = InternVLVision().eval()
+    view = TensorView(model_dir)  # native names, read one tensor at a time (a fused qkv split as read)
+
+    def kept(name: str) -> bool:
+        return name.startswith(VISION_PREFIXES) and (layers or not name.startswith(ENCODER_LAYERS))
+
+    state = {name.removeprefix("model."): view.get(name) for name in view.names() if kept(name.removeprefix("model."))}
+    missing, _ = module.load_state_dict(state, strict=False, assign=True)
+    missing = [name for name in missing if kept(name)]
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         raise LlmbuildError(f"{model_dir}: missing vision tensor {missing[0]}{more}")
+    left = [name for name, t in [*module.named_parameters(), *module.named_buffers()] if t.is_meta and kept(name)]
+    if left:  # a part of the tower this module does not know to read
+        raise LlmbuildError(f"{model_dir}: vision tensor {left[0]} is not in the checkpoint")
     return module, config
 
 
 def image_size(model_dir: Path) -> int:
     """The square input size of the vision tower (config.json's vision_config.image_size)."""
-    cfg = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
-    size = cfg.get("vision_config", {}).get("image_size", 448)
+    from llmbuild.frontend.internvl_chat import read_native_config
+
+    size = read_native_config(Path(model_dir)).get("vision_config", {}).get("image_size", 448)
     size = size[0] if isinstance(size, list) else size
     return int(size)
 

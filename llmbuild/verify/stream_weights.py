@@ -145,9 +145,9 @@ class HFWeights:
     """A float HF checkpoint directory (synthetic or `hf` sources): transformers' names under `model.`."""
 
     def __init__(self, directory: Path) -> None:
-        import transformers
+        from llmbuild.frontend.internvl_chat import load_config
 
-        config = transformers.AutoConfig.from_pretrained(Path(directory), local_files_only=True)
+        config = load_config(Path(directory))  # AutoConfig's, or InternVL's original layout translated
         # A vision-language checkpoint: the reference is its language model (the vit net is checked apart).
         self.config = config.get_text_config() if hasattr(config, "vision_config") else config
         self.tables = SafetensorsTables(Path(directory))
