@@ -18,6 +18,13 @@ have them, with deterministic random weights. Under --out, each model gets its p
   Meta-Llama-3-8B-Instruct-AutoRound-int4   AutoRound, auto_gptq packing: GPTQ v1 tensors, no biases
                                             (recipe llama3_8b_w4)
   DeepSeek-R1-Distill-Qwen-1.5B             bf16, one model.safetensors (what TPU-MLIR's llm_convert reads)
+  InternVL3-2B-hf                           a vision-language model (--model internvl3_2b): InternViT-300M at
+                                            448 px, the pixel-shuffle projector and Qwen2.5-1.5B, bf16, in
+                                            transformers' native layout (language_model.model.*, vision_tower.*,
+                                            multi_modal_projector.*), the image tokens in the tokenizer; with
+                                            --vision-layout internvl_chat, InternVL3-2B in the original layout
+                                            (InternVLChatConfig, vision_model.*, fused attn.qkv, mlp1.*) with the
+                                            same bytes in every tensor (recipes internvl3_2b_w4, _chat_w4)
 
 The config.json is the published one shipped in recipes/configs/ (the source of truth); the quantized
 models keep embeddings, lm_head and norms in fp16 and are sharded like their uploads (model-0000i-of-0000n
@@ -140,6 +147,7 @@ class Published:
     tokenizer: TokenizerStyle
     generation: Mapping[str, Any]  # the published generation_config.json
     extra: Mapping[str, Any] = field(default_factory=dict)
+    chat_directory: str | None = None  # a vision-language model: the directory of its internvl_chat layout
 
 
 def _qwen_specials(extra: tuple[Special, ...] = ()) -> tuple[Special, ...]:
@@ -312,6 +320,27 @@ DEEPSEEK_TOKENIZER = TokenizerStyle(
         "tokenizer_class": "LlamaTokenizerFast", "unk_token": None, "use_default_system_prompt": False,
     },
 )  # fmt: skip
+# InternVL3's tokenizer: Qwen2.5's, then InternVL's tokens from 151665 (<IMG_CONTEXT> at 151667, the config's
+# image_token_id), and the chat template transformers' conversion gives the -hf checkpoints.
+_INTERNVL_SPECIALS = tuple(Special(t) for t in ("<img>", "</img>", "<IMG_CONTEXT>", "<quad>", "</quad>", "<ref>",
+                                                "</ref>", "<box>", "</box>"))  # fmt: skip
+INTERNVL_TEMPLATE = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n'}}"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
+    "{% for content in message['content'] %}{% if content['type'] == 'image' %}{{ '<image>\n' }}"
+    "{% elif content['type'] == 'video' %}{{ '<video>\n' }}{% elif content['type'] == 'text' %}"
+    "{{ content['text'] }}{% endif %}{% endfor %}{% endif %}{{'<|im_end|>\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{'<|im_start|>assistant\n' }}{% endif %}"
+)
+INTERNVL_TOKENIZER = TokenizerStyle(
+    split=PRE_TOKENIZER_SPLITS["qwen2"], nfc=True, bos_prefix=None, ignore_merges=False, bpe_size=151643,
+    specials=_qwen_specials((*_QWEN25_EXTRA, *_INTERNVL_SPECIALS)), chat_template=INTERNVL_TEMPLATE,
+    config=_QWEN_TOKENIZER_CONFIG | {
+        "additional_special_tokens": ["<|im_start|>", "<|im_end|>", *(s.content for s in _QWEN25_EXTRA[:11]),
+                                      *(s.content for s in _INTERNVL_SPECIALS)],
+        "model_max_length": 8192,
+    },
+)  # fmt: skip
 
 MODELS: dict[str, Published] = {
     m.key: m
@@ -344,6 +373,18 @@ MODELS: dict[str, Published] = {
         ),
     )
 }  # fmt: skip
+# Vision-language models: config.json nests the language model's fields under text_config (the tests' small
+# text variants of MODELS do not apply to them).
+VLM_MODELS: dict[str, Published] = {
+    "internvl3_2b": Published(
+        key="internvl3_2b", directory="InternVL3-2B-hf", repo="OpenGVLab/InternVL3-2B-hf (and OpenGVLab/InternVL3-2B)",
+        config_file="internvl3_2b_hf.json", packing="float", float_dtype="BF16", shard_bytes=None,
+        tokenizer=INTERNVL_TOKENIZER, chat_directory="InternVL3-2B",
+        generation={"bos_token_id": 151643, "eos_token_id": 151645, "pad_token_id": 151643,
+                    "transformers_version": "4.52.0.dev0"},
+    ),
+}  # fmt: skip
+ALL_MODELS = MODELS | VLM_MODELS
 
 
 # ---- configuration of one (possibly truncated) checkpoint --------------------------------------------------
@@ -356,6 +397,11 @@ class Layout:
     model: Published
     config: dict[str, Any]
     id_shift: int  # published id - written id, for ids of special tokens (0 unless --vocab-size)
+
+    @property
+    def text(self) -> dict[str, Any]:
+        """The language model's config fields (a vision-language config.json's text_config)."""
+        return self.config.get("text_config", self.config)
 
     @property
     def bpe_size(self) -> int:
@@ -377,7 +423,9 @@ def layout_for(
 ) -> Layout:
     """The published config, or a truncated variant: fewer layers, a smaller vocabulary (the specials keep
     their distance from the end), and `overrides` (smaller layer shapes, for tests). The config then says so."""
-    published = json.loads((CONFIGS / model.config_file).read_text(encoding="utf-8"))
+    whole = json.loads((CONFIGS / model.config_file).read_text(encoding="utf-8"))
+    whole.pop("_comment", None)  # the shipped copy's note, not a field of the published config.json
+    published = whole.get("text_config", whole)  # a vision-language model's truncation is its text model's
     config = dict(published) | dict(overrides or {})
     full_layers, full_vocab = published["num_hidden_layers"], published["vocab_size"]
     if layers is not None and not 1 <= layers <= full_layers:
@@ -388,14 +436,17 @@ def layout_for(
     if model.tokenizer.bpe_size - shift < MIN_TRAINED:
         raise LlmbuildError(f"--vocab-size must be at least {full_vocab - model.tokenizer.bpe_size + MIN_TRAINED} "
                             f"for {model.directory} (its specials plus a byte-level BPE)")  # fmt: skip
-    out = Layout(model, config, shift)
+    vlm = "text_config" in whole
+    out = Layout(model, dict(whole) | {"text_config": config} if vlm else config, shift)
+    if vlm:
+        out.config["image_token_id"] = out.token_id(whole["image_token_id"])
     config["num_hidden_layers"] = layers or full_layers
     config["vocab_size"] = full_vocab - shift
     for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
         if key in config:
             config[key] = out.token_ids(config[key])
     if config != published:
-        config["llmbuild_truncated"] = {
+        out.config["llmbuild_truncated"] = {
             "note": f"random weights, a truncated {model.directory} (benchmarks/make_checkpoint.py)",
             "published_num_hidden_layers": full_layers,
             "published_vocab_size": full_vocab,
@@ -415,7 +466,10 @@ class TensorPlan:
     name: str  # the HF tensor name
     dtype: str  # safetensors dtype
     shape: tuple[int, ...]
-    fill: Fill  # yields the tensor's values in row blocks, drawn from the generator it is given
+    fill: Fill | None  # yields the tensor's values in row blocks, drawn from the generator it is given
+    # A tensor stored as others' rows one after another (a fused qkv), each drawn as its own name would be:
+    # both layouts of a vision-language model then hold the same values.
+    parts: tuple[TensorPlan, ...] = ()
 
     @property
     def nbytes(self) -> int:
@@ -541,7 +595,7 @@ def quantized_tensors(model: Published, prefix: str, n: int, k: int, group: int)
 
 def tensor_plans(layout: Layout) -> list[TensorPlan]:
     """Every tensor in the order transformers' save_pretrained meets them (module registration order)."""
-    model, config = layout.model, layout.config
+    model, config = layout.model, layout.text
     arch = get_architecture(architecture_for_hf_model_type(config["model_type"]))
     spec = arch.spec_from_hf_config(config, origin=model.config_file)
     shapes = expected_shapes(spec)
@@ -571,6 +625,111 @@ def tensor_plans(layout: Layout) -> list[TensorPlan]:
         head = partial(fill_normal, EMBED_STD, dtype)
         plans.append(TensorPlan("lm_head.weight", dtype, shapes["lm_head.weight"], head))
     return plans
+
+
+def fill_uniform(lo: float, hi: float, dtype: str, rng: np.random.Generator, shape: tuple[int, ...]
+                 ) -> Iterator[np.ndarray]:
+    yield _to_dtype(rng.uniform(lo, hi, size=shape).astype(np.float32), dtype)
+
+
+# InternViT's layer scales (lambda_1/2): small, as trained towers' are, so 24 residual blocks stay close to
+# their input instead of compounding into chaos (see the module docstring on stand-ins).
+LAYER_SCALE = (0.05, 0.15)
+POSITION_STD = 0.5  # class token and position embeddings, next to patch embeddings of about unit size
+
+
+def vision_plan(name: str, shape: tuple[int, ...], dtype: str) -> TensorPlan:
+    """A vision tower or projector tensor (native name without `model.`), filled by its kind."""
+    if name.endswith(("layernorm_before.weight", "layernorm_after.weight", "layer_norm.weight")):
+        fill: Fill = partial(fill_norm, 1.0, dtype)
+    elif name.endswith(".bias"):
+        fill = partial(fill_normal, BIAS_STD, dtype)
+    elif ".lambda_" in name:
+        fill = partial(fill_uniform, *LAYER_SCALE, dtype)
+    elif name.endswith(("cls_token", "position_embeddings")):
+        fill = partial(fill_normal, POSITION_STD, dtype)
+    else:
+        fill = partial(fill_normal, LINEAR_GAIN / math.sqrt(math.prod(shape[1:])), dtype)
+    return TensorPlan(name, dtype, shape, fill)
+
+
+def vlm_tensor_plans(layout: Layout) -> list[TensorPlan]:
+    """A vision-language model's tensors in the -hf upload's names: the language model under
+    `language_model.` (drawn as the text model's), the tower and projector as transformers has them."""
+    from llmbuild.frontend.synthetic_vlm import vision_shapes
+
+    plans = []
+    for plan in tensor_plans(layout):
+        name = plan.name.replace("model.", "language_model.model.", 1) if plan.name.startswith("model.") else (
+            "language_model." + plan.name)
+        plans.append(TensorPlan(name, plan.dtype, plan.shape, plan.fill))
+    config = {k: v for k, v in layout.config.items() if k != "llmbuild_truncated"}
+    for name, shape in sorted(vision_shapes(config).items()):
+        plans.append(vision_plan(name.removeprefix("model."), shape, layout.model.float_dtype))
+    return plans
+
+
+# -hf name -> internvl_chat name, in order (transformers' convert_internvl_weights_to_hf.py, inverted).
+_CHAT_NAMES = (
+    ("vision_tower.", "vision_model."), (".encoder.layer.", ".encoder.layers."),
+    (".embeddings.cls_token", ".embeddings.class_embedding"),
+    (".embeddings.position_embeddings", ".embeddings.position_embedding"),
+    (".patch_embeddings.projection.", ".patch_embedding."), (".lambda_1", ".ls1"), (".lambda_2", ".ls2"),
+    (".attention.projection_layer.", ".attn.proj."), (".attention.", ".attn."),
+    (".layernorm_before.", ".norm1."), (".layernorm_after.", ".norm2."),
+    ("multi_modal_projector.layer_norm.", "mlp1.0."), ("multi_modal_projector.linear_1.", "mlp1.1."),
+    ("multi_modal_projector.linear_2.", "mlp1.3."),
+)  # fmt: skip
+_QKV = ("q_proj", "k_proj", "v_proj")
+
+
+def chat_tensor_plans(native: list[TensorPlan]) -> list[TensorPlan]:
+    """The same tensors in the internvl_chat layout: renamed, each attention's q, k and v fused into
+    attn.qkv (their rows in that order), every value drawn as in the -hf layout."""
+    by_name = {p.name: p for p in native}
+    plans = []
+    for plan in native:
+        name = plan.name
+        for old, new in _CHAT_NAMES:
+            name = name.replace(old, new)
+        if any(f".attn.{proj}." in name for proj in _QKV[1:]):
+            continue  # k and v go into q's fused tensor
+        if ".attn.q_proj." in name:
+            parts = tuple(by_name[plan.name.replace(".q_proj.", f".{proj}.")] for proj in _QKV)
+            shape = (sum(p.shape[0] for p in parts), *plan.shape[1:])
+            plans.append(TensorPlan(name.replace(".q_proj.", ".qkv."), plan.dtype, shape, None, parts))
+        else:
+            plans.append(TensorPlan(name, plan.dtype, plan.shape, None, (plan,)))
+    return plans
+
+
+def chat_config(layout: Layout) -> dict[str, Any]:
+    """config.json of the internvl_chat layout (InternVLChatConfig, as OpenGVLab/InternVL3-2B has it) for the
+    same model."""
+    vision, text = layout.config["vision_config"], layout.text
+    size, patch = vision["image_size"], vision["patch_size"]
+    size, patch = (size[0] if isinstance(size, list) else size), (patch[0] if isinstance(patch, list) else patch)
+    out = {
+        "architectures": ["InternVLChatModel"], "model_type": "internvl_chat", "template": "internvl2_5",
+        "downsample_ratio": layout.config["downsample_ratio"], "ps_version": "v2", "select_layer": -1,
+        "force_image_size": size, "dynamic_image_size": True, "use_thumbnail": True, "max_dynamic_patch": 12,
+        "min_dynamic_patch": 1, "pad2square": False, "use_backbone_lora": 0, "use_llm_lora": 0,
+        "torch_dtype": layout.config.get("torch_dtype", "bfloat16"),
+        "llm_config": dict(text) | {"_name_or_path": "./pretrained/Qwen2.5-1.5B-Instruct", "use_bfloat16": True},
+        "vision_config": {
+            "architectures": ["InternVisionModel"], "model_type": "intern_vit_6b",
+            "hidden_size": vision["hidden_size"], "intermediate_size": vision["intermediate_size"],
+            "num_hidden_layers": vision["num_hidden_layers"], "num_attention_heads": vision["num_attention_heads"],
+            "image_size": size, "patch_size": patch, "num_channels": vision.get("num_channels", 3),
+            "qkv_bias": vision.get("attention_bias", False), "qk_normalization": vision.get("use_qk_norm", False),
+            "norm_type": vision.get("norm_type", "layer_norm"), "layer_norm_eps": vision.get("layer_norm_eps", 1e-6),
+            "hidden_act": vision.get("hidden_act", "gelu"), "initializer_factor": 0.1, "drop_path_rate": 0.0,
+            "dropout": 0.0, "attention_dropout": 0.0, "use_flash_attn": True, "use_bfloat16": True,
+        },
+    }
+    if "llmbuild_truncated" in layout.config:
+        out["llmbuild_truncated"] = layout.config["llmbuild_truncated"]
+    return out
 
 
 def tensor_rng(seed: int, model_key: str, name: str) -> np.random.Generator:
@@ -608,9 +767,11 @@ def write_safetensors(path: Path, plans: list[TensorPlan], rng_for: Callable[[st
         f.write(header)
         for plan in ordered:
             written = 0
-            for block in plan.fill(rng_for(plan.name), plan.shape):
-                f.write(np.ascontiguousarray(block).data)
-                written += block.nbytes
+            for part in plan.parts or (plan,):
+                assert part.fill is not None
+                for block in part.fill(rng_for(part.name), part.shape):
+                    f.write(np.ascontiguousarray(block).data)
+                    written += block.nbytes
             if written != plan.nbytes:
                 raise RuntimeError(f"{plan.name}: wrote {written} bytes, expected {plan.nbytes}")
         size = f.tell()
@@ -635,8 +796,9 @@ def shard(plans: list[TensorPlan], max_bytes: int | None) -> list[list[TensorPla
     return shards
 
 
-def write_weights(directory: Path, layout: Layout, seed: int) -> None:
-    plans = tensor_plans(layout)
+def write_weights(directory: Path, layout: Layout, seed: int, chat: bool = False) -> None:
+    plans = tensor_plans(layout) if "text_config" not in layout.config else vlm_tensor_plans(layout)
+    plans = chat_tensor_plans(plans) if chat else plans
     rng_for = partial(tensor_rng, seed, layout.model.key)
     shards = shard(plans, layout.model.shard_bytes)
     if len(shards) == 1:  # save_pretrained writes no index for a single shard (a truncated variant)
@@ -742,17 +904,18 @@ def generation_config(layout: Layout) -> dict[str, Any]:
 # ---- one checkpoint directory -------------------------------------------------------------------------------
 
 
-def stamp_for(layout: Layout, seed: int, overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+def stamp_for(layout: Layout, seed: int, overrides: Mapping[str, Any] | None, chat: bool = False) -> dict[str, Any]:
     """What makes the output: any difference means the directory on disk is not this checkpoint."""
-    return {
+    layout_key = {"vision_layout": "internvl_chat" if chat else "native"} if "text_config" in layout.config else {}
+    return layout_key | {
         "generator": "benchmarks/make_checkpoint.py",
         "generator_version": GENERATOR_VERSION,
         "numpy": np.__version__,  # Generator streams may change between numpy versions
         "model": layout.model.key,
         "published": layout.model.repo,
         "seed": seed,
-        "num_hidden_layers": layout.config["num_hidden_layers"],
-        "vocab_size": layout.config["vocab_size"],
+        "num_hidden_layers": layout.text["num_hidden_layers"],
+        "vocab_size": layout.text["vocab_size"],
         "overrides": dict(overrides or {}),
     }
 
@@ -772,16 +935,28 @@ def is_current(directory: Path, stamp: Mapping[str, Any]) -> bool:
 def make_checkpoint(
     model_key: str, out_root: Path, seed: int = DEFAULT_SEED, layers: int | None = None,
     vocab_size: int | None = None, force: bool = False, overrides: Mapping[str, Any] | None = None,
+    vision_layout: str = "native", vision_overrides: Mapping[str, Any] | None = None,
 ) -> tuple[Path, bool]:
     """Write `out_root`/<published directory name>; (its path, False when an up-to-date copy was kept).
 
-    `overrides` replaces config.json fields (e.g. smaller hidden sizes, for tests)."""
+    `overrides` replaces config.json fields (e.g. smaller hidden sizes, for tests); for a vision-language model
+    they are its text model's, `vision_overrides` its vision_config's, and `vision_layout` "internvl_chat"
+    writes InternVL's original layout (into the published original's directory name)."""
     if seed < 0:
         raise LlmbuildError(f"--seed must be >= 0, got {seed}")
-    model = MODELS[model_key]
+    model = ALL_MODELS[model_key]
+    if vision_layout not in ("native", "internvl_chat"):
+        raise LlmbuildError(f"--vision-layout must be native or internvl_chat, got {vision_layout!r}")
+    chat = vision_layout == "internvl_chat"
+    if (chat or vision_overrides) and model.chat_directory is None:
+        raise LlmbuildError(f"--vision-layout and vision overrides apply to vision-language models, not {model_key}")
     layout = layout_for(model, layers, vocab_size, overrides)
-    target = Path(out_root) / model.directory
-    stamp = stamp_for(layout, seed, overrides)
+    if vision_overrides:
+        layout.config["vision_config"] = dict(layout.config["vision_config"]) | dict(vision_overrides)
+        layout.config.setdefault("llmbuild_truncated", {})["vision_overrides"] = dict(vision_overrides)
+    target = Path(out_root) / (model.chat_directory if chat and model.chat_directory else model.directory)
+    stamp = stamp_for(layout, seed, overrides, chat) | ({"vision_overrides": dict(vision_overrides)}
+                                                        if vision_overrides else {})
     if not force and is_current(target, stamp):
         return target, False
     if not force and target.exists() and not (target / STAMP_FILE).is_file():
@@ -789,11 +964,11 @@ def make_checkpoint(
         raise LlmbuildError(f"{target} exists and was not written by this script; pass --force to replace it")
     tokenizer = build_tokenizer(layout)
     with atomic_directory(target) as tmp:
-        write_json(tmp / "config.json", layout.config)
+        write_json(tmp / "config.json", chat_config(layout) if chat else layout.config)
         write_json(tmp / "generation_config.json", generation_config(layout))
         (tmp / "tokenizer.json").write_text(tokenizer.to_str(pretty=True) + "\n", encoding="utf-8")
         write_json(tmp / "tokenizer_config.json", tokenizer_config(layout))
-        write_weights(tmp, layout, seed)
+        write_weights(tmp, layout, seed, chat)
         files = {p.name: p.stat().st_size for p in sorted(tmp.iterdir())}
         write_json(tmp / STAMP_FILE, stamp | {"files": files})  # last: marks the directory complete
     return target, True
@@ -805,19 +980,24 @@ def directory_bytes(directory: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, choices=[*MODELS, "all"])
+    parser.add_argument("--model", required=True, choices=[*ALL_MODELS, "all"])
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("LLMBUILD_MODELS") or ROOT / "models"),
                         help="folder for the checkpoint directories (default: $LLMBUILD_MODELS, else models/)")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     parser.add_argument("--layers", type=int, help="write only the first N layers (a truncated variant)")
     parser.add_argument("--vocab-size", type=int, help="a smaller vocabulary (a truncated variant)")
     parser.add_argument("--force", action="store_true", help="rewrite even an up-to-date or foreign directory")
+    parser.add_argument("--vision-layout", choices=("native", "internvl_chat"), default="native",
+                        help="a vision-language model's layout: transformers' native one (the -hf upload, default) "
+                             "or InternVL's original internvl_chat one")
     args = parser.parse_args(argv)
-    keys = list(MODELS) if args.model == "all" else [args.model]
+    keys = list(ALL_MODELS) if args.model == "all" else [args.model]
     try:
         for key in keys:
             start = time.perf_counter()
-            path, written = make_checkpoint(key, args.out, args.seed, args.layers, args.vocab_size, args.force)
+            chat = args.vision_layout if key in VLM_MODELS else "native"
+            path, written = make_checkpoint(key, args.out, args.seed, args.layers, args.vocab_size, args.force,
+                                            vision_layout=chat)
             state = f"written in {time.perf_counter() - start:.1f} s" if written else "up to date, kept"
             print(f"{path}: {state}, {directory_bytes(path) / 2**30:.2f} GiB", flush=True)
     except LlmbuildError as exc:
