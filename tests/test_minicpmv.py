@@ -1,0 +1,227 @@
+"""MiniCPM-V 2.6 (tiny, f32) built as a user builds it: one static vit net for slices of every size, images
+sliced as the model slices them, and greedy ids checked here against the torch reference (transformers'
+Idefics2 tower at each piece's own size, the published resampler, Qwen2ForCausalLM), apart from the build's
+own checks. The slicing is checked against transformers' MiniCPM-V image processor, the tower's position ids
+against transformers' own embedding code."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import llmbuild, snakemake
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("onnx")
+Image = pytest.importorskip("PIL.Image")
+
+RECIPE = "minicpmv_tiny_f32"
+TEXT = [1, 5, 9, 42]
+
+
+@pytest.fixture(scope="module")
+def built(build_root: Path) -> Path:
+    snakemake(build_root, RECIPE)
+    return build_root
+
+
+def picture(path: Path, seed: int, size: tuple[int, int]) -> Path:
+    """An RGB file of `size` (height, width): smooth gradients and noise."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0 : size[0], 0 : size[1]] / max(size)
+    rgb = np.stack([x, y, 1 - x * y], axis=-1) * 200 + rng.integers(0, 56, (*size, 3))
+    Image.fromarray(np.clip(rgb, 0, 255).astype(np.uint8), "RGB").save(path)
+    return path
+
+
+def reference(built: Path, prompt: list[int], sliced: list, steps: int) -> list[int]:
+    from llmbuild.frontend.minicpmv import reference_generate
+    from llmbuild.runtime.session import Session
+
+    meta = Session(built / RECIPE / f"{RECIPE}.llmb").model.vision.meta
+    pieces = [p for image in sliced for p in image.pieces]
+    ids, _ = reference_generate(built / RECIPE / "checkpoint" / "vlm", prompt, pieces, meta["image_token_id"], steps)
+    return ids
+
+
+def test_the_build_verifies_with_a_sliced_image(built: Path) -> None:
+    report = json.loads((built / RECIPE / "verify.json").read_text())
+    assert report["passed"] and report["end_to_end_image"]["tokens_equal"]
+    e2e = json.loads((built / RECIPE / "e2e.json").read_text())["image"]
+    assert e2e["slices"] == 2 and len(e2e["ids"]) == 32 and e2e["first_logits"]["cosine"] >= 0.9999
+    vision = json.loads((built / RECIPE / "vision" / "metrics.json").read_text())
+    assert vision["host_equals_device"] and len(vision["cases"]) >= 4
+    assert min(c["device"] for c in vision["cases"].values()) >= 0.9999
+
+
+def test_images_that_slice_differently_give_the_reference_ids(built: Path, tmp_path: Path) -> None:
+    from llmbuild.runtime.session import Session
+
+    small = picture(tmp_path / "small.png", 1, (20, 40))  # less than a slice: one piece of 4 x 2 patches
+    large = picture(tmp_path / "large.png", 2, (40, 120))  # an overview of 5 x 2 patches, 3 x 1 slices of 3 x 3
+    results = {}
+    for faithful in (False, True):  # the host path and the simulated device
+        session = Session(built / RECIPE / f"{RECIPE}.llmb", faithful=faithful, ignore_eos=True, max_new_tokens=6)
+        for name, image in (("small", small), ("large", large)):
+            session.reset()
+            results[faithful, name] = session.generate(session.image_ids(image) + TEXT, images=[image])
+    sliced = {name: session.image_pixels([image])[0] for name, image in (("small", small), ("large", large))}
+    assert sliced["small"].grid is None and len(sliced["small"]) == 1
+    assert sliced["large"].grid == (3, 1) and len(sliced["large"]) == 4
+    # Three piece sizes through the one static net.
+    assert {p.shape for p in [*sliced["small"].pieces, *sliced["large"].pieces]} == {
+        (3, 28, 56), (3, 28, 70), (3, 42, 42)}
+    for name in ("small", "large"):
+        prompt = session.image_ids(sliced[name]) + TEXT
+        assert results[False, name] == results[True, name] == reference(built, prompt, [sliced[name]], 6)
+    assert results[False, "small"] != results[False, "large"]
+
+
+def test_two_images_in_one_prompt_and_in_a_chat(built: Path, tmp_path: Path) -> None:
+    from llmbuild.runtime.session import Session
+
+    images = [picture(tmp_path / "a.png", 3, (70, 90)), picture(tmp_path / "b.png", 4, (40, 30))]
+    session = Session(built / RECIPE / f"{RECIPE}.llmb", ignore_eos=True, max_new_tokens=6)
+    sliced = session.image_pixels(images)
+    prompt = session.image_ids(sliced[0], 0) + session.image_ids(sliced[1], 1) + TEXT
+    assert session.generate(prompt, images=images) == reference(built, prompt, sliced, 6)
+    meta = session.model.vision.meta
+    # The placeholders as MiniCPM-V's processor writes them: <image_id>1</image_id>, the overview's run, the
+    # slices' runs (a grid's rows apart by a new line).
+    ids = session.image_ids(sliced[0], 1)
+    assert ids[0] == meta["image_id_start_id"] and meta["image_start_id"] in ids
+    assert ids.count(meta["slice_start_id"]) == 4 and ids.count(meta["image_token_id"]) == 5 * 4
+    chat = Session(built / RECIPE / f"{RECIPE}.llmb", max_new_tokens=2)
+    assert isinstance(chat.send("what is it", images=images[1:]), str) and len(chat.features) == 1
+
+
+def test_run_with_an_image_and_bad_inputs(built: Path, tmp_path: Path) -> None:
+    from llmbuild import LlmbuildError
+    from llmbuild.runtime.session import Session
+
+    image = picture(tmp_path / "a.png", 1, (70, 90))
+    r = llmbuild(built, "run", RECIPE, "--image", str(image), "--prompt", "describe", "--max-new-tokens", "3",
+                 "--json")
+    assert r.returncode == 0, r.stderr
+    assert len(json.loads(r.stdout)["ids"]) >= 1
+    strip = picture(tmp_path / "strip.png", 1, (1, 4000))  # its slices have more patches than the net holds
+    bad = llmbuild(built, "run", RECIPE, "--image", str(strip), "--prompt", "x")
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "more than the vit net's" in bad.stderr
+    session = Session(built / RECIPE / f"{RECIPE}.llmb")
+    with pytest.raises(LlmbuildError, match="MiniCPM-V binary takes image files"):
+        session.image_pixels([np.zeros((3, 42, 42), np.float32)])
+
+
+def test_slicing_equals_transformers_minicpmv_processor() -> None:
+    """Grid, overview size and refined size against transformers' MiniCPM-V 4.6 PIL processor, whose slicing
+    is 2.6's but for two things this maps or avoids: it rounds sides to patch x merge (patch 7 with its "4x"
+    merge of 2 is MiniCPM-V 2.6's 14), and it breaks a tie in the grid error towards more rows (2.6 keeps the
+    first grid: ties are skipped here and checked on their own)."""
+    from transformers.models.minicpmv4_6.image_processing_pil_minicpmv4_6 import MiniCPMV4_6ImageProcessorPil
+
+    from llmbuild.runtime.minicpmv_slices import best_resize, refine_size, slice_grid
+
+    proc = MiniCPMV4_6ImageProcessorPil()
+    rng = np.random.default_rng(0)
+    checked = 0
+    for _ in range(400):
+        w, h = (int(v) for v in rng.integers(20, 2000, 2))
+        scale = int(rng.choice([448, 42, 224]))
+        ours = slice_grid((w, h), scale, 9)
+        theirs = proc.get_sliced_grid((h, w), 9, scale)
+        if theirs is not None:
+            multiple = min(math.ceil(w * h / scale**2), 9)
+            errors = sorted(abs(math.log(w / h) - math.log(c / (n // c))) for n in range(multiple - 1, multiple + 2)
+                            if 1 < n <= 9 for c in range(1, n + 1) if n % c == 0)
+            if errors[0] == errors[1]:
+                continue  # a tie: the two processors may differ by design
+        assert ours == (None if theirs is None else (theirs[1], theirs[0])), (w, h, scale)
+        up = ours is None
+        assert best_resize((w, h), scale, 14, up)[::-1] == proc.find_best_resize((h, w), scale, 7, "4x", up)
+        if ours is not None:
+            want = proc.get_refine_size((h, w), [ours[1], ours[0]], scale, 7, "4x", True)
+            assert refine_size((w, h), ours, scale, 14)[::-1] == want
+            checked += 1
+    assert checked > 100
+    # A square of two slices' area: (1, 2) and (2, 1) tie; 2.6 keeps the first (one column, two rows).
+    assert slice_grid((55, 55), 42, 9) == (1, 2)
+
+
+def test_position_ids_equal_transformers_embeddings() -> None:
+    """The host's position ids are what transformers' Idefics2 embeddings compute from a patch mask (its
+    position table made an index table, its patch embedding zero)."""
+    from transformers import Idefics2VisionConfig
+    from transformers.models.idefics2.modeling_idefics2 import Idefics2VisionEmbeddings
+
+    from llmbuild.runtime.minicpmv_slices import position_ids
+
+    for side, grids in ((4, [(1, 1), (3, 3), (3, 4), (5, 2)]), (70, [(32, 32), (23, 45), (1, 64), (33, 31)])):
+        emb = Idefics2VisionEmbeddings(Idefics2VisionConfig(hidden_size=1, image_size=side * 2, patch_size=2))
+        with torch.no_grad():
+            emb.patch_embedding.weight.zero_()
+            emb.patch_embedding.bias.zero_()
+            emb.position_embedding.weight.copy_(torch.arange(side * side, dtype=torch.float32)[:, None])
+            for h, w in grids:
+                got = emb(torch.zeros(1, 3, 2 * h, 2 * w), torch.ones(1, h, w, dtype=torch.bool))
+                assert np.array_equal(got[0, :, 0].numpy().astype(np.int64), position_ids(h, w, side)), (side, h, w)
+
+
+def test_sincos_table_equals_the_published_formula_in_float64() -> None:
+    """The resampler keys' 2-D sin-cos table against its definition evaluated apart in float64."""
+    from llmbuild.frontend.minicpmv import sincos_2d
+
+    dim, h, w = 16, 3, 5
+    table = sincos_2d(dim, h, w)
+    quarter = dim // 4
+    omega = 1.0 / 10000 ** (np.arange(quarter, dtype=np.float64) / quarter)
+    for r in range(h):
+        for c in range(w):
+            want = np.concatenate([np.sin(c * omega), np.cos(c * omega), np.sin(r * omega), np.cos(r * omega)])
+            assert np.allclose(table[r, c], want, atol=1e-6)
+
+
+def test_legacy_and_dynamo_exports_import_to_the_same_outputs(built: Path, tmp_path: Path) -> None:
+    from llmbuild.dialects.interpret import interpret
+    from llmbuild.frontend.minicpmv import export_minicpmv_onnx, load_vision, reference_features, vit_geometry
+    from llmbuild.frontend.onnx_model import load_onnx
+    from llmbuild.importer.onnx_net import import_onnx_net
+    from llmbuild.runtime.minicpmv_slices import slice_inputs
+    from llmbuild.verify.similarity import cosine
+
+    vlm = built / RECIPE / "checkpoint" / "vlm"
+    tower, resampler, cfg = load_vision(vlm)
+    geo = vit_geometry(cfg)
+    piece = np.random.default_rng(5).standard_normal((3, 2 * 14, 5 * 14)).astype(np.float32)
+    inputs = slice_inputs(piece, 14, geo["max_patches"], geo["side"], geo["queries"], geo["embed_dim"])
+    want = reference_features(tower, resampler, piece)
+    outs = {}
+    for exporter in ("legacy", "dynamo"):
+        net = import_onnx_net(load_onnx(export_minicpmv_onnx(vlm, tmp_path / f"{exporter}.onnx", exporter)), "vit")
+        ops = [op.name for op in net.module.walk()]
+        assert ops.count("top.GELUTanh") == cfg["vision_config"]["num_hidden_layers"] and "top.Gather" in ops
+        assert ops.count("top.FAttention") == cfg["vision_config"]["num_hidden_layers"] + 1
+        run = interpret(net.module, inputs, net.weights.__getitem__, reference=True)
+        outs[exporter] = run.outputs["image_features"]
+        assert cosine(outs[exporter][0], want) >= 0.99999
+    assert np.allclose(outs["legacy"], outs["dynamo"], atol=1e-5)
+
+
+def test_a_tanh_outside_gelu_is_a_one_line_error(tmp_path: Path) -> None:
+    import onnx
+    from onnx import TensorProto, helper
+
+    from llmbuild import LlmbuildError
+    from llmbuild.frontend.onnx_model import load_onnx
+    from llmbuild.importer.onnx_net import import_onnx_net
+
+    graph = helper.make_graph([helper.make_node("Tanh", ["x"], ["y"], name="lonely")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "t.onnx")
+    with pytest.raises(LlmbuildError, match=r"node lonely \(Tanh\): Tanh outside the tanh GELU") as err:
+        import_onnx_net(load_onnx(tmp_path / "t.onnx"), "vit")
+    assert "\n" not in str(err.value)
