@@ -80,9 +80,31 @@ def estimate_command(args: argparse.Namespace) -> None:
     else:
         print(text_report(est, title, others=[e for name, e in others.items() if name != args.schedule],
                           ops=args.ops))
-        if vision:
+        if vision and "vision_encode_image_s" in vision:  # MiniCPM-V: slices
+            print(f"vision: {vision['vision_encode_s'] * 1e3:.2f} ms per slice of up to "
+                  f"{vision['vision_patches_per_slice']:.0f} patches ({vision['vision_tokens_per_tile']:.0f} image "
+                  f"tokens), {vision['vision_encode_image_s'] * 1e3:.1f} ms for an image of "
+                  f"{vision['vision_pieces_per_image']:.0f} pieces, before the first token")
+        elif vision:
             print(f"vision: {vision['vision_encode_s'] * 1e3:.2f} ms per {vision['image_size']} px tile "
                   f"({vision['vision_tokens_per_tile']:.0f} image tokens), before the first token")
+
+
+def _hf_config(recipe) -> dict | None:
+    """A MiniCPM-V recipe's config.json: a synthetic one as prepare writes it; an hf checkpoint's own, else
+    the one shipped with the recipe."""
+    from llmbuild.frontend.hf import read_json
+
+    if recipe.source.kind == "synthetic" and recipe.vision.config is not None:  # as prepare writes it
+        from llmbuild.frontend.synthetic import full_hf_config
+        from llmbuild.frontend.synthetic_minicpmv import vlm_config
+
+        return vlm_config(full_hf_config(recipe.source.config or {}), recipe.vision.config)
+    if recipe.source.kind != "hf":
+        return None
+    folder = Path(recipe.source.path) if recipe.source.path else None
+    path = folder / "config.json" if folder and (folder / "config.json").is_file() else recipe.source.config_file
+    return read_json(Path(path)) if path else None
 
 
 def _vision(recipe, text_hidden: int, mode: str, chip: str) -> dict | None:
@@ -91,6 +113,11 @@ def _vision(recipe, text_hidden: int, mode: str, chip: str) -> dict | None:
         return None
     from llmbuild.cost.vision_estimate import vision_estimate
 
+    if recipe.vision.family == "minicpmv":
+        from llmbuild.cost.vision_estimate import minicpmv_estimate
+
+        full = _hf_config(recipe)
+        return minicpmv_estimate(full, mode, chip) if full is not None else None
     config = (recipe.vision.config or {}).get("vision_config")
     if config is None and recipe.source.kind == "hf":
         # The checkpoint's own config.json, else the one shipped with the recipe (no weights needed).

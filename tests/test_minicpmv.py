@@ -225,3 +225,46 @@ def test_a_tanh_outside_gelu_is_a_one_line_error(tmp_path: Path) -> None:
     with pytest.raises(LlmbuildError, match=r"node lonely \(Tanh\): Tanh outside the tanh GELU") as err:
         import_onnx_net(load_onnx(tmp_path / "t.onnx"), "vit")
     assert "\n" not in str(err.value)
+
+
+def test_the_vision_flops_equal_torch_s_count_of_the_exported_module(built: Path) -> None:
+    """The estimate's flops per slice against torch's own FLOP counter on the module the vit net is exported
+    from (which also projects the constant queries, 2 Q E^2, that the import folds away)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from llmbuild.cost.vision_estimate import minicpmv_flops
+    from llmbuild.frontend.minicpmv import STATIC_INPUTS, static_vision, vit_geometry
+    from llmbuild.runtime.minicpmv_slices import slice_inputs
+
+    vlm = built / RECIPE / "checkpoint" / "vlm"
+    module, cfg = static_vision(vlm, 0)
+    geo = vit_geometry(cfg)
+    inputs = slice_inputs(np.zeros((3, 14, 14), np.float32), 14, geo["max_patches"], geo["side"], geo["queries"],
+                          geo["embed_dim"])
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad():
+        module(*(torch.from_numpy(inputs[name]) for name in STATIC_INPUTS))
+    vc = cfg["vision_config"]
+    flops, _ = minicpmv_flops(vc["hidden_size"], vc["intermediate_size"], vc["num_hidden_layers"], geo["patch"],
+                              geo["max_patches"], geo["queries"], geo["embed_dim"])
+    assert counter.get_total_flops() == flops + 2 * geo["queries"] * geo["embed_dim"] ** 2
+
+
+def test_the_real_size_estimate_reports_the_vision_encode_per_slice_and_image() -> None:
+    """minicpm_v_2_6_w4 without its weights: the shipped config.json gives Qwen2-7B's first token and decode
+    speed, and SigLIP-400M with the resampler per slice (1366 patches: the most a 448 px slice has) and per
+    image (the overview and 9 slices)."""
+    no_weights = {"LLMBUILD_MODELS": "/nonexistent"}
+    r = llmbuild(Path("/nonexistent"), "estimate", "minicpm_v_2_6_w4", "--json", env=no_weights)
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    vision = report["vision"]
+    assert vision["vision_patches_per_slice"] == 1366 and vision["vision_tokens_per_tile"] == 64
+    assert vision["vision_pieces_per_image"] == 10
+    assert vision["vision_encode_image_s"] == pytest.approx(10 * vision["vision_encode_s"])
+    assert 0.01 < vision["vision_encode_s"] < 2.0
+    # Qwen2-7B's 28 layers read from the top level of MiniCPM-V's config, next to the vision time.
+    assert 7.0e9 < report["params"] < 8.5e9
+    assert report["first_token_latency_s"] > 0 and report["decode_tokens_per_s"] > 0
+    text = llmbuild(Path("/nonexistent"), "estimate", "minicpm_v_2_6_w4", env=no_weights)
+    assert text.returncode == 0 and "ms per slice of up to 1366 patches" in text.stdout

@@ -19,10 +19,11 @@ if TYPE_CHECKING:
 def spec_from_hf_config_file(path: Path) -> ModelSpec:
     """The ModelSpec a Hugging Face config.json describes (its model_type picks the architecture)."""
     from llmbuild.frontend.hf import read_json, text_config
+    from llmbuild.frontend.minicpmv import text_config as minicpmv_text
     from llmbuild.frontend.registry import architecture_for_hf_model_type, get_architecture
 
     path = Path(path)
-    cfg = text_config(read_json(path))
+    cfg = minicpmv_text(text_config(read_json(path)))  # MiniCPM-V's text fields are its top level
     model_type = cfg.get("model_type")
     if not isinstance(model_type, str):
         raise LlmbuildError(f"{path}: missing field 'model_type'")

@@ -289,3 +289,16 @@ def runtime_meta(cfg: dict[str, Any], added: dict[str, int], tokenizer_path: Pat
             "mean": list(MEAN), "std": list(STD), "use_image_id": bool(cfg.get("use_image_id", True)),
             "image_start_id": start, "image_end_id": end, "slice_start_id": slice_start, "slice_end_id": slice_end,
             "image_token_id": unk, "image_id_start_id": id_start, "image_id_end_id": id_end}
+
+
+VISION_FIELDS = ("vision_config", "slice_config", "query_num", "auto_map", "image_size", "patch_size", "slice_mode",
+                 "use_image_id", "batch_vision_input", "drop_vision_last_layer", "vision_batch_size")
+
+
+def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The language model's config.json fields of a MiniCPM-V 2.6 config (its top level is the Qwen2
+    model's); any other config as it is."""
+    if cfg.get("model_type") != "minicpmv":
+        return cfg
+    return {**{k: v for k, v in cfg.items() if k not in VISION_FIELDS}, "model_type": "qwen2",
+            "architectures": ["Qwen2ForCausalLM"]}
