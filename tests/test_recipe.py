@@ -78,12 +78,13 @@ SHIPPED = list_recipes(RECIPES)
 ESTIMATE_ONLY: list[str] = []  # `build: false`: none ships since the published real-size configurations build
 # Buildable, but their checkpoints are the user's (LLMBUILD_MODELS): they load with the shipped config.
 USER_CHECKPOINT = ["deepseek_r1_qwen_14b_w4", "deepseek_r1_qwen_1_5b_w4", "deepseek_r1_qwen_1_5b_w4_2k",
-                   "internvl3_2b_w4", "llama3_8b_w4", "qwen2_5_7b_w4_awq", "qwen2_7b_w4", "smollm2_135m_hf_bf16"]
+                   "internvl3_2b_w4", "llama3_8b_w4", "minicpm_v_2_6_w4", "qwen2_5_7b_w4_awq", "qwen2_7b_w4",
+                   "smollm2_135m_hf_bf16"]
 
 
 def test_shipped_recipe_list() -> None:
     assert sorted(ESTIMATE_ONLY + USER_CHECKPOINT + [
-        "internvl_tiny_bf16", "internvl_tiny_f32",
+        "internvl_tiny_bf16", "internvl_tiny_f32", "minicpmv_tiny_f32",
         "llama_tiny_f16", "llama_tiny_f32", "llama_tiny_w4_awq", "llama_tiny_w8_rtn", "qwen2_tiny_bf16",
         "qwen2_tiny_f32", "qwen2_tiny_w4", "qwen2_tiny_w4_rtn", "qwen3_tiny_f32", "smollm2_135m_bf16",
         "smollm2_135m_w4", "smollm2_135m_w8",
@@ -543,7 +544,7 @@ def test_vision_fields_are_checked(tmp_path: Path) -> None:
     base = (RECIPES / "internvl_tiny_f32.yaml").read_text()
     write(tmp_path, "_tiny_common", (RECIPES / "_tiny_common.yaml").read_text())
     bad = write(tmp_path, "bad_family", base.replace("family: internvl", "family: llava"))
-    assert "bad_family.yaml:24: vision.family: expected one of internvl, got string 'llava'" in error_of(bad)
+    assert "bad_family.yaml:24: vision.family: expected one of internvl, minicpmv, got string 'llava'" in error_of(bad)
     bad = write(tmp_path, "bad_tiles", base.replace("max_tiles: 4", "max_tiles: 0"))
     assert "vision.max_tiles: expected" in error_of(bad)
     no_family = write(tmp_path, "no_family", base.replace("  family: internvl\n", ""))

@@ -285,21 +285,26 @@ FIELDS: tuple[FieldSpec, ...] = (
               default={}),
     FieldSpec("vision.family", "string",
               "How the tower and its projector are defined: `internvl` (transformers' native InternVL: "
-              "InternViT, pixel shuffle, MLP projector). Absent: no vision net.",
+              "InternViT, pixel shuffle, MLP projector) or `minicpmv` (MiniCPM-V 2.6: SigLIP and the "
+              "resampler, one static net for slices of any size; slicing from config.json's `slice_config`). "
+              "Absent: no vision net.",
               default=None, constraint=OneOf(lambda: VISION_FAMILIES)),
     FieldSpec("vision.exporter", "string",
               "torch.onnx exporter of the tower: `legacy` (tracing, opset 17) or `dynamo` (opset 18).",
               default="legacy", constraint=OneOf(lambda: VISION_EXPORTERS)),
     FieldSpec("vision.config", "mapping",
               "synthetic: the vision-language config.json fields besides the text model's "
-              "(`vision_config`, `downsample_ratio`, ...); the text model is `source.config`.",
+              "(`vision_config`, `downsample_ratio`, ...; MiniCPM-V: `vision_config`, `query_num`, "
+              "`slice_config`); the text model is `source.config`.",
               default=None, note="needs `vision.family`; synthetic sources only"),
     FieldSpec("vision.max_tiles", "integer",
               "InternVL's dynamic tiling: an image is cut into up to this many tiles of the tower's size (the "
               "grid closest to its aspect ratio), plus a thumbnail of the whole when there are several; 1: the "
-              "image resized to one tile. The vit net runs once per tile.", default=1, constraint=Positive()),
+              "image resized to one tile. The vit net runs once per tile. (MiniCPM-V slices by its "
+              "config.json's `slice_config.max_slice_nums`.)", default=1, constraint=Positive()),
     FieldSpec("vision.image_cosine", "number",
-              "Cosine similarity of the compiled vision net's image features against transformers. "
+              "Cosine similarity of the compiled vision net's image features against the reference "
+              "(transformers; MiniCPM-V: its tower and resampler at each checked piece's own size). "
               "Absent: 0.9999 in f32, 0.999 otherwise.", default=None, constraint=_TOL),
     FieldSpec("verify", "section", "Acceptance thresholds of the verification steps.", default={}),
     FieldSpec("verify.top_cosine", "number",

@@ -35,7 +35,10 @@ def _prepare(recipe: Recipe, paths: BuildPaths) -> None:
     if recipe.vision is not None and recipe.source.kind == "gguf":
         raise LlmbuildError(f"{recipe.path}: vision: a vision-language model from a GGUF file is not supported "
                             "(give its Hugging Face directory, source.kind hf)")
-    prepare_checkpoint(recipe.source, paths.checkpoint, recipe.vision.config if recipe.vision else None)
+    vision = recipe.vision.config if recipe.vision else None
+    if vision is not None and recipe.vision.family == "minicpmv":  # the synthetic writer picks MiniCPM-V's layout
+        vision = {**vision, "model_type": "minicpmv"}
+    prepare_checkpoint(recipe.source, paths.checkpoint, vision)
     source = open_source(recipe.source, paths.checkpoint)
     if isinstance(source, HFSource):
         # Before any step reads it: every tensor present with its shape, every float value finite, and
