@@ -268,3 +268,12 @@ def test_the_real_size_estimate_reports_the_vision_encode_per_slice_and_image() 
     assert report["first_token_latency_s"] > 0 and report["decode_tokens_per_s"] > 0
     text = llmbuild(Path("/nonexistent"), "estimate", "minicpm_v_2_6_w4", env=no_weights)
     assert text.returncode == 0 and "ms per slice of up to 1366 patches" in text.stdout
+
+
+def test_the_tanh_gelu_kernel_equals_torch() -> None:
+    """tpu.Active mode GELU_TANH (and top.GELUTanh) against torch's gelu(approximate="tanh"), SigLIP's."""
+    from llmbuild.numerics.kernels import ACTIVATIONS
+
+    x = np.linspace(-8, 8, 4001, dtype=np.float32)
+    want = torch.nn.functional.gelu(torch.from_numpy(x), approximate="tanh").numpy()
+    assert np.allclose(ACTIVATIONS["GELU_TANH"](x), want, rtol=1e-6, atol=2e-7)
