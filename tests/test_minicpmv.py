@@ -277,3 +277,19 @@ def test_the_tanh_gelu_kernel_equals_torch() -> None:
     x = np.linspace(-8, 8, 4001, dtype=np.float32)
     want = torch.nn.functional.gelu(torch.from_numpy(x), approximate="tanh").numpy()
     assert np.allclose(ACTIVATIONS["GELU_TANH"](x), want, rtol=1e-6, atol=2e-7)
+
+
+def test_a_checkpoint_of_another_family_or_without_minicpmv_fields_is_a_one_line_error(tmp_path: Path) -> None:
+    from llmbuild import LlmbuildError
+    from llmbuild.frontend.minicpmv import read_config
+    from llmbuild.recipe import load_recipe
+    from llmbuild.steps.vision import export_family_onnx
+
+    recipe = load_recipe(RECIPE, Path(__file__).resolve().parent.parent / "recipes", require_checkpoint=False)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "internvl"}))
+    with pytest.raises(LlmbuildError, match="model_type 'internvl' is not a checkpoint of vision.family minicpmv"):
+        export_family_onnx(recipe, tmp_path, tmp_path / "vit.onnx")
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "minicpmv", "vision_config": {}}))
+    with pytest.raises(LlmbuildError, match=r"config.json: missing field 'query_num'") as err:
+        read_config(tmp_path)
+    assert "\n" not in str(err.value)
