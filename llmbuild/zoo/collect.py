@@ -53,7 +53,7 @@ def _verify(report: dict) -> dict:
         "checks": report.get("checks"),
         "worst_cosine": report.get("worst_cosine", {}),
         "tolerances": report.get("tolerances", {}),
-        "logits_cosine": e2e.get("first_logits", {}).get("cosine"),
+        "logits_cosine": _worst_logits(e2e),
         "tokens_equal": e2e.get("tokens_equal"),
         "failures": report.get("failures", []),
     }
@@ -66,11 +66,16 @@ def _margins(report: dict, vision: dict | None = None) -> dict[str, float | None
     margins = {}
     for key, tolerance in _MARGINS.items():
         margins[key] = _difference(worst.get(key), tolerances.get(tolerance))
-    logits = report.get("end_to_end", {}).get("first_logits", {}).get("cosine")
+    logits = _worst_logits(report.get("end_to_end", {}))
     margins["logits"] = _difference(logits, tolerances.get("logits_cosine"))
     if vision is not None:
         margins["vision"] = _difference(vision.get("cosine_device"), vision.get("threshold"))
     return margins
+
+
+def _worst_logits(e2e: dict) -> float | None:
+    """The worst step's logits cosine of the teacher-forced end-to-end run (older reports: the first's)."""
+    return (e2e.get("worst_step_logits") or e2e.get("first_logits") or {}).get("cosine")
 
 
 def _difference(value: float | None, tolerance: float | None) -> float | None:
