@@ -293,3 +293,28 @@ def test_a_checkpoint_of_another_family_or_without_minicpmv_fields_is_a_one_line
     with pytest.raises(LlmbuildError, match=r"config.json: missing field 'query_num'") as err:
         read_config(tmp_path)
     assert "\n" not in str(err.value)
+
+
+def test_sliced_pixels_equal_transformers_processor_bit_for_bit(tmp_path: Path) -> None:
+    """Every piece's pixels (overview and slices: resize, crop, /255, mean and deviation 0.5) against
+    transformers' MiniCPM-V PIL processor (patch 7 with its "4x" merge rounds sides to 14 px, as 2.6 does),
+    its patch layout undone."""
+    from transformers.models.minicpmv4_6.image_processing_pil_minicpmv4_6 import MiniCPMV4_6ImageProcessorPil
+
+    from llmbuild.runtime.minicpmv_slices import load_sliced
+
+    proc = MiniCPMV4_6ImageProcessorPil()
+    for seed, size in enumerate([(70, 90), (40, 120), (20, 40), (300, 200)]):  # 4, 3, 1 and 8 slices
+        path = picture(tmp_path / f"{seed}.png", seed, size)
+        mine = load_sliced(path, 42, 14, 9)
+        with Image.open(path) as image:
+            out = proc(images=[image.convert("RGB")], patch_size=7, downsample_mode="4x", scale_resolution=42,
+                       max_slice_nums=9)
+        grid = out["grids"][0]
+        assert mine.grid == (None if grid == [0, 0] else (grid[1], grid[0]))
+        flat, start = np.asarray(out["pixel_values"])[0], 0
+        assert len(out["target_sizes"]) == len(mine.pieces)
+        for (h7, w7), piece in zip(np.asarray(out["target_sizes"]), mine.pieces, strict=True):
+            theirs = flat[:, :, start : start + h7 * w7 * 7].reshape(3, 7, h7, w7, 7).transpose(0, 2, 1, 3, 4)
+            start += h7 * w7 * 7
+            assert np.array_equal(theirs.reshape(3, h7 * 7, w7 * 7), piece)
