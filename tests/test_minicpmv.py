@@ -237,7 +237,7 @@ def test_the_vision_flops_equal_torch_s_count_of_the_exported_module(built: Path
     from llmbuild.runtime.minicpmv_slices import slice_inputs
 
     vlm = built / RECIPE / "checkpoint" / "vlm"
-    module, cfg = static_vision(vlm, 0)
+    module, cfg = static_vision(vlm)
     geo = vit_geometry(cfg)
     inputs = slice_inputs(np.zeros((3, 14, 14), np.float32), 14, geo["max_patches"], geo["side"], geo["queries"],
                           geo["embed_dim"])

@@ -145,9 +145,10 @@ def reference_features(tower: Any, resampler: Any, slice_pixels: np.ndarray) -> 
     return out[0].numpy()
 
 
-def static_vision(model_dir: Path, max_patches: int) -> tuple[Any, dict[str, Any]]:
-    """(the module the vit net is exported from, its config): inputs `STATIC_INPUTS`, for slices of up to
-    `max_patches` patches laid out as MiniCPM-V lays them, [1, 3, patch, max_patches * patch]."""
+def static_vision(model_dir: Path) -> tuple[Any, dict[str, Any]]:
+    """(the module the vit net is exported from, its config): inputs `STATIC_INPUTS`, for pieces padded to
+    the net's capacity and laid out as MiniCPM-V lays them, [1, 3, patch, capacity * patch] (the example
+    inputs of the export fix the capacity: `vit_geometry`'s max_patches)."""
     import torch
 
     tower, resampler, cfg = load_vision(model_dir)
@@ -181,7 +182,6 @@ def static_vision(model_dir: Path, max_patches: int) -> tuple[Any, dict[str, Any
             out = torch.matmul(torch.softmax(scores, dim=-1), vh).transpose(1, 2).reshape(1, q.shape[1], d)
             return attn.out_proj(out)
 
-    del max_patches  # the shapes come from the example inputs of the export
     return StaticVision().eval(), cfg
 
 
@@ -261,7 +261,7 @@ def export_minicpmv_onnx(model_dir: Path, out: Path, exporter: str = "legacy") -
     from llmbuild.runtime.minicpmv_slices import slice_inputs
 
     geo = vit_geometry(read_config(model_dir))
-    module, _ = static_vision(model_dir, geo["max_patches"])
+    module, _ = static_vision(model_dir)
     piece = np.zeros((3, geo["patch"], geo["patch"]), np.float32)  # any piece: the shapes are static
     example = slice_inputs(piece, geo["patch"], geo["max_patches"], geo["side"], geo["queries"], geo["embed_dim"])
     args = tuple(torch.from_numpy(example[name]) for name in STATIC_INPUTS)
