@@ -15,7 +15,15 @@ import pytest
 from llmbuild import LlmbuildError
 from llmbuild.recipe import list_recipes, load_recipe, schema_markdown, section_digest
 from llmbuild.recipe.schema_table import FIELDS
-from llmbuild.recipe.tolerances import DEFAULTS, KINDS, MEASURED, activation_dtype, derive
+from llmbuild.recipe.tolerances import (
+    DEFAULTS,
+    IMAGE_DEFAULTS,
+    IMAGE_MEASURED,
+    KINDS,
+    MEASURED,
+    activation_dtype,
+    derive,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPES = REPO / "recipes"
@@ -150,6 +158,10 @@ def test_default_tolerances_follow_the_rule_from_the_measured_margins() -> None:
     for dtype, measured in MEASURED.items():  # the measured builds pass the defaults made from them
         for kind, worst in measured.items():
             assert DEFAULTS[dtype][kind] <= worst, (dtype, kind)
+    assert derive("image_cosine", 0.9999169) == 0.9996  # 4 x 8.3e-5 = 3.3e-4 -> 4e-4
+    for dtype, worst in IMAGE_MEASURED.items():
+        assert IMAGE_DEFAULTS[dtype] <= worst, dtype
+    assert IMAGE_DEFAULTS["f32"] >= IMAGE_DEFAULTS["f16"] >= IMAGE_DEFAULTS["bf16"]
     # A tighter activation dtype never gets a looser default.
     for kind in KINDS:
         assert DEFAULTS["f32"][kind] >= DEFAULTS["f16"][kind] >= DEFAULTS["bf16"][kind], kind
@@ -535,8 +547,8 @@ def test_real_size_recipes_without_checkpoints_are_skipped_by_all_and_explain_wh
 def test_vision_section_loads_with_defaults_and_per_mode_tolerance() -> None:
     f32, bf16 = load_recipe("internvl_tiny_f32", RECIPES), load_recipe("internvl_tiny_bf16", RECIPES)
     assert f32.vision is not None and f32.vision.family == "internvl" and f32.vision.max_tiles == 4
-    assert f32.vision.exporter == "legacy" and f32.vision.image_cosine == 0.9999
-    assert bf16.vision is not None and bf16.vision.image_cosine == 0.999
+    assert f32.vision.exporter == "legacy" and f32.vision.image_cosine == IMAGE_DEFAULTS["f32"] == 0.99999
+    assert bf16.vision is not None and bf16.vision.image_cosine == IMAGE_DEFAULTS["bf16"] == 0.9996
     assert load_recipe("qwen2_tiny_f32", RECIPES).vision is None
 
 

@@ -25,7 +25,7 @@ import yaml
 from llmbuild import LlmbuildError, MissingCheckpointError
 from llmbuild.recipe import schema_table as st
 from llmbuild.recipe.sandbox import BoundedSandbox
-from llmbuild.recipe.tolerances import default_tolerances
+from llmbuild.recipe.tolerances import default_image_cosine, default_tolerances
 from llmbuild.recipe_types import (
     QuantConfig,
     Recipe,
@@ -761,7 +761,7 @@ def _build(name: str, path: Path, raw: dict[str, Any], checkpoint: Path | None,
 def _vision(vision: dict[str, Any], mode: str) -> VisionConfig | None:
     if vision["family"] is None:
         return None
-    cosine = vision["image_cosine"] if vision["image_cosine"] is not None else 0.9999 if mode == "f32" else 0.999
+    cosine = vision["image_cosine"] if vision["image_cosine"] is not None else default_image_cosine(mode)
     return VisionConfig(vision["family"], vision["exporter"], copy.deepcopy(vision["config"]), cosine,
                         vision["max_tiles"])
 

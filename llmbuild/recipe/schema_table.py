@@ -300,12 +300,14 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("vision.max_tiles", "integer",
               "InternVL's dynamic tiling: an image is cut into up to this many tiles of the tower's size (the "
               "grid closest to its aspect ratio), plus a thumbnail of the whole when there are several; 1: the "
-              "image resized to one tile. The vit net runs once per tile. (MiniCPM-V slices by its "
-              "config.json's `slice_config.max_slice_nums`.)", default=1, constraint=Positive()),
+              "image resized to one tile. The vit net runs once per tile (MiniCPM-V slices by its "
+              "config.json's `slice_config.max_slice_nums` instead).", default=1, constraint=Positive()),
     FieldSpec("vision.image_cosine", "number",
               "Cosine similarity of the compiled vision net's image features against the reference "
               "(transformers; MiniCPM-V: its tower and resampler at each checked piece's own size). "
-              "Absent: 0.9999 in f32, 0.999 otherwise.", default=None, constraint=_TOL),
+              "Absent: the activation dtype's default, derived from measured margins like the verify "
+              "tolerances (llmbuild/recipe/tolerances.py): 0.99999 in f32, 0.9996 in bf16 and f16.",
+              default=None, constraint=_TOL),
     FieldSpec("verify", "section", "Acceptance thresholds of the verification steps.", default={}),
     FieldSpec("verify.top_cosine", "number",
               "Cosine similarity of the numpy TOP interpretation against transformers, per layer "
