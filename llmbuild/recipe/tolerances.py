@@ -16,13 +16,15 @@ import math
 
 KINDS = ("top_cosine", "top_euclid", "tpu_cosine", "tpu_euclid", "logits_cosine")
 # Worst measured similarity per activation dtype and kind (benchmarks/margins.py on the shipped builds).
+# logits_cosine is the worst step of the teacher-forced end-to-end run (verify/e2e.py), not the first
+# step's alone: a tiny model's steps spread widely (llama_tiny_w4_awq: 0.99294 at its worst step).
 MEASURED: dict[str, dict[str, float]] = {
     "f32": {"top_cosine": 1.0, "top_euclid": 0.9999985, "tpu_cosine": 1.0, "tpu_euclid": 0.9999993,
             "logits_cosine": 1.0},
     "f16": {"top_cosine": 1.0, "top_euclid": 0.9999985, "tpu_cosine": 0.9999941, "tpu_euclid": 0.9961681,
-            "logits_cosine": 0.9999784},
+            "logits_cosine": 0.9997535},
     "bf16": {"top_cosine": 1.0, "top_euclid": 0.9999986, "tpu_cosine": 0.9995365, "tpu_euclid": 0.9661107,
-             "logits_cosine": 0.9992981},
+             "logits_cosine": 0.9929378},
 }
 # float32 sums in another order differ by about 1e-6 relative; the floors leave that 10-100x room.
 FLOOR = {"cosine": 1e-5, "euclid": 1e-4}
