@@ -41,6 +41,7 @@ class Case:
     checkpoint: str  # directory under --models ("" for the GGUF shipped in a package)
     generator: str  # make_checkpoint.py --model, or "smollm2_hf" (exported here), or "" (shipped)
     incumbent: tuple[str, ...] = ()  # llm_convert arguments after -m SOURCE (empty: not compared)
+    image: bool = False  # a vision-language model: the run sends the e2e check's test image with the prompt
 
 
 CASES = (
@@ -53,6 +54,7 @@ CASES = (
     Case("qwen2_7b_gptq", "qwen2_7b_w4", "Qwen2-7B-Instruct-GPTQ-Int4", "qwen2_7b_gptq"),
     Case("qwen2_5_7b_awq", "qwen2_5_7b_w4_awq", "Qwen2.5-7B-Instruct-AWQ", "qwen2_5_7b_awq"),
     Case("llama3_8b_autoround", "llama3_8b_w4", "Meta-Llama-3-8B-Instruct-AutoRound-int4", "llama3_8b_autoround"),
+    Case("internvl3_2b", "internvl3_2b_w4", "InternVL3-2B-hf", "internvl3_2b", image=True),
 )
 
 
@@ -198,7 +200,7 @@ def build_llmbuild(case: Case, models: Path, build: Path, logs: Path) -> Measure
     m.verified = json.loads(verify.read_text())["passed"] if verify.exists() else False
     m.rules = rule_table(case.recipe, out, env)
     if m.ok:
-        m.run = run_binary(case, env, logs)
+        m.run = run_binary(case, env, logs, out / "vision" / "test_image.png" if case.image else None)
     return m
 
 
@@ -230,9 +232,11 @@ def rule_table(recipe: str, out: Path, env: dict[str, str]) -> dict[str, dict]:
     return rows
 
 
-def run_binary(case: Case, env: dict[str, str], logs: Path) -> dict:
+def run_binary(case: Case, env: dict[str, str], logs: Path, image: Path | None = None) -> dict:
+    """`llmbuild run` on the host path; with `image` (a vision-language model), the first token's latency
+    includes tiling the image and running the vit net on every tile."""
     cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "llmbuild.cli", "run", case.recipe, "--prompt", PROMPT,
-           "--max-new-tokens", "8", "--json", "--timing"]
+           "--max-new-tokens", "8", "--json", "--timing", *(["--image", str(image)] if image else [])]
     result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     (logs / f"{case.name}.run.log").write_text(result.stdout + result.stderr)
     if result.returncode != 0:

@@ -7,7 +7,8 @@ rule vision:
         spec=rules.prepare.output.spec,
     output:
         obj=f"{BUILD}/{{recipe}}/vision/vision.llmo",
-        weights=f"{BUILD}/{{recipe}}/vision/weights.safetensors",
+        # the vit net's device-format weights until link copies them into the binary, like a layer's
+        weights=temp(f"{BUILD}/{{recipe}}/vision/weights.safetensors"),
         plan=f"{BUILD}/{{recipe}}/vision/plan.json",
         metrics=f"{BUILD}/{{recipe}}/vision/metrics.json",
     params:

@@ -271,3 +271,20 @@ class TensorView:
                 block = rows // part.parts
                 value = sliced[part.part * block : (part.part + 1) * block]
         return value.to(torch.float32).contiguous()
+
+
+def recipe_vision_config(source: Any, vision: Any) -> dict[str, Any] | None:
+    """The native vision_config (InternVLVisionConfig's fields) of a recipe's vision-language model, from its
+    configuration alone: a synthetic recipe's vision.config, an hf checkpoint's config.json in either layout,
+    or the recipe's shipped source.config_file while the checkpoint is absent. None when none says."""
+    if vision is None:
+        return None
+    config = (vision.config or {}).get("vision_config") if getattr(vision, "config", None) else None
+    if config is None and getattr(source, "kind", None) == "hf":
+        folder = Path(source.path) if source.path else None
+        if folder is not None and (folder / "config.json").is_file():
+            config = read_native_config(folder).get("vision_config")
+        elif source.config_file:
+            path = Path(source.config_file)
+            config = native_config(_read_json(path), str(path)).get("vision_config")
+    return config if isinstance(config, dict) else None

@@ -20,6 +20,8 @@ import numpy as np
 
 from llmbuild import LlmbuildError
 
+SHAPE_VALUE_LIMIT = 1 << 16  # elements: a float constant above this is a weight, not a value shapes depend on
+
 
 @dataclass(frozen=True)
 class OnnxNode:
@@ -47,20 +49,31 @@ def load_onnx(path: Path) -> OnnxGraph:
     import onnx
     import onnxscript.optimizer
     from onnx import numpy_helper, shape_inference
+    from onnxscript import ir
 
     path = Path(path)
     try:
-        model = onnx.load(str(path), load_external_data=True)
-        onnx.checker.check_model(model)
+        # Checked by path and read through onnx_ir: external data (a real tower's 1.2 GB of float32 weights,
+        # beside the graph) stays on disk until each constant is read once below; onnx.load and the
+        # checker's serialized copy would hold it three times over.
+        if not path.is_file():
+            raise FileNotFoundError(2, "not found", str(path))
+        onnx.checker.check_model(str(path))
+        graph_ir = ir.load(str(path))
     except FileNotFoundError as exc:
         raise LlmbuildError(f"{path}: {exc.strerror or 'not found'}: {exc.filename} (external data is read "
                             "from beside the .onnx file)") from None
     except Exception as exc:  # noqa: BLE001 - onnx raises many kinds; the user gets one line
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise LlmbuildError(f"{path}: not a valid ONNX model: {first}") from None
-    model = onnxscript.optimizer.optimize(model, num_iterations=4)
+    onnxscript.optimizer.optimize(graph_ir, num_iterations=4)
+    model = ir.serde.serialize_model(graph_ir)  # external initializers stay references to the file
+    del graph_ir
     opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
-    constants = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    constants = {t.name: numpy_helper.to_array(t, base_dir=str(path.parent)) for t in model.graph.initializer}
+    # Their values live in `constants` from here: a 300M tower's weights are 1.2 GB in float32, and every
+    # further copy (the proto's, the folded graph's, shape inference's serialized ones) would be as much.
+    model.graph.ClearField("initializer")
     kept = []
     for n in model.graph.node:
         if n.domain not in ("", "ai.onnx"):
@@ -72,11 +85,15 @@ def load_onnx(path: Path) -> OnnxGraph:
             constants.update(_evaluate(node, constants, opset))
         else:
             kept.append((n, node))
-    # The folded graph again, its constants as initializers, so that shape inference sees them as values.
+    # The folded graph again, its constants as initializers, so that shape inference sees them as values;
+    # large float ones (weights, which never carry shapes) as typed inputs, so that they are not copied.
     used = {i for n, _ in kept for i in n.input} | {o.name for o in model.graph.output}
+    weights = {k for k, v in constants.items() if k in used and v.size > SHAPE_VALUE_LIMIT and v.dtype.kind == "f"}
+    typed = [onnx.helper.make_tensor_value_info(k, onnx.helper.np_dtype_to_tensor_dtype(constants[k].dtype),
+                                                constants[k].shape) for k in sorted(weights)]
     folded = onnx.helper.make_graph(
-        [n for n, _ in kept], model.graph.name, list(model.graph.input), list(model.graph.output),
-        [numpy_helper.from_array(v, k) for k, v in constants.items() if k in used])
+        [n for n, _ in kept], model.graph.name, [*model.graph.input, *typed], list(model.graph.output),
+        [numpy_helper.from_array(v, k) for k, v in constants.items() if k in used and k not in weights])
     model = shape_inference.infer_shapes(onnx.helper.make_model(folded, opset_imports=list(model.opset_import),
                                                                 ir_version=model.ir_version),
                                          strict_mode=True, data_prop=True)

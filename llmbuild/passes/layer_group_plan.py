@@ -135,6 +135,11 @@ def row_local(op: Operation, rows: int) -> bool:
     values = [v for v in (*op.operands, *op.results) if len(tensor_info(v.type).shape) >= 2]
     tables = [op.operands[i] for i in dma_tables(op)]
     values = [v for v in values if v not in tables]
+    # A constant with a row per token (a vision tower's position embeddings, [1, tokens, width]) is not
+    # per row tile: the op then runs whole. A layer's weights are 2-D [N, K] and never qualify.
+    if any(_is_weight_like(v) and len(shape := tensor_info(v.type).shape) >= 3 and shape[1] == rows > 1
+           for v in values):
+        return False
     return all(tensor_info(v.type).shape[1] == rows for v in values if not _is_weight_like(v))
 
 

@@ -41,7 +41,7 @@ from llmbuild.numerics.kernels import (
     on_real_rows,
     tiled_product,
 )
-from llmbuild.numerics.stored import StoredTensor
+from llmbuild.numerics.stored import StoredTensor, materialize
 from llmbuild.runtime.blas import ThreadChoice, one_thread, vector_only
 from llmbuild.runtime.weight_image import FlatImage, WeightImage
 
@@ -54,6 +54,12 @@ Run = Callable[[], None]
 DEFAULT_CACHE_BYTES = 3 << 30
 # Smaller weights (norms, biases, scales) are always decoded: a lazy read of them costs more than it saves.
 ALWAYS_DECODED_BYTES = 1 << 20
+
+
+def _reads_rows(op: str, operand: int) -> bool:
+    """Whether the kernel of `op` takes its `operand` as a RowReader (read by rows in its storage format):
+    a product's weight (not its bias), a gather's table, a quantized product's levels, scales and zeros."""
+    return op in ("A16MatMul", "A16Gather", "Gather") or (op == "MatMul" and operand == 1)
 
 # Ops that only move values: a result whose every value operand already has the result's precision needs
 # no rounding (rounding a bf16 value to bf16 is the identity).
@@ -144,7 +150,7 @@ class _HostProgram:
         self._last_at: dict[int, int] = {}  # address -> the latest step that wrote there
         self.steps: list[Run] = []
         for k, ins in enumerate(prog.instrs):
-            args = [self._source(t, host) for t in ins.operands]
+            args = [self._source(t, host, _reads_rows(ins.op, i)) for i, t in enumerate(ins.operands)]
             self.steps.append(self._step(k, ins, args, host))
             self._producer[ins.result] = k
             self._last_at[prog.tensors[ins.result].address] = k
@@ -152,8 +158,9 @@ class _HostProgram:
         self.output_descs = {name: prog.tensors[t] for name, t in prog.outputs}
         self.active_rows: int | None = None
 
-    def _source(self, t: int, host: HostExecutor) -> Getter:
-        """How a step reads tensor t: a weight, an earlier step's result (or a view of it), or a buffer."""
+    def _source(self, t: int, host: HostExecutor, lazy: bool = True) -> Getter:
+        """How a step reads tensor t: a weight, an earlier step's result (or a view of it), or a buffer.
+        `lazy`: the step's kernel reads a weight in its storage format by rows (products, gathers)."""
         desc = self.prog.tensors[t]
         if host.in_weights(desc):
             # Resolved on first use: an A16MatMul whose weight the host keeps dequantized never reads its
@@ -162,7 +169,10 @@ class _HostProgram:
 
             def weight() -> Any:
                 if not cell:
-                    cell.append(host.weight(desc))
+                    value = host.weight(desc)
+                    # Elementwise kernels take arrays: a large constant that is not a product's weight (a
+                    # vision tower's position embeddings) is decoded for them when the cache has no room.
+                    cell.append(value if lazy else materialize(value))
                 return cell[0]
 
             return weight

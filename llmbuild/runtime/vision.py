@@ -51,7 +51,10 @@ class VisionNet:
         if faithful:
             self.executor = Device(total, region, lmem_bytes, weights=weights)
         else:
-            self.executor = HostExecutor(weights, region)
+            # No decoded-weight cache of its own: the language model's executor holds the process's budget
+            # (LLMBUILD_HOST_CACHE_MB), and a 300M tower would add 1.2 GB of float32 on top of it; its weights
+            # are decoded tile by tile as each product uses them (the same bits), a small cost next to a tile.
+            self.executor = HostExecutor(weights, region, cache_bytes=0)
         self.tokens = int(meta["tokens_per_image"])
         self.family = str(meta.get("family", "internvl"))
         self.size = int(meta.get("image_size", 0))  # InternVL's tile; MiniCPM-V's pieces vary

@@ -27,6 +27,11 @@ MB = 1 << 20
 # and transformers on top for the reference.
 BASE_MB = {"compile": 180, "check": 300, "runtime": 150, "torch": 600, "light": 150}
 HOST_CACHE = 3 << 30  # verify/e2e.py: E2E_CACHE_BYTES
+VLM_HOST_CACHE = 1 << 30  # verify/e2e.py: E2E_VLM_CACHE_BYTES
+# The vision step, per weight of the tower and per tile activation value (fitted below to measured peaks).
+VISION_BYTES = 16.0
+VISION_TILE_BYTES = 16.0
+VISION_MINUTES = 60  # a 300M tower: the export, the import and the device check of one 1025-token tile
 TABLE_BLOCK = 64 << 20  # build/weight_file.py and the kernels read big tables in blocks of about this
 
 
@@ -56,6 +61,34 @@ def model_size(spec: ModelSpec) -> ModelSize:
     return ModelSize(layer, spec.vocab_size * spec.hidden_size, 1 if spec.tie_word_embeddings else 2,
                      spec.num_layers, spec.hidden_size, spec.intermediate_size, spec.num_kv_heads * spec.head_dim,
                      spec.vocab_size)
+
+
+@dataclass(frozen=True)
+class Tower:
+    weights: int  # the vit net's: patch embedding, positions, layers, projector
+    layer: int  # one encoder layer's
+    activations: int  # tokens x the tower's widest row (the MLP's), one tile
+
+
+def tower_weights(recipe: Recipe, text_hidden: int) -> Tower | None:
+    """An InternVL tower's size from the recipe's configuration (frontend/internvl_chat: either layout)."""
+    from llmbuild.frontend.internvl_chat import recipe_vision_config
+
+    if recipe.vision is None or recipe.vision.family != "internvl":
+        return None
+    config = recipe_vision_config(recipe.source, recipe.vision)
+    if config is None:
+        return None
+
+    def side(value) -> int:
+        return int(value[0] if isinstance(value, list | tuple) else value)
+
+    c, i, layers = int(config["hidden_size"]), int(config["intermediate_size"]), int(config["num_hidden_layers"])
+    patch = side(config.get("patch_size", 14))
+    tokens = (side(config.get("image_size", 448)) // patch) ** 2 + 1
+    layer = 4 * c * c + 2 * c * i
+    weights = 3 * patch * patch * c + tokens * c + layers * layer + 4 * c * text_hidden
+    return Tower(weights + text_hidden * text_hidden, layer, tokens * max(i, 4 * c))
 
 
 def _origin(recipe: Recipe) -> str:
@@ -115,17 +148,29 @@ def step_resources(recipe: Recipe, spec: ModelSpec, step: str, faithful: bool = 
     elif step == "e2e":
         # The host path: decoded weights up to its cache, 10% more for the tiles decoded as they are used,
         # and the KV cache.
-        decoded = min(4 * weights, HOST_CACHE)
+        tower = tower_weights(recipe, spec.hidden_size)
+        decoded = min(4 * weights, HOST_CACHE if tower is None else VLM_HOST_CACHE)
         kv_bytes = 4 if recipe.quantization.mode == "f32" else 2  # the cache in the activations' type
         kv = 2 * kv_bytes * size.layers * S * size.kv_width
         mb = BASE_MB["runtime"] + (1.15 * decoded + kv) / MB
         minutes = 5 + billions * 15
+        if tower is not None:
+            # transformers' InternVL streamed in the same process (verify/stream_vlm.py): torch, a decoder
+            # layer with its rounding's temporaries, a tower layer and a tile's activations; the binary's
+            # image run decodes the vit net's weights tile by tile (no cache of its own).
+            work = 2.6 * 4 * size.layer + 4 * tower.layer + VISION_TILE_BYTES * tower.activations
+            mb += BASE_MB["torch"] + work / MB
+            minutes += tower.weights / 1e9 * VISION_MINUTES
     elif step == "vision":
-        # torch, the tower built from its config, torch.onnx's export and the import: measured 1.1 GB for the
-        # tiny InternVL; a real tower adds about 16 bytes a weight (float32 module, export, TopOp weights,
-        # the device image), which the spec of the language model does not give.
-        mb = BASE_MB["torch"] + 800
-        minutes = 10
+        tower = tower_weights(recipe, spec.hidden_size)
+        if tower is None:  # a family whose tower this formula does not know (MiniCPM-V): the tiny models' figure
+            mb, minutes = BASE_MB["torch"] + 800, 10
+        else:
+            # torch, the tower built from its config, torch.onnx's export and the import: 1.1 GB for the tiny
+            # InternVL; a real tower's weights at VISION_BYTES a weight (float32 module, export, TopOp weights,
+            # the device image) and its tile's activations (VISION_TILE_BYTES a token and width).
+            mb = BASE_MB["torch"] + 800 + (VISION_BYTES * tower.weights + VISION_TILE_BYTES * tower.activations) / MB
+            minutes = 10 + tower.weights / 1e9 * VISION_MINUTES
     elif step == "link":
         mb = BASE_MB["compile"] + 100  # 16 MB reads, the programs decoded one at a time
         minutes = 2 + billions

@@ -33,10 +33,10 @@ def check_cases(family: str, vlm: Path, shapes: dict[str, tuple[int, ...]]) -> l
         return minicpmv_cases(vlm)
     import torch
 
-    from llmbuild.frontend.vision_export import internvl_vision_module
+    from llmbuild.verify.stream_vlm import streamed_vision_module
 
     pixels = np.random.default_rng(CHECK_SEED).standard_normal(shapes["pixel_values"]).astype(np.float32)
-    module, _ = internvl_vision_module(vlm)
+    module, _ = streamed_vision_module(vlm)  # transformers' tower, its layers made one at a time
     with torch.no_grad():
         want = module(torch.from_numpy(pixels)).numpy()
     return [("tile", vision_inputs(shapes, pixels), want)]
