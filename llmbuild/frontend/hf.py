@@ -56,8 +56,12 @@ def has_hf_weights(directory: Path) -> bool:
 
 
 # A vision-language checkpoint names its language model under one of these (transformers' native InternVL
-# saves `language_model.model.*` and `language_model.lm_head.*`; its modules are `model.language_model.*`).
-VLM_TEXT_PREFIXES = ("language_model.model.", "model.language_model.", "language_model.")
+# saves `language_model.model.*` and `language_model.lm_head.*`; its modules are `model.language_model.*`;
+# MiniCPM-V 2.6 saves `llm.model.*` and `llm.lm_head.*`).
+VLM_TEXT_PREFIXES = ("language_model.model.", "model.language_model.", "language_model.", "llm.model.", "llm.")
+# The stored prefix of the decoder's tensors -> that of lm_head, to name a missing tensor as the file would.
+_HEAD_PREFIX = {"language_model.model.": "language_model.", "model.language_model.": "", "llm.model.": "llm.",
+                "model.": ""}
 # Fields a vision-language config.json sets at the top level for its language model too.
 VLM_INHERITED = ("bos_token_id", "eos_token_id", "pad_token_id", "tie_word_embeddings", "torch_dtype")
 
@@ -67,6 +71,10 @@ def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
     token ids and tying it sets at the top level), any other config as it is."""
     if is_internvl_chat(cfg):  # InternVL's original layout: its llm_config, under the native names
         cfg = native_config(cfg)
+    if cfg.get("model_type") == "minicpmv":  # MiniCPM-V 2.6: the Qwen2 fields are its top level
+        from llmbuild.frontend.minicpmv import text_config as minicpmv_text
+
+        return minicpmv_text(cfg)
     text = cfg.get("text_config")
     if not (isinstance(text, dict) and isinstance(cfg.get("vision_config"), dict)):
         return cfg
@@ -135,7 +143,7 @@ class HFSource:
             raise LlmbuildError(f"{self.directory}: {name!r} is not a tensor of this {self.spec.architecture} model")
         entry = self._entries.get(name)
         if entry is None:
-            hf_name = name if name.startswith("lm_head.") else "model." + name
+            hf_name = self._stored_name(name)
             raise LlmbuildError(f"{self._index_path}: missing tensor {hf_name!r} (config.json needs it)")
         if entry.shape != expected:
             raise LlmbuildError(
@@ -146,6 +154,18 @@ class HFSource:
             raise LlmbuildError(f"{entry.file}: tensor {entry.hf_name!r} has dtype {entry.dtype}, expected a float "
                                 "type (a quantized projection is read by the quantization import)")
         return entry
+
+    def _stored_name(self, name: str) -> str:
+        """`name` as this checkpoint's files would name it (`llm.model.` for MiniCPM-V, ...): the prefix its
+        other decoder tensors are stored under."""
+        prefix = "model."
+        for canonical, entry in self._entries.items():
+            if canonical in self._shapes and not canonical.startswith("lm_head."):
+                prefix = entry.hf_name[: len(entry.hf_name) - len(canonical)]
+                break
+        if name.startswith("lm_head."):
+            return _HEAD_PREFIX.get(prefix, "") + name
+        return prefix + name
 
     def _words(self, entry: _Entry) -> np.ndarray:
         mm = self._maps.get(entry.file)

@@ -86,7 +86,7 @@ def recipe_for(req: CompileRequest) -> tuple[str, str]:
 
 
 # A vision-language config.json's model_type -> the recipe's vision.family (its tower becomes the vit net).
-VISION_FAMILIES = {"internvl": "internvl", "internvl_chat": "internvl"}
+VISION_FAMILIES = {"internvl": "internvl", "internvl_chat": "internvl", "minicpmv": "minicpmv"}
 
 
 def _source(checkpoint: Path) -> tuple[dict, str, dict | None]:

@@ -49,6 +49,10 @@ def _prepare(recipe: Recipe, paths: BuildPaths) -> None:
             checkpoint = QuantizedCheckpoint(source.directory)
             for name in packed:
                 checkpoint.check_linear(f"model.{name}")
+        if recipe.source.kind == "hf" and recipe.vision is not None and recipe.vision.family == "minicpmv":
+            from llmbuild.frontend.minicpmv_checkpoint import check_vision_tensors
+
+            check_vision_tensors(source.directory, source.entries())  # the vision step reads them next
     elif isinstance(source, GGUFSource):
         source.check_entries()
         scan_gguf(source.path, source.raw_tensors())

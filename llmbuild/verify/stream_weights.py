@@ -145,11 +145,7 @@ class HFWeights:
     """A float HF checkpoint directory (synthetic or `hf` sources): transformers' names under `model.`."""
 
     def __init__(self, directory: Path) -> None:
-        from llmbuild.frontend.internvl_chat import load_config
-
-        config = load_config(Path(directory))  # AutoConfig's, or InternVL's original layout translated
-        # A vision-language checkpoint: the reference is its language model (the vit net is checked apart).
-        self.config = config.get_text_config() if hasattr(config, "vision_config") else config
+        self.config = text_model_config(Path(directory))
         self.tables = SafetensorsTables(Path(directory))
 
     def layer(self, i: int, keys: Sequence[str], out: Buffers | None = None) -> dict[str, torch.Tensor]:
@@ -166,6 +162,22 @@ class HFWeights:
         # transformers ties lm_head to the embedding whenever the config says so, whatever the file holds.
         name = "model.embed_tokens.weight" if self.config.tie_word_embeddings else "lm_head.weight"
         return self.tables.rows(name, lo, hi)
+
+
+def text_model_config(directory: Path) -> Any:
+    """transformers' config of the directory's language model: a vision-language checkpoint's is its text
+    part (the vit net is checked apart)."""
+    import transformers
+
+    from llmbuild.frontend.hf import read_json, text_config
+    from llmbuild.frontend.internvl_chat import load_config
+
+    fields = read_json(directory / "config.json")
+    if fields.get("model_type") == "minicpmv":
+        # Not in transformers (its own code is remote): the Qwen2 fields are MiniCPM-V's top level.
+        return transformers.AutoConfig.for_model(**text_config(fields))
+    config = load_config(directory)  # AutoConfig's, or InternVL's original layout translated
+    return config.get_text_config() if hasattr(config, "vision_config") else config
 
 
 class QuantizedWeights(HFWeights):

@@ -1,0 +1,65 @@
+"""MiniCPM-V 2.6 with an image, streamed: what frontend/minicpmv.reference_generate computes, without ever
+holding the language model (a 7B one is 30 GB in float32; the e2e step must stay under 4 GiB).
+
+- The vision path (SigLIP-400M and the resampler: 1.9 GB in float32) is the reference's own, whole:
+  transformers' Idefics2 tower at each piece's own size, then the published resampler
+  (frontend/minicpmv.reference_features). It is dropped before the language model runs, so the two never
+  add up.
+- The language model is the streamed reference's (verify/stream_model.py: transformers' Qwen2 one decoder
+  layer at a time, on the weights the text reference reads, rounded as the build rounds them), with the
+  embeddings of the `<unk>` placeholder rows replaced by the pieces' rows in prompt order, as MiniCPM-V's
+  `get_vllm_embedding` does; then transformers' own greedy `generate` from those embeddings.
+
+tests/test_minicpmv_hf.py checks it against the whole-model reference on the tiny model.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llmbuild import LlmbuildError
+
+
+def piece_rows(model_dir: Path, pieces: Sequence[np.ndarray]) -> np.ndarray:
+    """[pieces * query_num, hidden]: every piece's resampler rows, overview and slices in order."""
+    from llmbuild.frontend.minicpmv import load_vision, reference_features
+
+    tower, resampler, cfg = load_vision(model_dir)
+    rows = [reference_features(tower, resampler, p) for p in pieces]
+    del tower, resampler
+    gc.collect()  # the tower's 1.9 GB go before the first decoder layer is made
+    return np.concatenate(rows) if rows else np.zeros((0, int(cfg["hidden_size"])), np.float32)
+
+
+def streamed_image_generate(weights: Any, model_dir: Path, prompt: list[int], pieces: Sequence[np.ndarray],
+                            image_token_id: int, max_new_tokens: int,
+                            eos: tuple[int, ...] = ()) -> tuple[list[int], np.ndarray]:
+    """(greedy new ids, every step's logits [steps, V]) of MiniCPM-V on `prompt` with the image `pieces`
+    (every image's, in prompt order), the language model streamed over `weights` (a ReferenceWeights)."""
+    import torch
+    import transformers
+
+    from llmbuild.verify.stream_model import streamed_model
+
+    feats = piece_rows(model_dir, pieces)
+    positions = [i for i, t in enumerate(prompt) if t == image_token_id]
+    if len(positions) != len(feats):
+        raise LlmbuildError(f"reference: the prompt has {len(positions)} image token rows (id {image_token_id}), "
+                            f"the pieces give {len(feats)}")
+    model, _ = streamed_model(weights)
+    generation = transformers.GenerationConfig(do_sample=False, max_new_tokens=max_new_tokens,
+                                               eos_token_id=list(eos) or None, pad_token_id=eos[0] if eos else 0,
+                                               output_logits=True, return_dict_in_generate=True)
+    with torch.no_grad():
+        embeds = model.get_input_embeddings()(torch.tensor([prompt])).clone()
+        if positions:
+            embeds[0, positions] = torch.from_numpy(feats)
+        # inputs_embeds alone, as the reference passes them: the returned sequence is the new ids only.
+        out = model.generate(inputs_embeds=embeds, attention_mask=torch.ones((1, len(prompt)), dtype=torch.long),
+                             generation_config=generation)
+    return [int(i) for i in out.sequences[0]], np.stack([step[0].numpy() for step in out.logits])
