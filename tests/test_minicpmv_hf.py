@@ -56,10 +56,11 @@ def published_layout(vlm: Path, out: Path, drop: str | None = None) -> Path:
 
 
 def test_the_streamed_image_reference_equals_the_whole_model(vlm: Path, tmp_path: Path) -> None:
-    """Streamed over the published layout's `llm.*` names (HFWeights), the pieces of three grids in the
-    prompt: the same ids and logits as the whole Qwen2ForCausalLM reference on the synthetic files."""
+    """The tower's layers and the language model streamed, the latter over the published layout's `llm.*`
+    names (HFWeights), the pieces of three grids in the prompt: the same ids and logits as the whole-model
+    reference (Idefics2 tower, resampler, Qwen2ForCausalLM) on the synthetic files."""
     from llmbuild.frontend.minicpmv import reference_generate
-    from llmbuild.verify.stream_minicpmv import streamed_image_generate
+    from llmbuild.verify.stream_minicpmv import streamed_image_generate, streamed_vision
     from llmbuild.verify.stream_weights import HFWeights
 
     hf = published_layout(vlm, tmp_path / "MiniCPM-V-tiny")
@@ -67,6 +68,8 @@ def test_the_streamed_image_reference_equals_the_whole_model(vlm: Path, tmp_path
     pieces = [rng.uniform(-1, 1, (3, 14 * h, 14 * w)).astype(np.float32) for h, w in ((3, 3), (2, 4), (3, 2))]
     image = 11  # any id: its rows are replaced
     prompt = [1, 5] + [image] * 4 + [9] + [image] * 8 + [42, 3]
+    tower, _, _ = streamed_vision(hf)  # no encoder layer held: each is made from the files as it runs
+    assert not [name for name, _ in tower.named_parameters() if "layers" in name]
     weights = HFWeights(hf)
     assert not weights.config.tie_word_embeddings and weights.config.model_type == "qwen2"
     ids, logits = streamed_image_generate(weights, hf, prompt, pieces, image, 8)

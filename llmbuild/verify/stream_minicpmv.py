@@ -1,10 +1,12 @@
 """MiniCPM-V 2.6 with an image, streamed: what frontend/minicpmv.reference_generate computes, without ever
 holding the language model (a 7B one is 30 GB in float32; the e2e step must stay under 4 GiB).
 
-- The vision path (SigLIP-400M and the resampler: 1.9 GB in float32) is the reference's own, whole:
-  transformers' Idefics2 tower at each piece's own size, then the published resampler
-  (frontend/minicpmv.reference_features). It is dropped before the language model runs, so the two never
-  add up.
+- The vision path is the reference's own (frontend/minicpmv.reference_features: transformers' Idefics2
+  tower at each piece's own size, then the published resampler), built on the meta device with the tower's
+  encoder layers made one at a time from the checkpoint as they run (verify/stream_vlm.StreamedVisionLayer,
+  as InternVL's tower is): SigLIP-400M is 1.7 GB in float32, one of its 27 layers 61 MB, so the vision path
+  holds about 0.4 GB (the resampler's 270 MB and the position table) instead of 1.9 GB. It is dropped
+  before the language model runs.
 - The language model is the streamed reference's (verify/stream_model.py: transformers' Qwen2 one decoder
   layer at a time, on the weights the text reference reads, rounded as the build rounds them), with the
   embeddings of the `<unk>` placeholder rows replaced by the pieces' rows in prompt order, as MiniCPM-V's
@@ -25,14 +27,54 @@ import numpy as np
 from llmbuild import LlmbuildError
 
 
+class _Tensors:
+    """What StreamedVisionLayer reads a layer from: `get(name)`, float32, by the safetensors library."""
+
+    def __init__(self, model_dir: Path) -> None:
+        from llmbuild.verify.stream_weights import SafetensorsTables
+
+        self.tables = SafetensorsTables(model_dir)
+
+    def get(self, name: str) -> Any:
+        return self.tables.tensor(name)
+
+
+def streamed_vision(model_dir: Path) -> tuple[Any, Any, dict[str, Any]]:
+    """(tower, resampler, config) as frontend/minicpmv.load_vision gives them, but the tower's encoder layers
+    made from the checkpoint only while they run; the rest (embeddings, post_layernorm, the resampler) read
+    whole."""
+    import torch
+    from torch import nn
+
+    from llmbuild.frontend.minicpmv import RESAMPLER, VPM, build_modules, read_config
+    from llmbuild.verify.stream_model import aligned
+    from llmbuild.verify.stream_vlm import StreamedVisionLayer
+
+    cfg = read_config(model_dir)
+    with torch.device("meta"):
+        tower, resampler = build_modules(cfg)
+    view = _Tensors(model_dir)
+    encoder = tower.encoder
+    encoder.layers = nn.ModuleList(StreamedVisionLayer(layer, f"{VPM}encoder.layers.{i}.", view)
+                                   for i, layer in enumerate(encoder.layers))
+    for prefix, module in ((f"{VPM}embeddings.", tower.embeddings), (f"{VPM}post_layernorm.", tower.post_layernorm),
+                           (RESAMPLER, resampler)):
+        state = {key: aligned(view.get(prefix + key)) for key in module.state_dict()}
+        module.load_state_dict(state, strict=True, assign=True)
+    left = [name for name, t in [*tower.named_parameters(), *resampler.named_parameters()] if t.is_meta]
+    if left:  # a part of the vision path this module does not know
+        raise RuntimeError(f"streamed MiniCPM-V vision: {left[0]} was not materialised")
+    return tower.eval(), resampler.eval(), cfg
+
+
 def piece_rows(model_dir: Path, pieces: Sequence[np.ndarray]) -> np.ndarray:
     """[pieces * query_num, hidden]: every piece's resampler rows, overview and slices in order."""
-    from llmbuild.frontend.minicpmv import load_vision, reference_features
+    from llmbuild.frontend.minicpmv import reference_features
 
-    tower, resampler, cfg = load_vision(model_dir)
+    tower, resampler, cfg = streamed_vision(model_dir)
     rows = [reference_features(tower, resampler, p) for p in pieces]
     del tower, resampler
-    gc.collect()  # the tower's 1.9 GB go before the first decoder layer is made
+    gc.collect()  # the vision path goes before the first decoder layer is made
     return np.concatenate(rows) if rows else np.zeros((0, int(cfg["hidden_size"])), np.float32)
 
 
