@@ -28,10 +28,13 @@ MB = 1 << 20
 BASE_MB = {"compile": 180, "check": 300, "runtime": 150, "torch": 600, "light": 150}
 HOST_CACHE = 3 << 30  # verify/e2e.py: E2E_CACHE_BYTES
 VLM_HOST_CACHE = 1 << 30  # verify/e2e.py: E2E_VLM_CACHE_BYTES
-# The vision step, per weight of the tower and per tile activation value (fitted below to measured peaks).
-VISION_BYTES = 16.0
+# The vision step, per weight of the tower and per tile activation value: fitted to InternVL3-2B's measured
+# peaks (vision 4.96 GB in Snakemake's benchmark, 5.8 GB sampled every 2 s; e2e 5.07 GB; docs/performance.md).
+VISION_BYTES = 8.0
 VISION_TILE_BYTES = 16.0
-VISION_MINUTES = 60  # a 300M tower: the export, the import and the device check of one 1025-token tile
+# Minutes a billion tower weights: InternVL3-2B's 312M took 2.5 min (4.8 min on a busy machine): the
+# export, the import, the compile and the device check of one 1025-token tile.
+VISION_MINUTES = 12
 TABLE_BLOCK = 64 << 20  # build/weight_file.py and the kernels read big tables in blocks of about this
 
 
@@ -68,6 +71,9 @@ class Tower:
     weights: int  # the vit net's: patch embedding, positions, layers, projector
     layer: int  # one encoder layer's
     activations: int  # tokens x the tower's widest row (the MLP's), one tile
+    # Bytes of every op's output for one tile: the host path and the simulated device keep a net's values
+    # until its run ends (q, k, v, attention, o, norms and residuals ~10 rows of width c, the MLP ~3 of i).
+    held: int
 
 
 def tower_weights(recipe: Recipe, text_hidden: int) -> Tower | None:
@@ -88,7 +94,8 @@ def tower_weights(recipe: Recipe, text_hidden: int) -> Tower | None:
     tokens = (side(config.get("image_size", 448)) // patch) ** 2 + 1
     layer = 4 * c * c + 2 * c * i
     weights = 3 * patch * patch * c + tokens * c + layers * layer + 4 * c * text_hidden
-    return Tower(weights + text_hidden * text_hidden, layer, tokens * max(i, 4 * c))
+    held = 4 * layers * tokens * (10 * c + 3 * i)
+    return Tower(weights + text_hidden * text_hidden, layer, tokens * max(i, 4 * c), held)
 
 
 def _origin(recipe: Recipe) -> str:
@@ -159,7 +166,7 @@ def step_resources(recipe: Recipe, spec: ModelSpec, step: str, faithful: bool = 
             # layer with its rounding's temporaries, a tower layer and a tile's activations; the binary's
             # image run decodes the vit net's weights tile by tile (no cache of its own).
             work = 2.6 * 4 * size.layer + 4 * tower.layer + VISION_TILE_BYTES * tower.activations
-            mb += BASE_MB["torch"] + work / MB
+            mb += BASE_MB["torch"] + (work + 1.3 * tower.held) / MB  # the vit net's run on the host path
             minutes += tower.weights / 1e9 * VISION_MINUTES
     elif step == "vision":
         tower = tower_weights(recipe, spec.hidden_size)
@@ -169,8 +176,9 @@ def step_resources(recipe: Recipe, spec: ModelSpec, step: str, faithful: bool = 
             # torch, the tower built from its config, torch.onnx's export and the import: 1.1 GB for the tiny
             # InternVL; a real tower's weights at VISION_BYTES a weight (float32 module, export, TopOp weights,
             # the device image) and its tile's activations (VISION_TILE_BYTES a token and width).
-            mb = BASE_MB["torch"] + 800 + (VISION_BYTES * tower.weights + VISION_TILE_BYTES * tower.activations) / MB
-            minutes = 10 + tower.weights / 1e9 * VISION_MINUTES
+            mb = BASE_MB["torch"] + 800 + (VISION_BYTES * tower.weights + VISION_TILE_BYTES * tower.activations
+                                           + tower.held) / MB
+            minutes = 2 + tower.weights / 1e9 * VISION_MINUTES
     elif step == "link":
         mb = BASE_MB["compile"] + 100  # 16 MB reads, the programs decoded one at a time
         minutes = 2 + billions
