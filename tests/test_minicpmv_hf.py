@@ -28,15 +28,18 @@ def vlm(build_root: Path) -> Path:
     return build_root / RECIPE / "checkpoint" / "vlm"
 
 
-def published_layout(vlm: Path, out: Path, drop: str | None = None) -> Path:
+def published_layout(vlm: Path, out: Path, drop: str | None = None, truncate: str | None = None) -> Path:
     """The tiny checkpoint as MiniCPM-V 2.6 is published: lm_head untied (a copy of the embeddings, so the
-    model is the same), the language model and the vision path in two shards listed by an index."""
+    model is the same), the language model and the vision path in two shards listed by an index. `drop`: a
+    tensor left out; `truncate`: one stored without its last row."""
     from safetensors.numpy import load_file, save_file
 
     tensors = load_file(str(vlm / "model.safetensors"))
     tensors["llm.lm_head.weight"] = tensors["llm.model.embed_tokens.weight"].copy()
     if drop is not None:
         del tensors[drop]
+    if truncate is not None:
+        tensors[truncate] = tensors[truncate][:-1].copy()
     config = json.loads((vlm / "config.json").read_text())
     config["tie_word_embeddings"] = False
     out.mkdir(parents=True)
@@ -134,6 +137,10 @@ def test_a_minicpmv_directory_missing_a_tensor_is_a_one_line_error(vlm: Path, tm
         with pytest.raises(LlmbuildError, match=f"index.json: missing tensor '{drop}'"):
             scan_checkpoint(source)
             check_vision_tensors(hf, source.entries())
+    hf = published_layout(vlm, tmp_path / "short", truncate="resampler.proj")
+    with pytest.raises(LlmbuildError, match=r"model-00002-of-00002.safetensors: tensor 'resampler.proj' has shape "
+                                            r"\[255, 256\], expected \[256, 256\] from config.json"):
+        check_vision_tensors(hf, HFSource(hf).entries())
 
 
 def test_the_vision_tensors_prepare_expects_are_the_torch_modules(vlm: Path) -> None:
