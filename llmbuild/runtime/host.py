@@ -148,13 +148,25 @@ class _HostProgram:
         self.tokens = first[1] if len(first) >= 2 else 1  # the net's static tokens
         self._producer: dict[int, int] = {}  # tensor index -> step index
         self._last_at: dict[int, int] = {}  # address -> the latest step that wrote there
+        self._reads: list[int] = []  # the steps whose values the operands being bound read
         self.steps: list[Run] = []
+        last_read: dict[int, int] = {}  # step -> the last step that reads its value
         for k, ins in enumerate(prog.instrs):
+            self._reads = []
             args = [self._source(t, host, _reads_rows(ins.op, i)) for i, t in enumerate(ins.operands)]
+            last_read.update(dict.fromkeys(self._reads, k))
             self.steps.append(self._step(k, ins, args, host))
             self._producer[ins.result] = k
             self._last_at[prog.tensors[ins.result].address] = k
+        self._reads = []
         self.outputs = [(prog.tensors[t].address, self._source(t, host)) for _, t in prog.outputs]
+        # A value is dropped after its last reader (outputs are read after the run): a vision tower's net
+        # holds hundreds of values at a thousand tokens (2.1 GB for InternViT-300M) where a layer's holds few.
+        kept = set(self._reads)
+        self.free_after: list[list[int]] = [[] for _ in prog.instrs]
+        for k, j in last_read.items():
+            if k not in kept:
+                self.free_after[j].append(k)
         self.output_descs = {name: prog.tensors[t] for name, t in prog.outputs}
         self.active_rows: int | None = None
 
@@ -179,9 +191,11 @@ class _HostProgram:
         vals = self.vals
         k = self._producer.get(t)
         if k is not None:
+            self._reads.append(k)
             return lambda: vals[k]
         k = self._last_at.get(desc.address)
         if k is not None:  # a view (a Reshape that emitted nothing) of an earlier result
+            self._reads.append(k)
             shape = desc.shape
             return lambda: _fit(vals[k], shape)
         buffers, address, shape = host.buffers, desc.address, desc.shape
@@ -218,7 +232,8 @@ class _HostProgram:
                 args = [args[0], lambda: levels, *args[2:]]
         return _bind(k, self.vals, fn, attrs, args, store)
 
-    def run(self, active_rows: int | None = None) -> None:
+    def run(self, active_rows: int | None = None, keep: bool = False) -> None:
+        """`keep`: every value stays until the run ends (a trace reads them all)."""
         self.active[0] = active_rows
         if active_rows != self.active_rows:
             for attrs in self._row_attrs:
@@ -227,8 +242,12 @@ class _HostProgram:
                 else:
                     attrs["active_rows"] = active_rows
             self.active_rows = active_rows
-        for step in self.steps:
+        vals = self.vals
+        for step, free in zip(self.steps, self.free_after, strict=True):
             step()
+            if not keep:
+                for k in free:
+                    vals[k] = None
 
 
 def _same(x: np.ndarray) -> np.ndarray:
@@ -412,10 +431,10 @@ class HostExecutor:
         # The caller holds np.errstate once per token (CompiledModel), not once per net.
         if hp.vector_only:
             with self._threads.run(prog.stage if prog.layer >= 0 else prog.net):
-                hp.run()
+                hp.run(keep=trace is not None)
         else:
             with one_thread():  # matrix products: tiles on threads, one BLAS thread each (numerics/parallel.py)
-                hp.run(active_rows)
+                hp.run(active_rows, keep=trace is not None)
         if trace is not None:
             for ins, value in zip(prog.instrs, hp.vals, strict=True):
                 trace(ins.loc, value)
