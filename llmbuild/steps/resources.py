@@ -27,9 +27,9 @@ MB = 1 << 20
 # and transformers on top for the reference.
 BASE_MB = {"compile": 180, "check": 300, "runtime": 150, "torch": 600, "light": 150}
 HOST_CACHE = 3 << 30  # verify/e2e.py: E2E_CACHE_BYTES
-VLM_HOST_CACHE = 1 << 30  # verify/e2e.py: E2E_VLM_CACHE_BYTES
+VLM_HOST_CACHE = 768 << 20  # verify/e2e.py: E2E_VLM_CACHE_BYTES
 # The vision step, per weight of the tower and per tile activation value: fitted to InternVL3-2B's measured
-# peaks (vision 4.96 GB in Snakemake's benchmark, 5.8 GB sampled every 2 s; e2e 5.07 GB; docs/performance.md).
+# peaks (vision 3.1 GB, e2e 3.7-4.1 GB; docs/performance.md).
 VISION_BYTES = 8.0
 VISION_TILE_BYTES = 16.0
 # Minutes a billion tower weights: InternVL3-2B's 312M took 2.5 min (4.8 min on a busy machine): the
@@ -71,8 +71,8 @@ class Tower:
     weights: int  # the vit net's: patch embedding, positions, layers, projector
     layer: int  # one encoder layer's
     activations: int  # tokens x the tower's widest row (the MLP's), one tile
-    # Bytes of every op's output for one tile: the host path and the simulated device keep a net's values
-    # until its run ends (q, k, v, attention, o, norms and residuals ~10 rows of width c, the MLP ~3 of i).
+    # Bytes of every op's output for one tile (q, k, v, attention, o, norms and residuals ~10 rows of width
+    # c, the MLP ~3 of i); the host path drops each after its last reader, but not all of it in e2e's runs.
     held: int
 
 
@@ -166,7 +166,7 @@ def step_resources(recipe: Recipe, spec: ModelSpec, step: str, faithful: bool = 
             # layer with its rounding's temporaries, a tower layer and a tile's activations; the binary's
             # image run decodes the vit net's weights tile by tile (no cache of its own).
             work = 2.6 * 4 * size.layer + 4 * tower.layer + VISION_TILE_BYTES * tower.activations
-            mb += BASE_MB["torch"] + (work + 1.3 * tower.held) / MB  # the vit net's run on the host path
+            mb += BASE_MB["torch"] + (work + 0.8 * tower.held) / MB  # the vit net's run on the host path
             minutes += tower.weights / 1e9 * VISION_MINUTES
     elif step == "vision":
         tower = tower_weights(recipe, spec.hidden_size)
@@ -176,8 +176,7 @@ def step_resources(recipe: Recipe, spec: ModelSpec, step: str, faithful: bool = 
             # torch, the tower built from its config, torch.onnx's export and the import: 1.1 GB for the tiny
             # InternVL; a real tower's weights at VISION_BYTES a weight (float32 module, export, TopOp weights,
             # the device image) and its tile's activations (VISION_TILE_BYTES a token and width).
-            mb = BASE_MB["torch"] + 800 + (VISION_BYTES * tower.weights + VISION_TILE_BYTES * tower.activations
-                                           + tower.held) / MB
+            mb = BASE_MB["torch"] + 800 + (VISION_BYTES * tower.weights + VISION_TILE_BYTES * tower.activations) / MB
             minutes = 2 + tower.weights / 1e9 * VISION_MINUTES
     elif step == "link":
         mb = BASE_MB["compile"] + 100  # 16 MB reads, the programs decoded one at a time

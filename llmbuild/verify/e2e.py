@@ -31,7 +31,7 @@ E2E_CACHE_BYTES = 3 << 30
 # With an image the same process also runs transformers' InternVL streamed (verify/stream_vlm.py: torch, a
 # decoder layer and its rounding, a tower layer, a tile's activations: about 2 GB for InternVL3-2B), so the
 # binary keeps less decoded and dequantizes the rest tile by tile (the same bits, more time).
-E2E_VLM_CACHE_BYTES = 1 << 30
+E2E_VLM_CACHE_BYTES = 768 << 20
 
 
 def run_e2e(recipe: Recipe) -> dict:
