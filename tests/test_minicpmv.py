@@ -123,7 +123,8 @@ def test_slicing_equals_transformers_minicpmv_processor() -> None:
     first grid: ties are skipped here and checked on their own)."""
     from transformers.models.minicpmv4_6.image_processing_pil_minicpmv4_6 import MiniCPMV4_6ImageProcessorPil
 
-    from llmbuild.runtime.minicpmv_slices import best_resize, refine_size, slice_grid
+    from llmbuild.numerics.minicpmv_inputs import best_resize
+    from llmbuild.runtime.minicpmv_slices import refine_size, slice_grid
 
     proc = MiniCPMV4_6ImageProcessorPil()
     rng = np.random.default_rng(0)
@@ -157,7 +158,7 @@ def test_position_ids_equal_transformers_embeddings() -> None:
     from transformers import Idefics2VisionConfig
     from transformers.models.idefics2.modeling_idefics2 import Idefics2VisionEmbeddings
 
-    from llmbuild.runtime.minicpmv_slices import position_ids
+    from llmbuild.numerics.minicpmv_inputs import position_ids
 
     for side, grids in ((4, [(1, 1), (3, 3), (3, 4), (5, 2)]), (70, [(32, 32), (23, 45), (1, 64), (33, 31)])):
         emb = Idefics2VisionEmbeddings(Idefics2VisionConfig(hidden_size=1, image_size=side * 2, patch_size=2))
@@ -172,7 +173,7 @@ def test_position_ids_equal_transformers_embeddings() -> None:
 
 def test_sincos_table_equals_the_published_formula_in_float64() -> None:
     """The resampler keys' 2-D sin-cos table against its definition evaluated apart in float64."""
-    from llmbuild.frontend.minicpmv import sincos_2d
+    from llmbuild.numerics.sincos import sincos_2d
 
     dim, h, w = 16, 3, 5
     table = sincos_2d(dim, h, w)
@@ -189,7 +190,7 @@ def test_legacy_and_dynamo_exports_import_to_the_same_outputs(built: Path, tmp_p
     from llmbuild.frontend.minicpmv import export_minicpmv_onnx, load_vision, reference_features, vit_geometry
     from llmbuild.frontend.onnx_model import load_onnx
     from llmbuild.importer.onnx_net import import_onnx_net
-    from llmbuild.runtime.minicpmv_slices import slice_inputs
+    from llmbuild.numerics.minicpmv_inputs import slice_inputs
     from llmbuild.verify.similarity import cosine
 
     vlm = built / RECIPE / "checkpoint" / "vlm"
@@ -234,7 +235,7 @@ def test_the_vision_flops_equal_torch_s_count_of_the_exported_module(built: Path
 
     from llmbuild.cost.vision_estimate import minicpmv_flops
     from llmbuild.frontend.minicpmv import STATIC_INPUTS, static_vision, vit_geometry
-    from llmbuild.runtime.minicpmv_slices import slice_inputs
+    from llmbuild.numerics.minicpmv_inputs import slice_inputs
 
     vlm = built / RECIPE / "checkpoint" / "vlm"
     module, cfg = static_vision(vlm)

@@ -29,28 +29,13 @@ from typing import Any
 import numpy as np
 
 from llmbuild import LlmbuildError
+from llmbuild.numerics.sincos import sincos_2d
 
 VPM, RESAMPLER, LLM = "vpm.", "resampler.", "llm."
-# The inputs of the static vit net, in order (runtime/minicpmv_slices.slice_inputs fills them).
+# MiniCPM-V's image tokens, in the order runtime_meta reads their ids.
+IMAGE_TOKENS = ("<image>", "</image>", "<slice>", "</slice>", "<unk>", "<image_id>", "</image_id>")
+# The inputs of the static vit net, in order (numerics/minicpmv_inputs.slice_inputs fills them).
 STATIC_INPUTS = ("pixel_values", "position_ids", "attention_mask", "resampler_mask", "pos_embed")
-MASKED = -1.0e9  # an additive mask's value for a padding key: exp() of it is 0 in f32 and bf16
-
-
-def sincos_1d(dim: int, pos: np.ndarray) -> np.ndarray:
-    """[*pos.shape, dim]: sin of pos·ω then cos of pos·ω, ω = 10000^(-2i/dim) (float32, as published)."""
-    omega = np.arange(dim // 2, dtype=np.float32) / (dim / 2.0)
-    omega = 1.0 / 10000**omega
-    out = np.einsum("hw,d->hwd", pos.astype(np.float32), omega.astype(np.float32))
-    return np.concatenate([np.sin(out), np.cos(out)], axis=-1)
-
-
-def sincos_2d(dim: int, height: int, width: int) -> np.ndarray:
-    """[height, width, dim] 2-D sin-cos embedding of a patch grid: the first half from the column index, the
-    second from the row index (the published `get_2d_sincos_pos_embed`, whose meshgrid puts w first)."""
-    grid_w, grid_h = np.meshgrid(np.arange(width, dtype=np.float32), np.arange(height, dtype=np.float32))
-    return np.concatenate([sincos_1d(dim // 2, grid_w), sincos_1d(dim // 2, grid_h)], axis=-1).astype(np.float32)
-
-
 def read_config(model_dir: Path) -> dict[str, Any]:
     path = Path(model_dir) / "config.json"
     try:
@@ -241,7 +226,7 @@ def reference_generate(model_dir: Path, ids: list[int], slices: list[np.ndarray]
 def vit_geometry(cfg: dict[str, Any]) -> dict[str, int]:
     """The static vit net's sizes from config.json: patch, max_patches (the most a slice of
     slice_config.scale_resolution can have), the position table's side, query_num and the text width."""
-    from llmbuild.runtime.minicpmv_slices import max_patches
+    from llmbuild.numerics.minicpmv_inputs import max_patches
 
     vc, sc = cfg["vision_config"], cfg["slice_config"]
     patch = int(vc.get("patch_size", 14))
@@ -258,7 +243,7 @@ def export_minicpmv_onnx(model_dir: Path, out: Path, exporter: str = "legacy") -
     """Write the static vit net's source graph (tower + resampler, inputs `STATIC_INPUTS`) to `out`."""
     import torch
 
-    from llmbuild.runtime.minicpmv_slices import slice_inputs
+    from llmbuild.numerics.minicpmv_inputs import slice_inputs
 
     geo = vit_geometry(read_config(model_dir))
     module, _ = static_vision(model_dir)
@@ -275,8 +260,7 @@ def export_minicpmv_onnx(model_dir: Path, out: Path, exporter: str = "legacy") -
 def runtime_meta(cfg: dict[str, Any], added: dict[str, int], tokenizer_path: Path) -> dict[str, Any]:
     """What the runtime needs to slice an image and write its placeholders (the binary's meta.vision): the
     slicing sizes, the normalization, and the ids of MiniCPM-V's image tokens in the tokenizer."""
-    from llmbuild.frontend.synthetic_minicpmv import IMAGE_TOKENS
-    from llmbuild.runtime.minicpmv_slices import MEAN, STD
+    from llmbuild.numerics.minicpmv_inputs import MEAN, STD
 
     missing = [t for t in IMAGE_TOKENS if t not in added]
     if missing:

@@ -55,11 +55,12 @@ def make_synthetic_checkpoint(config: Mapping[str, Any], seed: int, out_dir: Pat
     spec = arch.spec_from_hf_config(hf_config, origin="source.config")
     tensors = random_tensors(spec, seed)
     from llmbuild.frontend import synthetic_minicpmv
+    from llmbuild.frontend.minicpmv import IMAGE_TOKENS as MINICPMV_TOKENS
     from llmbuild.frontend.synthetic_vlm import IMAGE_TOKENS, write_synthetic_vlm
 
     # vision.config's model_type names the family's layout (MiniCPM-V's; else transformers' InternVL).
     minicpmv = vision is not None and vision.get("model_type") == "minicpmv"
-    specials = synthetic_minicpmv.IMAGE_TOKENS if minicpmv else IMAGE_TOKENS if vision is not None else ()
+    specials = MINICPMV_TOKENS if minicpmv else IMAGE_TOKENS if vision is not None else ()
     tokenizer = train_tokenizer(spec.vocab_size, specials)
 
     from safetensors.numpy import save_file

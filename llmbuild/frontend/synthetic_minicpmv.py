@@ -20,7 +20,6 @@ import numpy as np
 from llmbuild import LlmbuildError
 
 # MiniCPM-V 2.6's image tokens: an image's overview, a slice, the rows the features fill, the image's index.
-IMAGE_TOKENS = ("<image>", "</image>", "<slice>", "</slice>", "<unk>", "<image_id>", "</image_id>")
 SLICE_DEFAULTS = {"max_slice_nums": 9, "patch_size": 14, "scale_resolution": 448}
 
 

@@ -22,9 +22,10 @@ from llmbuild.binary import program as programs
 from llmbuild.binary.container import Container
 from llmbuild.binary.memory_map import MemoryPlan
 from llmbuild.binary.validate import validate_program
+from llmbuild.numerics.minicpmv_inputs import slice_inputs
 from llmbuild.runtime.device import Device
 from llmbuild.runtime.host import HostExecutor
-from llmbuild.runtime.minicpmv_slices import SlicedImage, load_sliced, placeholder_ids, slice_inputs
+from llmbuild.runtime.minicpmv_slices import SlicedImage, load_sliced, placeholder_ids
 
 MASK_INPUT = "attention_mask"
 

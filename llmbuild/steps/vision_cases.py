@@ -54,7 +54,7 @@ def minicpmv_grids(capacity: int, scale_side: int) -> list[tuple[int, int]]:
 
 def minicpmv_cases(vlm: Path) -> list[Case]:
     from llmbuild.frontend.minicpmv import load_vision, reference_features, vit_geometry
-    from llmbuild.runtime.minicpmv_slices import slice_inputs
+    from llmbuild.numerics.minicpmv_inputs import slice_inputs
 
     tower, resampler, cfg = load_vision(vlm)
     geo = vit_geometry(cfg)

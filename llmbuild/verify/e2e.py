@@ -15,13 +15,14 @@ prompt ids that transformers' apply_chat_template gave.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 
 from llmbuild.artifacts.paths import BuildPaths, write_json
 from llmbuild.recipe_types import Recipe
 from llmbuild.runtime.compiled_model import CompiledModel, load_tokenizer
+from llmbuild.verify.check_image import test_image
+from llmbuild.verify.greedy_runs import first_difference, parting, teacher_forced
 from llmbuild.verify.reference import load_reference
 from llmbuild.verify.similarity import similarity
 
@@ -67,59 +68,6 @@ def run_e2e(recipe: Recipe) -> dict:
         result["image"] = image_e2e(recipe, paths, model, [int(i) for i in ref["generate.prompt_ids"]], eos)
     write_json(paths.e2e, result)
     return result
-
-
-def first_difference(ids: list[int], expected: list[int]) -> int | None:
-    """The first step where the two greedy runs part (a shorter run parts where it ends); None if equal."""
-    parted = next((i for i, (a, b) in enumerate(zip(ids, expected, strict=False)) if a != b), None)
-    if parted is None and len(ids) != len(expected):
-        parted = min(len(ids), len(expected))
-    return parted
-
-
-def teacher_forced(model: CompiledModel, prompt: list[int], expected: list[int]) -> list[np.ndarray]:
-    """The binary's logits at every step of the reference's greedy run, each step fed the reference's token
-    rather than its own choice: every step is then compared in the same context as the reference's, and
-    one near-tie resolved the other way does not leave the steps after it unchecked. Where the binary's
-    own choices all equal the reference's ids, its free-running greedy ids are those ids."""
-    logits = [model.prefill(prompt)]
-    for token in expected[:-1]:
-        logits.append(model.decode_token(token))
-    return logits
-
-
-def parting(ids: list[int], expected: list[int], logits: list[np.ndarray], ref_logits: np.ndarray) -> dict:
-    """Where the binary's choice first differs from the reference's, and both runs' top-2 logit gaps
-    there (a near-tie explains a parting; a wide gap is a bug)."""
-    parted = first_difference(ids, expected)
-    if parted is None:
-        return {"first_difference": None, "top2_gap_at_difference": None, "reference_top2_gap_at_difference": None,
-                "steps_differing": 0}
-
-    def gap(row: np.ndarray) -> float:
-        top2 = np.sort(np.asarray(row, np.float32))[-2:]
-        return round(float(top2[1] - top2[0]), 6)
-
-    return {"first_difference": parted, "top2_gap_at_difference": gap(logits[parted]),
-            "reference_top2_gap_at_difference": gap(ref_logits[parted]),
-            "steps_differing": sum(a != b for a, b in zip(ids, expected, strict=True))}
-
-
-IMAGE_SEED = 20261202
-
-
-def test_image(path: Path, size: int) -> Path:
-    """A fixed pseudo-random RGB image twice as wide as the tower's tiles (smooth colour gradients and
-    noise: with vision.max_tiles >= 2 it is cut into two tiles and a thumbnail), written as PNG so that the
-    check reads it the way `llmbuild run --image` reads a user's file."""
-    from PIL import Image
-
-    rng = np.random.default_rng(IMAGE_SEED)
-    y, x = np.mgrid[0:size, 0 : 2 * size] / max(2 * size - 1, 1)
-    rgb = np.stack([x, y, 1 - x * y], axis=-1) * 200 + rng.integers(0, 56, (size, 2 * size, 3))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(np.clip(rgb, 0, 255).astype(np.uint8), "RGB").save(path)
-    return path
 
 
 def image_e2e(recipe: Recipe, paths: BuildPaths, model: CompiledModel, text_ids: list[int],

@@ -1,6 +1,6 @@
 """The end-to-end image run of a MiniCPM-V binary: its greedy ids against the torch reference's.
 
-The test image (verify/e2e.test_image, twice as wide as a slice) is sliced by the runtime as `llmbuild run
+The test image (verify/check_image.test_image, twice as wide as a slice) is sliced by the runtime as `llmbuild run
 --image` slices a user's file (an overview and two slices), the prompt holds its placeholder ids as
 MiniCPM-V's processor writes them, and the binary's vit net fills the `<unk>` rows. The reference
 (verify/stream_minicpmv.streamed_image_generate) runs transformers' tower on each piece at its own size, the
@@ -20,7 +20,8 @@ from llmbuild.verify.similarity import similarity
 
 def minicpmv_image_e2e(recipe: Recipe, paths: BuildPaths, model: Any, text_ids: list[int],
                        eos: tuple[int, ...]) -> dict:
-    from llmbuild.verify.e2e import first_difference, test_image
+    from llmbuild.verify.check_image import test_image
+    from llmbuild.verify.greedy_runs import first_difference
     from llmbuild.verify.reference import reference_weights
     from llmbuild.verify.stream_minicpmv import streamed_image_generate
 

@@ -1,0 +1,44 @@
+"""The binary's greedy run against the reference's: where they part, and the teacher-forced run that keeps
+every step compared (used by the text and the image end-to-end checks)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from llmbuild.runtime.compiled_model import CompiledModel
+
+
+def first_difference(ids: list[int], expected: list[int]) -> int | None:
+    """The first step where the two greedy runs part (a shorter run parts where it ends); None if equal."""
+    parted = next((i for i, (a, b) in enumerate(zip(ids, expected, strict=False)) if a != b), None)
+    if parted is None and len(ids) != len(expected):
+        parted = min(len(ids), len(expected))
+    return parted
+
+
+def teacher_forced(model: CompiledModel, prompt: list[int], expected: list[int]) -> list[np.ndarray]:
+    """The binary's logits at every step of the reference's greedy run, each step fed the reference's token
+    rather than its own choice: every step is then compared in the same context as the reference's, and
+    one near-tie resolved the other way does not leave the steps after it unchecked. Where the binary's
+    own choices all equal the reference's ids, its free-running greedy ids are those ids."""
+    logits = [model.prefill(prompt)]
+    for token in expected[:-1]:
+        logits.append(model.decode_token(token))
+    return logits
+
+
+def parting(ids: list[int], expected: list[int], logits: list[np.ndarray], ref_logits: np.ndarray) -> dict:
+    """Where the binary's choice first differs from the reference's, and both runs' top-2 logit gaps
+    there (a near-tie explains a parting; a wide gap is a bug)."""
+    parted = first_difference(ids, expected)
+    if parted is None:
+        return {"first_difference": None, "top2_gap_at_difference": None, "reference_top2_gap_at_difference": None,
+                "steps_differing": 0}
+
+    def gap(row: np.ndarray) -> float:
+        top2 = np.sort(np.asarray(row, np.float32))[-2:]
+        return round(float(top2[1] - top2[0]), 6)
+
+    return {"first_difference": parted, "top2_gap_at_difference": gap(logits[parted]),
+            "reference_top2_gap_at_difference": gap(ref_logits[parted]),
+            "steps_differing": sum(a != b for a, b in zip(ids, expected, strict=True))}
