@@ -272,7 +272,7 @@ def test_skips_current_and_rewrites_stale(tmp_path: Path) -> None:
 
 
 def test_interrupted_write_leaves_no_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(directory: Path, layout, seed: int) -> None:
+    def broken(directory: Path, layout, seed: int, chat: bool = False) -> None:
         (directory / "model.safetensors").write_bytes(b"partial")
         raise KeyboardInterrupt
 
