@@ -281,7 +281,8 @@ def table(results: dict[str, list[Measured]]) -> str:
                 f"{'' if m.verified is None else str(m.verified):>8} {run.get('first_token_s', ''):>9} "
                 f"{run.get('tokens_per_s', ''):>6} {run.get('peak_rss_mib', 0):>8.0f}")
         by = {m.tool: m for m in ms}
-        if "tpu-mlir" in by and by["tpu-mlir"].ok and by["llmbuild"].ok:
+        # Both tools ran (--incumbent-only runs llm_convert alone: no ratio then).
+        if "tpu-mlir" in by and "llmbuild" in by and by["tpu-mlir"].ok and by["llmbuild"].ok:
             ours, theirs = by["llmbuild"], by["tpu-mlir"]
             lines.append(f"{'':<20} {'ratio':<9} {'':<3} {ours.wall_s / theirs.wall_s:>8.2f} "
                          f"{ours.tree_peak_mib / theirs.tree_peak_mib:>9.2f} "

@@ -6,7 +6,6 @@ exactly one tensor, and bf16 (which numpy has no dtype for) is widened to float3
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import numpy as np
 from llmbuild import LlmbuildError
 from llmbuild.frontend.arch.base import expected_shapes
 from llmbuild.frontend.internvl_chat import is_internvl_chat, native_config
+from llmbuild.frontend.json_file import read_json
 from llmbuild.frontend.registry import architecture_for_hf_model_type, get_architecture
 from llmbuild.frontend.safetensors_header import read_header
 from llmbuild.frontend.spec import ModelSpec
@@ -37,18 +37,6 @@ class _Entry:
     shape: tuple[int, ...]
     begin: int  # absolute byte offsets in `file`
     end: int
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise LlmbuildError(f"{path}: file not found") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise LlmbuildError(f"{path}: cannot read JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise LlmbuildError(f"{path}: expected a JSON object")
-    return data
 
 
 def has_hf_weights(directory: Path) -> bool:

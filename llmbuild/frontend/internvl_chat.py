@@ -26,7 +26,6 @@ the streamed references), so both layouts build the same binary.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from llmbuild import LlmbuildError
+from llmbuild.frontend.json_file import read_json
 
 CHAT_MODEL_TYPE = "internvl_chat"
 IMAGE_CONTEXT = "<IMG_CONTEXT>"
@@ -72,18 +72,6 @@ _TOP_LEVEL = ("torch_dtype", "dtype")
 
 def is_internvl_chat(cfg: dict[str, Any]) -> bool:
     return cfg.get("model_type") == CHAT_MODEL_TYPE or "llm_config" in cfg
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise LlmbuildError(f"{path}: file not found") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise LlmbuildError(f"{path}: cannot read JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise LlmbuildError(f"{path}: expected a JSON object")
-    return data
 
 
 def _square(value: Any, origin: str, field: str) -> list[int]:
@@ -148,13 +136,13 @@ def tokenizer_image_token_id(directory: Path) -> int | None:
     """The id of <IMG_CONTEXT> in the directory's tokenizer.json (or added_tokens.json), if it has one."""
     tokenizer = Path(directory) / "tokenizer.json"
     if tokenizer.is_file():
-        added = _read_json(tokenizer).get("added_tokens", [])
+        added = read_json(tokenizer).get("added_tokens", [])
         ids = [t.get("id") for t in added if isinstance(t, dict) and t.get("content") == IMAGE_CONTEXT]
         if ids and isinstance(ids[0], int):
             return ids[0]
     added_file = Path(directory) / "added_tokens.json"
     if added_file.is_file():
-        value = _read_json(added_file).get(IMAGE_CONTEXT)
+        value = read_json(added_file).get(IMAGE_CONTEXT)
         return value if isinstance(value, int) else None
     return None
 
@@ -162,7 +150,7 @@ def tokenizer_image_token_id(directory: Path) -> int | None:
 def read_native_config(directory: Path) -> dict[str, Any]:
     """The directory's config.json in the native layout's fields, whichever layout it is saved in."""
     path = Path(directory) / "config.json"
-    cfg = _read_json(path)
+    cfg = read_json(path)
     if not is_internvl_chat(cfg):
         return cfg
     return native_config(cfg, str(path), tokenizer_image_token_id(Path(directory)))
@@ -172,7 +160,7 @@ def load_config(directory: Path) -> Any:
     """transformers' config object for the directory (an InternVLConfig for either InternVL layout)."""
     import transformers
 
-    cfg = _read_json(Path(directory) / "config.json")
+    cfg = read_json(Path(directory) / "config.json")
     if not is_internvl_chat(cfg):
         return transformers.AutoConfig.from_pretrained(Path(directory), local_files_only=True)
     return transformers.InternVLConfig(**read_native_config(directory))
@@ -220,7 +208,7 @@ def _stored_files(directory: Path) -> dict[str, Path]:
 
     index, single = directory / INDEX_FILE, directory / SINGLE_FILE
     if index.is_file():
-        weight_map = _read_json(index).get("weight_map")
+        weight_map = read_json(index).get("weight_map")
         if not isinstance(weight_map, dict):
             raise LlmbuildError(f"{index}: missing field 'weight_map'")
         return {name: directory / shard for name, shard in weight_map.items()}
@@ -236,7 +224,7 @@ class TensorView:
 
     def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)
-        self.chat = is_internvl_chat(_read_json(self.directory / "config.json"))
+        self.chat = is_internvl_chat(read_json(self.directory / "config.json"))
         self.parts: dict[str, Part] = {}
         for stored, file in sorted(_stored_files(self.directory).items()):
             name = native_name(stored) if self.chat else _module_name(stored)
@@ -286,5 +274,5 @@ def recipe_vision_config(source: Any, vision: Any) -> dict[str, Any] | None:
             config = read_native_config(folder).get("vision_config")
         elif source.config_file:
             path = Path(source.config_file)
-            config = native_config(_read_json(path), str(path)).get("vision_config")
+            config = native_config(read_json(path), str(path)).get("vision_config")
     return config if isinstance(config, dict) else None

@@ -201,9 +201,6 @@ def reference_generate(model_dir: Path, ids: list[int], slices: list[np.ndarray]
     """MiniCPM-V's greedy generation in torch: the embeddings of the `image_token_id` rows replaced by the
     reference features of `slices` (every image's, in prompt order), then Qwen2's greedy decoding. Returns
     (new ids, first-step logits)."""
-    import torch
-    import transformers
-
     tower, resampler, _ = load_vision(model_dir)
     rows = [reference_features(tower, resampler, s) for s in slices]
     model = reference_language_model(model_dir)
@@ -211,6 +208,18 @@ def reference_generate(model_dir: Path, ids: list[int], slices: list[np.ndarray]
     feats = np.concatenate(rows) if rows else np.zeros((0, model.config.hidden_size), np.float32)
     if len(positions) != len(feats):
         raise LlmbuildError(f"the prompt has {len(positions)} image token rows, the slices give {len(feats)}")
+    new, logits = generate_with_rows(model, ids, positions, feats, steps, eos)
+    return new, logits[0]
+
+
+def generate_with_rows(model: Any, ids: list[int], positions: list[int], feats: np.ndarray, steps: int,
+                       eos: tuple[int, ...]) -> tuple[list[int], np.ndarray]:
+    """transformers' greedy generate of a causal LM (whole or streamed) on `ids`, the embeddings at
+    `positions` replaced by `feats`: (new ids, every step's logits [steps, V]). inputs_embeds alone, so the
+    returned sequence is the new ids only."""
+    import torch
+    import transformers
+
     config = transformers.GenerationConfig(do_sample=False, max_new_tokens=steps, eos_token_id=list(eos) or None,
                                            pad_token_id=eos[0] if eos else 0, output_logits=True,
                                            return_dict_in_generate=True)
@@ -220,7 +229,7 @@ def reference_generate(model_dir: Path, ids: list[int], slices: list[np.ndarray]
             embeds[0, positions] = torch.from_numpy(feats)
         out = model.generate(inputs_embeds=embeds, attention_mask=torch.ones((1, len(ids)), dtype=torch.long),
                              generation_config=config)
-    return [int(i) for i in out.sequences[0]], out.logits[0][0].numpy()
+    return [int(i) for i in out.sequences[0]], np.stack([step[0].numpy() for step in out.logits])
 
 
 def vit_geometry(cfg: dict[str, Any]) -> dict[str, int]:

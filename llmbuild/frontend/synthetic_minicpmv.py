@@ -10,7 +10,6 @@ order, so the bytes do not depend on torch's generator.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -80,19 +79,12 @@ def write_synthetic_minicpmv(text_dir: Path, text_config: Mapping[str, Any], tex
                              vision: Mapping[str, Any], seed: int) -> None:
     """`text_dir/vlm/`: config.json, model.safetensors (the text tensors under `llm.`, the vision tensors
     drawn from `seed`) and the tokenizer files of `text_dir`."""
-    from safetensors.numpy import save_file
 
-    from llmbuild.frontend.synthetic_vlm import VLM_DIR
-    from llmbuild.frontend.tokenizer_files import write_json
+    from llmbuild.frontend.synthetic_vlm import write_vlm_dir
 
     config = vlm_config(text_config, vision)
     rng = np.random.default_rng([seed, 2])
     shapes = vision_shapes(config)
     tensors = {name: _init(rng, name, shapes[name]) for name in sorted(shapes)}
     tensors.update({"llm." + name: value for name, value in text_tensors.items()})
-    out = Path(text_dir) / VLM_DIR
-    out.mkdir()
-    write_json(out / "config.json", config)
-    save_file(dict(sorted(tensors.items())), str(out / "model.safetensors"), metadata={"format": "pt"})
-    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
-        shutil.copyfile(Path(text_dir) / name, out / name)
+    write_vlm_dir(Path(text_dir), config, tensors)

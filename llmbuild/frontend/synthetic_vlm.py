@@ -76,11 +76,8 @@ def write_synthetic_vlm(text_dir: Path, text_config: Mapping[str, Any], text_ten
                         vision: Mapping[str, Any], seed: int, tokenizer: Any) -> None:
     """`text_dir/vlm/`: config.json, model.safetensors (the text tensors renamed, the vision tensors drawn
     from `seed`) and the tokenizer files of `text_dir`."""
-    import shutil
 
-    from safetensors.numpy import save_file
 
-    from llmbuild.frontend.tokenizer_files import write_json
 
     image_token_id = tokenizer.token_to_id(IMAGE_TOKENS[2])
     config = vlm_config(text_config, vision, image_token_id)
@@ -89,9 +86,21 @@ def write_synthetic_vlm(text_dir: Path, text_config: Mapping[str, Any], text_ten
     tensors = {name: _init(rng, name, shapes[name]) for name in sorted(shapes)}
     for name, value in text_tensors.items():
         tensors[name if name.startswith("lm_head.") else "model.language_model." + name.removeprefix("model.")] = value
-    out = Path(text_dir) / VLM_DIR
+    write_vlm_dir(Path(text_dir), config, tensors)
+
+
+def write_vlm_dir(text_dir: Path, config: Mapping[str, Any], tensors: Mapping[str, np.ndarray]) -> None:
+    """`text_dir/vlm/`: `config` as config.json, `tensors` as one model.safetensors in name order, and the
+    text checkpoint's tokenizer and generation files (any vision-language family)."""
+    import shutil
+
+    from safetensors.numpy import save_file
+
+    from llmbuild.frontend.tokenizer_files import write_json
+
+    out = text_dir / VLM_DIR
     out.mkdir()
     write_json(out / "config.json", config)
     save_file(dict(sorted(tensors.items())), str(out / "model.safetensors"), metadata={"format": "pt"})
     for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
-        shutil.copyfile(Path(text_dir) / name, out / name)
+        shutil.copyfile(text_dir / name, out / name)

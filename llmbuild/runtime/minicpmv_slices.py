@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from llmbuild import LlmbuildError, one_line
 from llmbuild.numerics.minicpmv_inputs import MEAN, STD, best_resize, ensure_divide
+from llmbuild.runtime.image_file import open_rgb
 
 
 @dataclass(frozen=True)
@@ -84,17 +84,7 @@ def slice_image(image: Any, scale: int, patch: int, max_slices: int) -> tuple[li
 
 def load_sliced(path: str | Path, scale: int, patch: int, max_slices: int) -> SlicedImage:
     """An image file as MiniCPM-V's processor prepares it: RGB, sliced, each piece /255 and normalized."""
-    try:
-        from PIL import Image
-    except ImportError:
-        raise LlmbuildError("reading images needs Pillow: pip install pillow") from None
-    try:
-        with Image.open(path) as image:
-            rgb = image.convert("RGB")
-    except FileNotFoundError:
-        raise LlmbuildError(f"{path}: image file not found") from None
-    except OSError as exc:
-        raise LlmbuildError(f"{path}: not an image Pillow can read ({one_line(str(exc))})") from None
+    rgb = open_rgb(path)
     pieces, grid = slice_image(rgb, scale, patch, max_slices)
     arrays = []
     for piece in pieces:

@@ -25,6 +25,7 @@ from llmbuild.binary.validate import validate_program
 from llmbuild.numerics.minicpmv_inputs import slice_inputs
 from llmbuild.runtime.device import Device
 from llmbuild.runtime.host import HostExecutor
+from llmbuild.runtime.image_file import open_rgb
 from llmbuild.runtime.minicpmv_slices import SlicedImage, load_sliced, placeholder_ids
 
 MASK_INPUT = "attention_mask"
@@ -173,17 +174,8 @@ def load_pixels(path: str | Path, size: int, mean: list[float], std: list[float]
     grid of `tile_grid` and cut into size x size tiles row by row, plus the whole image resized as a
     thumbnail when there is more than one tile; else resized to one tile. Each tile /255 and normalized by
     the mean and deviation per channel: [tiles, 3, size, size] float32."""
-    try:
-        from PIL import Image
-    except ImportError:
-        raise LlmbuildError("reading images needs Pillow: pip install pillow") from None
-    try:
-        with Image.open(path) as image:
-            rgb = image.convert("RGB")
-    except FileNotFoundError:
-        raise LlmbuildError(f"{path}: image file not found") from None
-    except OSError as exc:
-        raise LlmbuildError(f"{path}: not an image Pillow can read ({one_line(str(exc))})") from None
+    rgb = open_rgb(path)  # first: it says in one line when Pillow is missing
+    from PIL import Image
     tiles = []
     if max_tiles > 1:
         columns, rows = tile_grid(rgb.height, rgb.width, size, 1, max_tiles)

@@ -83,9 +83,7 @@ def streamed_image_generate(weights: Any, model_dir: Path, prompt: list[int], pi
                             eos: tuple[int, ...] = ()) -> tuple[list[int], np.ndarray]:
     """(greedy new ids, every step's logits [steps, V]) of MiniCPM-V on `prompt` with the image `pieces`
     (every image's, in prompt order), the language model streamed over `weights` (a ReferenceWeights)."""
-    import torch
-    import transformers
-
+    from llmbuild.frontend.minicpmv import generate_with_rows
     from llmbuild.verify.stream_model import streamed_model
 
     feats = piece_rows(model_dir, pieces)
@@ -94,14 +92,4 @@ def streamed_image_generate(weights: Any, model_dir: Path, prompt: list[int], pi
         raise LlmbuildError(f"reference: the prompt has {len(positions)} image token rows (id {image_token_id}), "
                             f"the pieces give {len(feats)}")
     model, _ = streamed_model(weights)
-    generation = transformers.GenerationConfig(do_sample=False, max_new_tokens=max_new_tokens,
-                                               eos_token_id=list(eos) or None, pad_token_id=eos[0] if eos else 0,
-                                               output_logits=True, return_dict_in_generate=True)
-    with torch.no_grad():
-        embeds = model.get_input_embeddings()(torch.tensor([prompt])).clone()
-        if positions:
-            embeds[0, positions] = torch.from_numpy(feats)
-        # inputs_embeds alone, as the reference passes them: the returned sequence is the new ids only.
-        out = model.generate(inputs_embeds=embeds, attention_mask=torch.ones((1, len(prompt)), dtype=torch.long),
-                             generation_config=generation)
-    return [int(i) for i in out.sequences[0]], np.stack([step[0].numpy() for step in out.logits])
+    return generate_with_rows(model, prompt, positions, feats, max_new_tokens, eos)
