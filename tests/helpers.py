@@ -32,6 +32,21 @@ def snakemake(build: Path, *args: str, recipes: Path | None = None, check: bool 
     return result
 
 
+def build_tiny_internvl_dir(tmp_path: Path, directory: Path, name: str) -> Path:
+    """Build the tiny InternVL checkpoint in `directory` (either layout) through a recipe `name` that reads
+    it as an hf source, as a user's recipe would; returns the build folder."""
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    (recipes / "_tiny_common.yaml").write_text((ROOT / "recipes" / "_tiny_common.yaml").read_text())
+    (recipes / f"{name}.yaml").write_text(
+        f"base: _tiny_common\ndescription: the tiny InternVL from {directory.name}\narchitecture: qwen2\n"
+        f"source:\n  kind: hf\n  path: {directory}\nvision:\n  family: internvl\n  max_tiles: 4\nquantization:\n"
+        "  mode: f32\n")
+    build = tmp_path / "build"
+    snakemake(build, name, recipes=recipes)
+    return build
+
+
 def planned_jobs(build: Path, target: str, recipes: Path | None = None, models: Path | None = None) -> dict[str, int]:
     """The jobs a dry run would execute, by rule (from Snakemake's job-stats table)."""
     return job_stats(snakemake(build, "-n", target, recipes=recipes, models=models).stdout)

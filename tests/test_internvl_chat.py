@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import ROOT, snakemake
+from helpers import build_tiny_internvl_dir, snakemake
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -153,15 +153,7 @@ def test_bad_chat_configs_give_one_line_errors(chat: Path, tmp_path: Path) -> No
 
 def test_an_internvl_chat_directory_builds_to_the_native_ids(native: Path, chat: Path, build_root: Path,
                                                                tmp_path: Path) -> None:
-    recipes = tmp_path / "recipes"
-    recipes.mkdir()
-    shutil.copyfile(ROOT / "recipes" / "_tiny_common.yaml", recipes / "_tiny_common.yaml")
-    (recipes / "internvl_chat.yaml").write_text(
-        "base: _tiny_common\ndescription: the tiny InternVL in the internvl_chat layout\narchitecture: qwen2\n"
-        f"source:\n  kind: hf\n  path: {chat}\nvision:\n  family: internvl\n  max_tiles: 4\nquantization:\n"
-        "  mode: f32\n")
-    build = tmp_path / "build"
-    snakemake(build, "internvl_chat", recipes=recipes)
+    build = build_tiny_internvl_dir(tmp_path, chat, "internvl_chat")
     report = json.loads((build / "internvl_chat" / "verify.json").read_text())
     assert report["passed"] and report["end_to_end"]["tokens_equal"] and report["end_to_end_image"]["tokens_equal"]
     ours = json.loads((build / "internvl_chat" / "e2e.json").read_text())

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import llmbuild, snakemake
+from helpers import build_tiny_internvl_dir, llmbuild, snakemake
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -173,7 +173,6 @@ def test_internvl_from_a_hugging_face_directory(built: Path, tmp_path: Path) -> 
     vision-language names, the tower exported from the directory itself."""
     import shutil
 
-    from helpers import ROOT
     from safetensors.numpy import load_file, save_file
 
     source = built / F32 / "checkpoint" / "vlm"
@@ -187,15 +186,7 @@ def test_internvl_from_a_hugging_face_directory(built: Path, tmp_path: Path) -> 
     save_file(renamed, str(hf / "model.safetensors"), metadata={"format": "pt"})
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"):
         shutil.copyfile(source / name, hf / name)
-    recipes = tmp_path / "recipes"
-    recipes.mkdir()
-    shutil.copyfile(ROOT / "recipes" / "_tiny_common.yaml", recipes / "_tiny_common.yaml")
-    (recipes / "internvl_hf.yaml").write_text(
-        "base: _tiny_common\ndescription: the tiny InternVL from a directory\narchitecture: qwen2\n"
-        f"source:\n  kind: hf\n  path: {hf}\nvision:\n  family: internvl\n  max_tiles: 4\nquantization:\n"
-        "  mode: f32\n")
-    build = tmp_path / "build"
-    snakemake(build, "internvl_hf", recipes=recipes)
+    build = build_tiny_internvl_dir(tmp_path, hf, "internvl_hf")
     report = json.loads((build / "internvl_hf" / "verify.json").read_text())
     assert report["passed"] and report["end_to_end"]["tokens_equal"] and report["end_to_end_image"]["tokens_equal"]
     # `llmbuild compile DIR` writes the same kind of recipe for the directory: the tower is seen
