@@ -4,7 +4,8 @@
 #   scripts/slurm-local.sh start    install the Debian packages if missing, write /etc/slurm/slurm.conf,
 #                                   start munged, slurmctld and slurmd by hand (no systemd), wait until
 #                                   the node is idle; does nothing when its daemons already run
-#   scripts/slurm-local.sh stop     stop the daemons this script started (their pid files), nothing else
+#   scripts/slurm-local.sh stop     stop the daemons this script started (their pid files) and remove the
+#                                   slurm.conf it wrote, nothing else
 #   scripts/slurm-local.sh status   say which of them run; exit 0 when all three do, 1 otherwise
 #
 # Root only (daemons, /etc/slurm, apt-get). Everything but the config lives in $LLMBUILD_SLURM_STATE
@@ -206,6 +207,12 @@ stop() {
     stop_daemon slurmd
     stop_daemon slurmctld
     stop_daemon munged
+    # A config naming a controller that no longer runs makes every `scontrol` wait 9 s for it, and
+    # Snakemake's SLURM executor plugin runs `scontrol show config` when it is imported, that is at every
+    # `snakemake` start: it would add 9 s to every later build on this machine. Only our own file goes.
+    if [ -f "$CONF" ] && grep -q "^# Written by llmbuild's scripts/slurm-local.sh" "$CONF"; then
+        rm -f "$CONF"
+    fi
     echo "slurm-local.sh: stopped"
 }
 

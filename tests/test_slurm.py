@@ -60,6 +60,8 @@ def cluster():
         stopped = _script("stop")
         assert stopped.returncode == 0, stopped.stderr
         assert _script("status").returncode != 0, "the cluster still runs after stop"
+        # Its config gone too: one naming a stopped controller costs every later `snakemake` start 9 s.
+        assert not Path("/etc/slurm/slurm.conf").exists(), "stop left /etc/slurm/slurm.conf behind"
 
 
 def _job_stats(out: str) -> Counter:
