@@ -67,6 +67,23 @@ def test_a16_matmul_dequantizes_tile_by_tile_to_the_same_bits() -> None:
     assert np.array_equal(got_rows, want_rows)
 
 
+@pytest.mark.parametrize("attrs", [{}, {"tile_n": 48}])
+def test_a_one_row_product_decoded_in_blocks_has_the_bits_of_the_whole_one(attrs: dict) -> None:
+    """A decode step's product decodes a stored weight a few rows at a time into one buffer (K = 8192: 16
+    rows a block, 13 blocks): every output is the one the whole decoded matrix gives, bf16 and 4-bit."""
+    rng = np.random.default_rng(5)
+    raw, w = _bf16(rng, 200, 8192)
+    x = rng.standard_normal((1, 1, 8192)).astype(np.float32)
+    assert np.array_equal(tiled_product(attrs, x, StoredTensor(raw, "bf16")), x @ w.T)
+    packed, scale_raw, zp = _quantized(rng, 200, 8192, 64)
+    q_attrs = {**attrs, "packed": True, "q_group_size": 64, "dequant_dtype": "bf16"}
+    scale = decode(scale_raw, "bf16")
+    whole = KERNELS["A16MatMul"](q_attrs, x, packed.copy(), scale, zp.copy())
+    got = KERNELS["A16MatMul"](q_attrs, x, StoredTensor(packed, "u8"), StoredTensor(scale_raw, "bf16"),
+                               StoredTensor(zp, "u8"))
+    assert np.array_equal(got, whole)
+
+
 def test_a_gather_reads_only_the_rows_it_looks_up() -> None:
     rng = np.random.default_rng(4)
     raw, table = _bf16(rng, 1000, 16)

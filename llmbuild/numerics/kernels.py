@@ -7,14 +7,24 @@ to the stored element type is the caller's business (see llmbuild.numerics.forma
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from llmbuild.numerics import lazy_zeros
 from llmbuild.numerics.formats import CACHE_BLOCK, round_bf16_inplace, round_to
 from llmbuild.numerics.parallel import tile_map, workers
-from llmbuild.numerics.stored import RowReader, Weight, is_lazy, materialize, row_slice, take_rows
+from llmbuild.numerics.stored import (
+    RowReader,
+    StoredTensor,
+    Weight,
+    is_lazy,
+    materialize,
+    row_slice,
+    take_rows,
+)
 
 Kernel = Callable[..., np.ndarray]
 KERNELS: dict[str, Kernel] = {}
@@ -63,7 +73,7 @@ def on_real_rows(compute: Callable[..., np.ndarray], xs: Sequence[np.ndarray], c
     """A ROW_LOCAL op on the first `n` rows (axis 1) only: the operands flagged in `cut` are cut to them,
     the result of the full `shape` is zero after them."""
     part = compute(*[x[:, :n] if c else x for x, c in zip(xs, cut, strict=True)])
-    out = np.zeros(shape, dtype=part.dtype)
+    out = lazy_zeros.zeros(shape, part.dtype)
     out[:, :n] = part
     return out
 LAZY_WHOLE_BYTES = 64 << 20  # build/resources.py: TABLE_BLOCK
@@ -90,21 +100,24 @@ def tiled_product(attrs: dict[str, Any], x: np.ndarray, w_nk: Weight) -> np.ndar
     m, n = x2.shape[0], w_nk.shape[0]
     tm, tn = attrs.get("tile_m", 0) or ROW_TILE, attrs.get("tile_n", 0) or n
     active = attrs.get("active_rows") or m
+    if m == 1 and isinstance(w_nk, RowReader) and n % 4 == 0 and tn % 4 == 0 and not attrs.get("untiled"):
+        return _vector_product(x2, w_nk).reshape(*lead, n)
     if attrs.get("untiled"):  # the float TopOp reference: no tiles to match, one product over the real rows
         if isinstance(w_nk, RowReader) and 4 * n * k > LAZY_WHOLE_BYTES:
             tn = max(1, LAZY_WHOLE_BYTES // (4 * k))  # a 7B vocabulary table, read in blocks of rows
-        out = np.zeros((m, n), dtype=np.result_type(x2.dtype, np.float32))
+        out = lazy_zeros.zeros((m, n), np.result_type(x2.dtype, np.float32))
         for c in range(0, n, tn):
             out[:active, c : c + tn] = x2[:active] @ row_slice(w_nk, c, c + tn).T
         return out.reshape(*lead, n)
     if m <= tm and n <= tn:
-        return x @ materialize(w_nk).T
+        return x @ _whole(w_nk).T
     rows = min(m, -(-active // tm) * tm)
-    out = (np.empty if rows == m else np.zeros)((m, n), dtype=np.result_type(x2.dtype, np.float32))
+    dtype = np.result_type(x2.dtype, np.float32)
+    out = np.empty((m, n), dtype=dtype) if rows == m else lazy_zeros.zeros((m, n), dtype)
     row_tiles = list(range(0, rows, tm))
     starts = list(range(0, n, tn))
     if tn >= n:  # a whole-N weight keeps its transposed view (no copy)
-        _tile_column(x2, materialize(w_nk).T, out, 0, tm, k, row_tiles)
+        _tile_column(x2, _whole(w_nk).T, out, 0, tm, k, row_tiles)
         return out.reshape(*lead, n)
     # An N slice is made contiguous, as the device holds it in local memory. A weight in its storage format
     # is decoded (dequantized) a few slices at a time on the tile threads: decoding costs more than the
@@ -116,6 +129,57 @@ def tiled_product(attrs: dict[str, Any], x: np.ndarray, w_nk: Weight) -> np.ndar
         for c, w in zip(group, slices, strict=True):
             _tile_column(x2, w.T, out, c, tm, k, row_tiles)
     return out.reshape(*lead, n)
+
+
+# A weight decoded whole for one product goes into this thread's scratch buffer, reused by the next product:
+# a prefill on the host decodes every stored weight (5 GB of float32 for a 1.5B w4 model), and faulting in
+# and zeroing fresh pages for each cost more than the decoding. Larger weights (a vocabulary table) are
+# decoded into memory of their own, as before, so the buffer stays small beside the model.
+_SCRATCH_LIMIT = 512 << 20
+_scratch = threading.local()
+
+
+def _whole(w: Weight) -> np.ndarray:
+    """`w` whole, as the product reads it: a RowReader decoded (into the scratch buffer when it is float32 and
+    small enough; the result is valid until this thread's next product)."""
+    if not isinstance(w, RowReader) or not _decodes_to_f32(w) or 4 * w.shape[0] * w.shape[1] > _SCRATCH_LIMIT:
+        return materialize(w)
+    n, k = w.shape
+    buffer = getattr(_scratch, "buffer", None)
+    if buffer is None or buffer.size < n * k:
+        buffer = _scratch.buffer = np.empty(n * k, dtype=np.float32)
+    out = buffer[: n * k].reshape(n, k)
+    for lo, hi in _row_blocks(n, k):
+        w.rows_into(lo, hi, out[lo:hi])
+    return out
+
+
+def _decodes_to_f32(w: RowReader) -> bool:
+    if isinstance(w, StoredTensor):
+        return w.dtype in ("bf16", "f16", "f32") and len(w.shape) == 2
+    return isinstance(w, DequantizedRows) and w.dtype == np.float32
+
+
+def _vector_product(x: np.ndarray, w_nk: RowReader) -> np.ndarray:
+    """`x @ w_nk^T` for one row of x (a decode step), the weight decoded a cache-sized block of rows at a
+    time into one reused buffer. Decoding a 1.5B model's bf16 weights into fresh float32 tiles for every
+    token was 40% of the build's end-to-end check: the pages of each new tile must be faulted in and
+    zeroed, and the tile leaves the cache before the product reads it.
+
+    Each output is one dot product over the whole K, so the blocks change no bits as long as every block
+    holds a multiple of 4 rows: OpenBLAS's matrix-vector kernel takes columns four at a time and the last
+    n % 4 by another path (the caller checks n and the op's N tile are multiples of 4; tested against the
+    whole product in tests/test_kernels.py)."""
+    n, k = w_nk.shape
+    step = max(4, CACHE_BLOCK // k // 4 * 4)
+    buffer = np.empty((min(step, n), k), dtype=np.float32)
+    out = np.empty((1, n), dtype=np.result_type(x.dtype, np.float32))
+    for lo in range(0, n, step):
+        hi = min(n, lo + step)
+        block = buffer[: hi - lo]
+        w_nk.rows_into(lo, hi, block)
+        out[:, lo:hi] = x @ block.T
+    return out
 
 
 def _tile_column(x2: np.ndarray, w_kn: np.ndarray, out: np.ndarray, c: int, tm: int, k: int,
@@ -241,6 +305,15 @@ class DequantizedRows(RowReader):
         parts = (row_slice(self.weight, lo, hi), row_slice(self.scale, lo, hi), row_slice(self.zp, lo, hi))
         return _dequantize(self.attrs, *parts).astype(self.dtype, copy=False)
 
+    def rows_into(self, lo: int, hi: int, out: np.ndarray) -> None:
+        weight, scale, zp = (row_slice(self.weight, lo, hi), row_slice(self.scale, lo, hi), row_slice(self.zp, lo, hi))
+        scale = np.asarray(scale)
+        rounding = self.attrs.get("dequant_dtype")
+        if scale.dtype != np.float32 or rounding not in (None, "bf16"):  # not in float32 arithmetic: decode apart
+            super().rows_into(lo, hi, out)
+            return
+        _dequantize_block(self.attrs, weight, scale, zp, 0, hi - lo, out, rounding == "bf16")
+
 
 @kernel("A16MatMul")
 def a16_matmul(
@@ -358,7 +431,7 @@ def _attention(attrs: dict[str, Any], q: np.ndarray, k: np.ndarray, v: np.ndarra
     tk = int(attrs.get("tile_k", 0) or 0)
     active = min(mq, attrs.get("active_rows") or mq)
     whole = tq >= mq and active >= mq
-    out = np.empty((b, mq, qh * d), dtype=q.dtype) if whole else np.zeros((b, mq, qh * d), dtype=q.dtype)
+    out = np.empty((b, mq, qh * d), dtype=q.dtype) if whole else lazy_zeros.zeros((b, mq, qh * d), q.dtype)
 
     def rows(r: int) -> None:
         qs = np.ascontiguousarray(q[:, r : r + tq])

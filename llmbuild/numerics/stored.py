@@ -35,6 +35,12 @@ class RowReader:
     def whole(self) -> np.ndarray:
         return self.rows(0, self.shape[0])
 
+    def rows_into(self, lo: int, hi: int, out: np.ndarray) -> None:
+        """Rows lo:hi decoded into `out` (float32, shape [hi - lo, ...]): a buffer the caller reuses, so a
+        matrix-vector product decodes each block where the product reads it, in the cache, instead of into
+        fresh memory the kernel must fault in and zero."""
+        out[...] = self.rows(lo, hi)
+
 
 class StoredTensor(RowReader):
     """A read-only tensor in a storage format (`formats.STORAGE`), decoded to its compute type on read.
@@ -49,6 +55,13 @@ class StoredTensor(RowReader):
     def rows(self, lo: int, hi: int) -> np.ndarray:
         """Rows lo:hi along axis 0, decoded."""
         return decode(np.ascontiguousarray(self.raw[lo:hi]), self.dtype)
+
+    def rows_into(self, lo: int, hi: int, out: np.ndarray) -> None:
+        if self.dtype == "bf16":  # bf16 is the top half of a float32: one widening shift, into `out`
+            np.left_shift(np.asarray(self.raw[lo:hi], dtype=np.uint16), 16, out=out.view(np.uint32),
+                          dtype=np.uint32)
+        else:
+            super().rows_into(lo, hi, out)
 
     def take(self, index: np.ndarray) -> np.ndarray:
         """The rows at `index` (any shape), decoded: result shape index.shape + shape[1:]."""
