@@ -26,6 +26,7 @@ from llmbuild import LlmbuildError
 from llmbuild.binary.memory_map import MemoryPlan, Slot
 from llmbuild.frontend.safetensors_header import read_header
 from llmbuild.numerics.formats import STORAGE, encode
+from llmbuild.numerics.stored import RowReader
 from llmbuild.runtime.weight_image import SlotImage
 
 SAFETENSORS_DTYPE = {"f32": "F32", "f16": "F16", "bf16": "BF16", "i32": "I32", "u8": "U8"}
@@ -33,7 +34,7 @@ _NUMPY_OF = {st: STORAGE[ours][1].str for ours, st in SAFETENSORS_DTYPE.items()}
 ROW_BLOCK_BYTES = 64 << 20  # float32 rows decoded per block of a streamed tensor
 
 RowProducer = Callable[[int, int], np.ndarray]  # rows lo:hi of a tensor, in its compute type
-Values = np.ndarray | RowProducer
+Values = np.ndarray | RowProducer | RowReader  # a RowReader may hand over rows already in the storage type
 
 
 def write_weight_file(path: Path, plan: MemoryPlan, tensors: Mapping[str, Values]) -> None:
@@ -67,7 +68,7 @@ def write_weight_file(path: Path, plan: MemoryPlan, tensors: Mapping[str, Values
 
 
 def _encoded_blocks(name: str, slot: Slot, values: Values) -> Iterator[bytes]:
-    if not callable(values):
+    if not callable(values) and not isinstance(values, RowReader):
         array = np.asarray(values)
         if tuple(array.shape) != tuple(slot.shape):
             raise LlmbuildError(f"tensor {name}: shape {list(array.shape)}, expected {list(slot.shape)}")
@@ -78,7 +79,11 @@ def _encoded_blocks(name: str, slot: Slot, values: Values) -> Iterator[bytes]:
     step = max(1, ROW_BLOCK_BYTES // (4 * row_floats))
     for lo in range(0, rows, step):
         hi = min(rows, lo + step)
-        block = np.asarray(values(lo, hi))
+        stored = values.stored_rows(lo, hi, slot.dtype) if isinstance(values, RowReader) else None
+        if stored is not None:
+            yield np.ascontiguousarray(stored).tobytes()
+            continue
+        block = np.asarray(values.rows(lo, hi) if isinstance(values, RowReader) else values(lo, hi))
         if tuple(block.shape) != (hi - lo, *slot.shape[1:]):
             raise LlmbuildError(f"tensor {name}: rows {lo}..{hi} have shape {list(block.shape)}, "
                                 f"expected {[hi - lo, *slot.shape[1:]]}")

@@ -174,16 +174,24 @@ class _EntryRows(RowReader):
         self.source, self.entry, self.shape = source, entry, tuple(entry.shape)
 
     def rows(self, lo: int, hi: int) -> np.ndarray:
+        words = self._stored(lo, hi)
+        if self.entry.dtype == "BF16":
+            return (words.astype(np.uint32) << 16).view(np.float32)
+        return words.astype(np.float32)
+
+    def stored_rows(self, lo: int, hi: int, dtype: str) -> np.ndarray | None:
+        # The words as they are: decoding a bf16 value to float32 and rounding it back to bf16 gives its bits
+        # again (prepare refused non-finite values, the one case where rounding rewrites them).
+        return self._stored(lo, hi) if (self.entry.dtype, dtype) == ("BF16", "bf16") else None
+
+    def _stored(self, lo: int, hi: int) -> np.ndarray:
         # Plain reads, not the memory map: streaming a 2 GB table through a map keeps it all resident.
         hi = min(hi, self.shape[0])  # like slicing an array: a block may end past the last row
         dtype = np.dtype(_DTYPES[self.entry.dtype])
         row = dtype.itemsize * int(np.prod(self.shape[1:]))
         with open(self.entry.file, "rb") as f:
             f.seek(self.entry.begin + lo * row)
-            words = np.frombuffer(f.read((hi - lo) * row), dtype=dtype).reshape(hi - lo, *self.shape[1:])
-        if self.entry.dtype == "BF16":
-            return (words.astype(np.uint32) << 16).view(np.float32)
-        return words.astype(np.float32)
+            return np.frombuffer(f.read((hi - lo) * row), dtype=dtype).reshape(hi - lo, *self.shape[1:])
 
     def take(self, index: np.ndarray) -> np.ndarray:
         index = np.asarray(index, dtype=np.int64)

@@ -35,6 +35,12 @@ class RowReader:
     def whole(self) -> np.ndarray:
         return self.rows(0, self.shape[0])
 
+    def stored_rows(self, lo: int, hi: int, dtype: str) -> np.ndarray | None:
+        """Rows lo:hi as the elements of storage type `dtype` (formats.STORAGE), when the reader holds them
+        in that type already (a bf16 checkpoint's table written as bf16: no float32 round trip); None
+        otherwise, and the caller encodes `rows`."""
+        return None
+
     def rows_into(self, lo: int, hi: int, out: np.ndarray) -> None:
         """Rows lo:hi decoded into `out` (float32, shape [hi - lo, ...]): a buffer the caller reuses, so a
         matrix-vector product decodes each block where the product reads it, in the cache, instead of into

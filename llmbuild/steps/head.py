@@ -16,7 +16,6 @@ from llmbuild.binary.container import write_container
 from llmbuild.binary.memory_map import MemoryPlan
 from llmbuild.binary.program import encode
 from llmbuild.importer.nets import head_nets
-from llmbuild.numerics.stored import RowReader
 from llmbuild.quant.scheme import head_scheme
 from llmbuild.recipe_types import Recipe
 from llmbuild.steps.compile_net import compile_net
@@ -32,8 +31,7 @@ def build_head(recipe: Recipe) -> None:
 
     _, device_weights = head_weights(recipe, paths, spec, shapes)
     head = head_scheme(recipe.quantization)
-    write_weight_file(paths.head_weights, plan,
-                      {k: v.rows if isinstance(v, RowReader) else v for k, v in device_weights.items()})
+    write_weight_file(paths.head_weights, plan, device_weights)  # tables by rows, bf16 ones without decoding
     compiled = {
         name: compile_net(module, plan, recipe.quantization.mode, recipe.target.chip, out)
         for name, module in head_nets(spec, shapes, head).items()
