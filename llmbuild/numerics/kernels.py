@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from llmbuild.numerics import lazy_zeros
+from llmbuild.numerics import buffer_pool, lazy_zeros
 from llmbuild.numerics.formats import CACHE_BLOCK, round_bf16_inplace, round_to
 from llmbuild.numerics.parallel import tile_map, workers
 from llmbuild.numerics.stored import (
@@ -243,7 +243,9 @@ def dequantize_uncached(attrs: dict[str, Any], weight: np.ndarray, scale: np.nda
 
 
 def clear_dequantize_cache() -> None:
-    """Forget every cached dequantized weight (a build step done with one layer's weights)."""
+    """Forget every cached dequantized weight (a build step done with one layer's weights): nothing may read
+    an array `dequantize` returned after this; their memory goes to the next layer's (buffer_pool.py)."""
+    buffer_pool.give_back(w for _, w in _DEQUANT_CACHE.values())
     _DEQUANT_CACHE.clear()
 
 
@@ -253,7 +255,7 @@ def _dequantize(attrs: dict[str, Any], weight: np.ndarray, scale: np.ndarray, zp
     as whole-matrix passes: a 7B projection is 68M values)."""
     scale = np.asarray(scale)
     n, k = weight.shape[0], weight.shape[1] * (2 if attrs.get("packed") else 1)
-    out = np.empty((n, k), dtype=scale.dtype)
+    out = buffer_pool.empty((n, k), scale.dtype)
     bf16 = attrs.get("dequant_dtype") == "bf16" and out.dtype == np.float32
     for lo, hi in _row_blocks(n, k):
         _dequantize_block(attrs, weight, scale, zp, lo, hi, out[lo:hi], bf16)
@@ -287,7 +289,10 @@ def _dequantize_block(attrs: dict[str, Any], weight: np.ndarray, scale: np.ndarr
     k, g = out.shape[1], attrs["q_group_size"]
     levels = unpack_nibbles(weight[lo:hi]) if attrs.get("packed") else np.asarray(weight[lo:hi])
     w = out.reshape(hi - lo, k // g, g)
-    np.subtract(levels.reshape(hi - lo, k // g, g), np.asarray(zp[lo:hi]).astype(out.dtype)[:, :, None], out=w)
+    # Widen the levels first, then subtract in the float type: a subtraction with a uint8 operand takes
+    # numpy's casting loop, several times slower (q - zero is an exact small integer either way).
+    w[...] = levels.reshape(hi - lo, k // g, g)
+    w -= np.asarray(zp[lo:hi]).astype(out.dtype)[:, :, None]
     w *= scale[lo:hi, :, None]
     if bf16:
         round_bf16_inplace(w, finite=bool(np.isfinite(scale[lo:hi]).all()))  # levels and zeros are finite

@@ -31,15 +31,17 @@ def round_half_away(x: np.ndarray) -> np.ndarray:
     return t + np.where(np.abs(frac) >= 0.5, np.sign(x), 0).astype(x.dtype)
 
 
-def _group_reduce(x: np.ndarray, op: np.ufunc) -> np.ndarray:
-    """op.reduce over the last axis by halving it (min and max are exact, so the result is the same):
-    twice as fast as numpy's reduction along a short contiguous axis, which rounds a 1.5B model's weights
-    to nearest in the build and again in its reference."""
-    while x.shape[-1] > 1:
-        half = x.shape[-1] // 2
-        folded = op(x[..., :half], x[..., half : 2 * half])
-        x = np.concatenate([folded, x[..., 2 * half :]], axis=-1) if x.shape[-1] % 2 else folded
-    return x[..., 0]
+def _group_min_max(groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(min, max) over the last axis of [rows, K / g, g]. The groups are transposed once so that each
+    reduction runs along rows of a [g, groups] array, where numpy's loop is a vectorised elementwise
+    min (max) over long rows: twice as fast as folding the short contiguous axis by halves, and 5x faster
+    than reducing along it (min and max are exact, so every way gives the same values). A 1.5B model's
+    weights are rounded to nearest in the build, in its checks and in its reference."""
+    g = groups.shape[-1]
+    by_position = np.ascontiguousarray(groups.reshape(-1, g).T)
+    lo = np.minimum.reduce(by_position, axis=0).reshape(groups.shape[:-1])
+    hi = np.maximum.reduce(by_position, axis=0).reshape(groups.shape[:-1])
+    return lo, hi
 
 
 def rtn_quantize(
@@ -72,7 +74,7 @@ def rtn_quantize(
 
 def _rtn4_block(groups: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(levels [rows, K] uint8, scale, zero point) of float32 weights in groups [rows, K / g, g]."""
-    lo, hi = _group_reduce(groups, np.minimum), _group_reduce(groups, np.maximum)
+    lo, hi = _group_min_max(groups)
     scale = np.maximum(hi - lo, _RANGE_FLOOR) / np.float32(15)
     zp = np.clip(-round_half_away(lo / scale), 0, 15)
     # round_half_away(w / scale) + zp, clipped, in place on one array (3.5x faster than the composed

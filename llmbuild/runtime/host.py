@@ -31,6 +31,7 @@ import numpy as np
 
 from llmbuild import LlmbuildError
 from llmbuild.binary.program import Instr, Program, TensorDesc
+from llmbuild.numerics import buffer_pool
 from llmbuild.numerics.formats import STORAGE, decode, round_to
 from llmbuild.numerics.kernels import (
     KERNELS,
@@ -387,6 +388,14 @@ class HostExecutor:
                     w = full
             self._dequantized[weight.address] = w
         return self._dequantized[weight.address]
+
+    def release_weights(self) -> None:
+        """Done with this executor (a check job moving to its next layer): its dequantized weights go back to
+        the buffer pool for the next layer's, and nothing here reads them again."""
+        self._programs.clear()
+        buffer_pool.give_back(self._dequantized.values())
+        self._dequantized.clear()
+        self._weights.clear()
 
     def cache_concat(self, history: TensorDesc) -> Callable[..., np.ndarray] | None:
         """Concat(history, new) on axis 1 for a layer's whole cache: the new rows are written after the

@@ -53,6 +53,11 @@ class CheckExecutor:
             self.executor = Device(size, tuple(self.plan.regions["weight"]), weights=self.image)  # type: ignore[arg-type]
         return self.executor
 
+    def release(self) -> None:
+        """The job is done with this layer: the host path's dequantized weights serve the next one's."""
+        if not self.faithful:
+            self.executor.release_weights()
+
     @property
     def name(self) -> str:
         return "device" if self.faithful else "host"
