@@ -119,6 +119,22 @@ def test_tensors_equal_transformers(source: GGUFSource, reference: tuple) -> Non
 
 
 @needs_smollm2
+def test_chunked_dequantization_equals_the_gguf_library(source: GGUFSource) -> None:
+    """The reader dequantizes many rows a call; every tensor of the file (Q4_1, Q8_0, F32) has the bits
+    of gguf.quants.dequantize, which calls the same block arithmetic 16 rows at a time."""
+    from gguf.quants import dequantize as whole
+
+    from llmbuild.frontend import gguf_dequant
+
+    kinds = set()
+    for t in source.raw_tensors():
+        kinds.add(t.tensor_type.name)
+        want = np.asarray(whole(t.data, t.tensor_type), dtype=np.float32)
+        got = gguf_dequant.dequantize(t.data, t.tensor_type)
+        assert got.shape == want.shape and np.array_equal(got.view(np.uint32), want.view(np.uint32)), t.name
+    assert {"Q4_1", "Q8_0"} <= kinds
+
+
 def test_qk_permutation_is_undone(source: GGUFSource) -> None:
     """Without the inverse permutation q/k would differ: the check above is not vacuous."""
     from gguf.quants import dequantize

@@ -126,7 +126,7 @@ class GGUFSource:
         return list(self._tensors.values())
 
     def tensor(self, name: str) -> np.ndarray:
-        from gguf.quants import dequantize
+        from llmbuild.frontend.gguf_dequant import dequantize
 
         t = self._entry(name)
         try:

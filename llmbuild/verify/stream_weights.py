@@ -301,7 +301,7 @@ class GGUFWeights:
 
     def _rows(self, name: str, rows: Any) -> torch.Tensor:
         # Rows of the embedding and lm_head only: their GGUF rows are never permuted (only q/k are).
-        from gguf.quants import dequantize
+        from llmbuild.frontend.gguf_dequant import dequantize
 
         t = self._raw.get(name)
         if t is None:
