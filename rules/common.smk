@@ -31,10 +31,11 @@ onerror:
 # fails with the loader's message saying where to put them; `all` leaves them out.
 # A recipe that does not load (a typo in one file) keeps a target of its own that fails with the loader's
 # one-line message; every other recipe builds.
-MISSING, BROKEN = dag.recipe_problems(list_recipes(buildable_only=True))
-RECIPES = [r for r in list_recipes(buildable_only=True) if r not in MISSING and r not in BROKEN]
+BUILDABLE = list_recipes(buildable_only=True)  # read once: every recipe file and its bases
+MISSING, BROKEN = dag.recipe_problems(BUILDABLE)
+RECIPES = [r for r in BUILDABLE if r not in MISSING and r not in BROKEN]
 # What `all` builds: config `recipes` when given, else every recipe above.
-ALL = [r for r in selected(CONFIG, list_recipes(buildable_only=True)) if r in RECIPES]
+ALL = [r for r in selected(CONFIG, BUILDABLE) if r in RECIPES]
 if MISSING:
     print(f"llmbuild: not building {', '.join(MISSING)} (no checkpoint here; `snakemake NAME` says where "
           "to put it)", file=sys.stderr)

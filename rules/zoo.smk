@@ -10,7 +10,6 @@
 # job runs after the last of them. The run id (a UTC timestamp) names this run's results and record.
 from snakemake.exceptions import WorkflowError
 
-from llmbuild.recipe import list_recipes
 from llmbuild.steps.workflow_config import selected
 from llmbuild.zoo.layout import new_run_id
 
@@ -25,7 +24,7 @@ def _zoo_cores(wildcards):
 
 
 ZOO = f"{BUILD}/zoo"
-ZOO_RECIPES = selected(CONFIG, list_recipes(buildable_only=True))
+ZOO_RECIPES = selected(CONFIG, BUILDABLE)  # common.smk
 ZOO_RUN = new_run_id(ZOO)
 
 # Both only start Snakemake runs or read files: on a cluster they stay on the submitting machine.
