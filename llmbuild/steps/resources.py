@@ -128,19 +128,24 @@ def step_resources(recipe: Recipe, spec: ModelSpec, step: str, faithful: bool = 
         minutes = 2 + billions * 2
     elif step == "check":
         per_weight = CHECK_BYTES[origin][1 if faithful else 0]
-        # Live values at full rows (products and row-local ops compute the real rows, but the device's
-        # static nets and a few whole-shape results stay) and the attention mask with its rounded copies.
-        activations = 4.5 * 4 * L * (size.hidden + size.intermediate) + 4.5 * 4 * L * (S + L)
+        # Live values at full rows (products and row-local ops compute the real rows and leave the padding
+        # rows unmapped, numerics/lazy_zeros.py, but the device's static nets and a few whole-shape results
+        # stay) and the attention mask with its rounded copies: fitted to the 1.5B's checks at seq 2048 and
+        # 8192 (799 and 2837 MB measured, docs/performance.md).
+        activations = 4 * L * (size.hidden + size.intermediate) + 15 * L * (S + L)
         mb = BASE_MB["check"] + (per_weight * size.layer + activations) / MB
         minutes = 2 + billions * 3
     elif step == "head":
-        # Tables converted and written in blocks when large; a small one decoded whole.
-        mb = BASE_MB["compile"] + (table if table <= 4 * TABLE_BLOCK else 3 * TABLE_BLOCK) / MB
+        # Tables converted and written in blocks when large; a small one decoded whole, with its encoded copy
+        # and that copy's bytes (SmolLM2's tied table: 309 MB measured against 288 declared at 1x).
+        mb = BASE_MB["compile"] + (2 * table if table <= 4 * TABLE_BLOCK else 3 * TABLE_BLOCK) / MB
         mb += 3 * table / MB if recipe.quantization.lm_head not in (None, "float") else 0
         minutes = 2 + billions * 2
     elif step == "head_check":
-        # TopOp's lm_head and the device's, each a block (or the whole small table) at a time.
-        mb = BASE_MB["check"] + 3.2 * min(table, 4 * TABLE_BLOCK) / MB
+        # TopOp's lm_head and the device's, each a block (or the whole small table) at a time, and what grows
+        # with the table beyond the blocks: fitted to the measured peaks (Qwen2-7B 1412 MB, the 1.5B 316-630,
+        # SmolLM2 70-392; docs/performance.md), which vary by a factor of 2 between runs.
+        mb = BASE_MB["check"] + 100 + 0.6 * table / MB
         mb += 3 * table / MB if recipe.quantization.lm_head not in (None, "float") else 0
         minutes = 2 + billions * 2
     elif step == "reference":
@@ -179,7 +184,9 @@ def step_resources(recipe: Recipe, spec: ModelSpec, step: str, faithful: bool = 
             mb = BASE_MB["torch"] + 800 + (VISION_BYTES * tower.weights + VISION_TILE_BYTES * tower.activations) / MB
             minutes = 2 + tower.weights / 1e9 * VISION_MINUTES
     elif step == "link":
-        mb = BASE_MB["compile"] + 100  # 16 MB reads, the programs decoded one at a time
+        # 16 MB reads and the programs decoded one at a time, which grow with the prefill's row tiles:
+        # measured 77 MB (SmolLM2, 512 rows), 110-123 (the 7B, the 1.5B at 2048), 319 (the 1.5B at 8192).
+        mb = 110 + 0.04 * L
         minutes = 2 + billions
     elif step == "quantize":
         # The library (gptqmodel, autoawq, auto-round) loads the whole float model, in float32 by default
@@ -189,7 +196,10 @@ def step_resources(recipe: Recipe, spec: ModelSpec, step: str, faithful: bool = 
         bytes_per_weight = 2 if recipe.quantization.options.get("dtype") in ("bfloat16", "float16") else 4
         mb = 800 + bytes_per_weight * 1.05 * weights / MB
         minutes = 5 + 20 * billions  # ~10 CPU-minutes a billion weights (32 calibration samples), twice
-    else:  # prepare, plan, verify: headers and JSON
+    elif step == "prepare":  # headers, a scan of every tensor for non-finite values in blocks, the tokenizer
+        mb = BASE_MB["light"] + 70  # Qwen2-7B GPTQ: 169 MB measured
+        minutes = 2
+    else:  # plan, verify: headers and JSON
         mb = BASE_MB["light"]
         minutes = 2
     return Resources(int(math.ceil(mb)), int(math.ceil(minutes)))
