@@ -103,6 +103,36 @@ def test_blas_thread_choice_follows_the_load(monkeypatch: pytest.MonkeyPatch) ->
     assert busy_again[:3].count(0) <= 1 and busy_again[3:].count(0) <= 2
 
 
+@pytest.mark.parametrize("n", [4096, 4097, 4098, 4099])
+def test_only_products_with_outputs_in_fours_may_change_threads(n: int) -> None:
+    """OpenBLAS's threads split a matrix-vector product's outputs at multiples of 4: with n % 4 == 0 one and
+    two threads give the same bits, so ThreadChoice may pick either; other n stay on one thread."""
+    from llmbuild.binary.program import Instr, Program, TensorDesc
+    from llmbuild.runtime import blas
+
+    prog = Program("decode", "decode", 0, 0, tensors=[TensorDesc("f32", (1, 1, 64), 0),
+                                                      TensorDesc("f32", (n, 64), 256),
+                                                      TensorDesc("f32", (1, 1, n), 512)],
+                   instrs=[Instr("MatMul", (0, 1), 2, "p", {"right_transpose": True})])
+    assert blas.vector_only(prog) == (n % 4 == 0)
+    found = blas._openblas_threads()
+    if found is None:
+        pytest.skip("numpy's BLAS is not OpenBLAS: no thread setting to compare")
+    get, put = found
+    rng = np.random.default_rng(n)
+    x, w = rng.standard_normal((1, 1536), dtype=np.float32), rng.standard_normal((n, 1536), dtype=np.float32)
+    before = get()
+    try:
+        put(1)
+        one = x @ w.T
+        put(2)
+        two = x @ w.T
+    finally:
+        put(before)
+    if n % 4 == 0:
+        assert np.array_equal(one, two)
+
+
 @pytest.mark.parametrize("recipe", ["qwen2_tiny_f32", "smollm2_135m_bf16"])
 @pytest.mark.parametrize("where", ["file", "half"])
 def test_weights_left_in_their_storage_format_give_the_same_bits(runtime_build: Path, recipe: str, where: str,

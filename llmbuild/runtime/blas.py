@@ -7,10 +7,11 @@ shared with other jobs (steal time), each product waits for a descheduled worker
 5-10x slower than on one thread. Neither setting is right everywhere, and load changes while a
 conversation runs, so `ThreadChoice` times both and keeps the faster, trying the other again now and then.
 
-A matrix-vector product gives the same bits on any number of threads (each output element is one dot
-product, computed whole by one thread), so the choice changes only the speed. Matrix-matrix products
-(prefill, M = L rows) keep the process's setting (OPENBLAS_NUM_THREADS): their bits depend on how the
-threads split the work, and the host path must agree with the simulated device bit for bit.
+A matrix-vector product with a multiple of 4 outputs gives the same bits on any number of threads (each
+output element is one dot product, computed whole by one thread, and the threads split the outputs at
+multiples of 4), so the choice changes only the speed; `vector_only` keeps the others on one thread.
+Matrix-matrix products (prefill, M = L rows) keep the process's setting (OPENBLAS_NUM_THREADS): their
+bits depend on how the threads split the work, and the host path must agree with the simulated device bit for bit.
 
 numpy has no API for its BLAS threads; like threadpoolctl, we call OpenBLAS's own setter in the library
 numpy loaded. Without OpenBLAS (another BLAS, an unusual install) this is a no-op.
@@ -30,13 +31,16 @@ from llmbuild.binary.program import Program
 
 
 def vector_only(prog: Program) -> bool:
-    """Every matrix product of `prog` has a one-row left operand (decode nets, lm_head)."""
+    """Every matrix product of `prog` has a one-row left operand (decode nets, lm_head) and a multiple of
+    4 outputs. OpenBLAS's matrix-vector kernel takes outputs four at a time and the last n % 4 by another
+    path, and its threads split the outputs: with n % 4 != 0 one and two threads gave different bits
+    (measured, OpenBLAS 0.3.29, n = 4097-4099), so such a program stays on one thread."""
     for ins in prog.instrs:
         if ins.op in ("MatMul", "A16MatMul"):
             rows = 1
             for d in prog.tensors[ins.operands[0]].shape[:-1]:
                 rows *= d
-            if rows != 1:
+            if rows != 1 or prog.tensors[ins.result].shape[-1] % 4:
                 return False
         elif ins.op == "FAttention" and ins.attrs["mq"] != 1:
             return False
