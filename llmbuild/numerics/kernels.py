@@ -169,7 +169,7 @@ def _vector_product(x: np.ndarray, w_nk: RowReader) -> np.ndarray:
     Each output is one dot product over the whole K, so the blocks change no bits as long as every block
     holds a multiple of 4 rows: OpenBLAS's matrix-vector kernel takes columns four at a time and the last
     n % 4 by another path (the caller checks n and the op's N tile are multiples of 4; tested against the
-    whole product in tests/test_kernels.py)."""
+    whole product in tests/test_stored_weights.py)."""
     n, k = w_nk.shape
     step = max(4, CACHE_BLOCK // k // 4 * 4)
     buffer = np.empty((min(step, n), k), dtype=np.float32)
