@@ -100,7 +100,8 @@ def tiled_product(attrs: dict[str, Any], x: np.ndarray, w_nk: Weight) -> np.ndar
     m, n = x2.shape[0], w_nk.shape[0]
     tm, tn = attrs.get("tile_m", 0) or ROW_TILE, attrs.get("tile_n", 0) or n
     active = attrs.get("active_rows") or m
-    if m == 1 and isinstance(w_nk, RowReader) and n % 4 == 0 and tn % 4 == 0 and not attrs.get("untiled"):
+    if (m == 1 and isinstance(w_nk, RowReader) and _decodes_to_f32(w_nk) and n % 4 == 0 and tn % 4 == 0
+            and not attrs.get("untiled")):
         return _vector_product(x2, w_nk).reshape(*lead, n)
     if attrs.get("untiled"):  # the float TopOp reference: no tiles to match, one product over the real rows
         if isinstance(w_nk, RowReader) and 4 * n * k > LAZY_WHOLE_BYTES:
@@ -249,18 +250,25 @@ def clear_dequantize_cache() -> None:
     _DEQUANT_CACHE.clear()
 
 
-def _dequantize(attrs: dict[str, Any], weight: np.ndarray, scale: np.ndarray, zp: np.ndarray) -> np.ndarray:
+def _dequantize(attrs: dict[str, Any], weight: np.ndarray, scale: np.ndarray, zp: np.ndarray,
+                into: np.ndarray | None = None) -> np.ndarray:
     """(levels - zero) * scale per group of K, in the scale's type; with `dequant_dtype`, rounded to it as
     the device's dequantizer does. Into one array, in row blocks that stay in the L2 cache (twice as fast
-    as whole-matrix passes: a 7B projection is 68M values)."""
+    as whole-matrix passes: a 7B projection is 68M values). `into`: a buffer of the result's shape to
+    write it to as well, computed there directly when it has the scale's type and nothing is rounded
+    after the blocks."""
     scale = np.asarray(scale)
     n, k = weight.shape[0], weight.shape[1] * (2 if attrs.get("packed") else 1)
-    out = buffer_pool.empty((n, k), scale.dtype)
-    bf16 = attrs.get("dequant_dtype") == "bf16" and out.dtype == np.float32
+    bf16 = attrs.get("dequant_dtype") == "bf16" and scale.dtype == np.float32  # rounded block by block
+    rounded_after = bool(attrs.get("dequant_dtype")) and not bf16
+    direct = into is not None and into.dtype == scale.dtype and not rounded_after
+    out = into if direct else buffer_pool.empty((n, k), scale.dtype)
     for lo, hi in _row_blocks(n, k):
         _dequantize_block(attrs, weight, scale, zp, lo, hi, out[lo:hi], bf16)
-    if attrs.get("dequant_dtype") and not bf16:
+    if rounded_after:
         out = round_to(out.astype(np.float32, copy=False), attrs["dequant_dtype"])
+    if into is not None and not direct:
+        into[...] = out
     return out
 
 
@@ -307,17 +315,13 @@ class DequantizedRows(RowReader):
         self.shape = (weight.shape[0], cols)
 
     def rows(self, lo: int, hi: int) -> np.ndarray:
-        parts = (row_slice(self.weight, lo, hi), row_slice(self.scale, lo, hi), row_slice(self.zp, lo, hi))
-        return _dequantize(self.attrs, *parts).astype(self.dtype, copy=False)
+        return _dequantize(self.attrs, *self._parts(lo, hi)).astype(self.dtype, copy=False)
 
     def rows_into(self, lo: int, hi: int, out: np.ndarray) -> None:
-        weight, scale, zp = (row_slice(self.weight, lo, hi), row_slice(self.scale, lo, hi), row_slice(self.zp, lo, hi))
-        scale = np.asarray(scale)
-        rounding = self.attrs.get("dequant_dtype")
-        if scale.dtype != np.float32 or rounding not in (None, "bf16"):  # not in float32 arithmetic: decode apart
-            super().rows_into(lo, hi, out)
-            return
-        _dequantize_block(self.attrs, weight, scale, zp, 0, hi - lo, out, rounding == "bf16")
+        _dequantize(self.attrs, *self._parts(lo, hi), into=out)
+
+    def _parts(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return row_slice(self.weight, lo, hi), row_slice(self.scale, lo, hi), row_slice(self.zp, lo, hi)
 
 
 @kernel("A16MatMul")
