@@ -15,6 +15,7 @@ set -euo pipefail
 
 STATE=${LLMBUILD_SLURM_STATE:-/var/lib/llmbuild-slurm}
 CONF=/etc/slurm/slurm.conf  # fixed: the jobstep plugin strips SLURM_CONF inside jobs, so jobs read this path
+MARKER="# Written by llmbuild's scripts/slurm-local.sh"  # the config's first line: how stop knows it is ours
 NODE=localhost
 PACKAGES=(munge slurmctld slurmd slurm-client)
 # munged's default socket: slurm's auth/munge plugin and the munge/unmunge tools find it without settings.
@@ -73,7 +74,7 @@ write_config() {
     local tmp
     tmp=$(mktemp /etc/slurm/.slurm.conf.XXXXXX)
     cat >"$tmp" <<EOF
-# Written by llmbuild's scripts/slurm-local.sh: a single-node cluster on 127.0.0.1 for tests and trials.
+$MARKER: a single-node cluster on 127.0.0.1 for tests and trials.
 ClusterName=llmbuild-local
 SlurmctldHost=localhost(127.0.0.1)
 SlurmUser=root
@@ -210,7 +211,7 @@ stop() {
     # A config naming a controller that no longer runs makes every `scontrol` wait 9 s for it, and
     # Snakemake's SLURM executor plugin runs `scontrol show config` when it is imported, that is at every
     # `snakemake` start: it would add 9 s to every later build on this machine. Only our own file goes.
-    if [ -f "$CONF" ] && grep -q "^# Written by llmbuild's scripts/slurm-local.sh" "$CONF"; then
+    if [ -f "$CONF" ] && head -n 1 "$CONF" | grep -qF "$MARKER"; then
         rm -f "$CONF"
     fi
     echo "slurm-local.sh: stopped"
