@@ -77,13 +77,15 @@ def _encoded_blocks(name: str, slot: Slot, values: Values) -> Iterator[bytes]:
     rows = slot.shape[0]
     row_floats = max(1, int(np.prod(slot.shape[1:])))
     step = max(1, ROW_BLOCK_BYTES // (4 * row_floats))
+    reader = values if isinstance(values, RowReader) else None
+    produce = reader.rows if reader is not None else values
     for lo in range(0, rows, step):
         hi = min(rows, lo + step)
-        stored = values.stored_rows(lo, hi, slot.dtype) if isinstance(values, RowReader) else None
+        stored = reader.stored_rows(lo, hi, slot.dtype) if reader is not None else None
         if stored is not None:
             yield np.ascontiguousarray(stored).tobytes()
             continue
-        block = np.asarray(values.rows(lo, hi) if isinstance(values, RowReader) else values(lo, hi))
+        block = np.asarray(produce(lo, hi))
         if tuple(block.shape) != (hi - lo, *slot.shape[1:]):
             raise LlmbuildError(f"tensor {name}: rows {lo}..{hi} have shape {list(block.shape)}, "
                                 f"expected {[hi - lo, *slot.shape[1:]]}")

@@ -396,6 +396,7 @@ class HostExecutor:
         buffer_pool.give_back(self._dequantized.values())
         self._dequantized.clear()
         self._weights.clear()
+        self.cached_bytes = 0  # nothing decoded is held any more
 
     def cache_concat(self, history: TensorDesc) -> Callable[..., np.ndarray] | None:
         """Concat(history, new) on axis 1 for a layer's whole cache: the new rows are written after the

@@ -64,7 +64,8 @@ def check_layer(recipe: Recipe, layer: int) -> None:
         case = stage_case(stage, ref, layer, shapes, recipe.verify.check_tokens)
         metrics["stages"][stage] = check_case(top, programs[block_net_name(layer, stage)], case, lookup, executor)
         progress.done(f"{stage} checked")
-    executor.release()  # the next layer of this job needs none of this one's weights: their memory, it does
+    # The next layer of this job needs none of this one's weights, but it can reuse their memory.
+    executor.release()
     clear_dequantize_cache()
     write_json(paths.layer_metrics(layer), metrics)
 
