@@ -19,6 +19,7 @@ from llmbuild.frontend.json_file import read_json
 from llmbuild.frontend.registry import architecture_for_hf_model_type, get_architecture
 from llmbuild.frontend.safetensors_header import read_header
 from llmbuild.frontend.spec import ModelSpec
+from llmbuild.numerics.formats import bf16_bits_to_f32
 from llmbuild.numerics.stored import RowReader
 
 SINGLE_FILE = "model.safetensors"
@@ -162,11 +163,7 @@ class HFSource:
         return mm[entry.begin : entry.end].view(_DTYPES[entry.dtype]).reshape(entry.shape)
 
     def _read(self, entry: _Entry, lo: int = 0, hi: int | None = None) -> np.ndarray:
-        words = self._words(entry)[lo:hi]
-        if entry.dtype == "BF16":
-            # bf16 is the top half of a float32: shift it back into place.
-            return (words.astype(np.uint32) << 16).view(np.float32)
-        return words.astype(np.float32)  # always a copy, never a view into the map
+        return _as_f32(self._words(entry)[lo:hi], entry.dtype)  # always a copy, never a view into the map
 
 
 class _EntryRows(RowReader):
@@ -174,10 +171,7 @@ class _EntryRows(RowReader):
         self.source, self.entry, self.shape = source, entry, tuple(entry.shape)
 
     def rows(self, lo: int, hi: int) -> np.ndarray:
-        words = self._stored(lo, hi)
-        if self.entry.dtype == "BF16":
-            return (words.astype(np.uint32) << 16).view(np.float32)
-        return words.astype(np.float32)
+        return _as_f32(self._stored(lo, hi), self.entry.dtype)
 
     def stored_rows(self, lo: int, hi: int, dtype: str) -> np.ndarray | None:
         # The words as they are: decoding a bf16 value to float32 and rounding it back to bf16 gives its bits
@@ -195,10 +189,14 @@ class _EntryRows(RowReader):
 
     def take(self, index: np.ndarray) -> np.ndarray:
         index = np.asarray(index, dtype=np.int64)
-        words = self.source._words(self.entry)[index.reshape(-1)]
-        values = (words.astype(np.uint32) << 16).view(np.float32) if self.entry.dtype == "BF16" else words.astype(
-            np.float32)
+        values = _as_f32(self.source._words(self.entry)[index.reshape(-1)], self.entry.dtype)
         return values.reshape(*index.shape, *self.shape[1:])
+
+
+def _as_f32(words: np.ndarray, dtype: str) -> np.ndarray:
+    """A safetensors entry's stored words as float32, a new array: bf16 is the top half of a float32, shifted
+    back into place; other types converted."""
+    return bf16_bits_to_f32(words) if dtype == "BF16" else words.astype(np.float32)
 
 
 def _read_index(directory: Path) -> tuple[Path, dict[str, _Entry]]:
