@@ -315,6 +315,7 @@ def main() -> None:
     args.build_dir.mkdir(parents=True, exist_ok=True)
     logs = args.build_dir / "logs"
     logs.mkdir(exist_ok=True)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
     results: dict[str, list[Measured]] = {}
     for case in cases:
         ensure_checkpoint(case, args.models)
