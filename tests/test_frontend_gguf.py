@@ -135,6 +135,56 @@ def test_chunked_dequantization_equals_the_gguf_library(source: GGUFSource) -> N
     assert {"Q4_1", "Q8_0"} <= kinds
 
 
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q8_0"])
+def test_dequantization_kernels_equal_the_gguf_library_on_random_data(kind: str) -> None:
+    """The Q4_0, Q4_1 and Q8_0 kernels against gguf.quants.dequantize, bit for bit: more blocks than one
+    chunk (2,400 against 2,048), a slice of rows, gathered rows, and written into a given buffer."""
+    from gguf.constants import GGMLQuantizationType
+    from gguf.quants import dequantize as whole
+    from gguf.quants import quantize
+
+    from llmbuild.frontend import gguf_dequant
+
+    qtype = GGMLQuantizationType[kind]
+    floats = np.random.default_rng(7).standard_normal((300, 256)).astype(np.float32) * 3
+    raw = quantize(floats, qtype)
+    for part in (raw, raw[17:29], raw[[5, 250, 5, 0]]):
+        want = whole(part, qtype)
+        got = gguf_dequant.dequantize(part, qtype)
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    into = np.full((300, 256), np.nan, dtype=np.float32)
+    assert gguf_dequant.dequantize(raw, qtype, into) is into
+    assert np.array_equal(into.view(np.uint32), whole(raw, qtype).view(np.uint32))
+    with pytest.raises(ValueError, match="C-contiguous float32"):
+        gguf_dequant.dequantize(raw, qtype, np.empty((300, 128), dtype=np.float32))
+
+
+def test_lazy_string_arrays_read_as_lists(source: GGUFSource) -> None:
+    """The vocabulary is stepped over when the header is read and decoded on first use: the same strings
+    as the gguf library's reader gives."""
+    from gguf import GGUFReader
+
+    from llmbuild.frontend.gguf_index import LazyStrings, read_gguf
+
+    metadata, _ = read_gguf(source.path)
+    tokens = metadata["tokenizer.ggml.tokens"]
+    assert isinstance(tokens, LazyStrings)
+    field = GGUFReader(str(source.path)).fields["tokenizer.ggml.tokens"]
+    want = [bytes(field.parts[i]).decode("utf-8") for i in field.data]
+    assert len(tokens) == len(want) and tokens[100] == want[100] and list(tokens) == want
+
+
+def test_quantized_rows_reorder_before_dequantizing(source: GGUFSource) -> None:
+    """q/k rows are unpermuted as stored bytes, then dequantized: the same as unpermuting the floats."""
+    from gguf.quants import dequantize
+
+    from llmbuild.frontend.arch.base import unpermute_qk_rows
+
+    raw = {t.name: t for t in source.raw_tensors()}["blk.0.attn_q.weight"]
+    floats = unpermute_qk_rows(dequantize(raw.data, raw.tensor_type), source.spec.num_heads)
+    assert np.array_equal(source.tensor("layers.0.self_attn.q_proj.weight"), floats)
+
+
 def test_qk_permutation_is_undone(source: GGUFSource) -> None:
     """Without the inverse permutation q/k would differ: the check above is not vacuous."""
     from gguf.quants import dequantize

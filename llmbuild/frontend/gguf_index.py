@@ -1,8 +1,11 @@
 """A fast reader of a GGUF file's header: metadata and the tensor index, data left memory-mapped.
 
 `gguf.GGUFReader` builds a numpy view per metadata item; for a 49k-token vocabulary that takes 6-13 s,
-paid again by every per-layer build job. This reader walks the same header with `struct` in ~0.1 s and
-gives each tensor as a memory-mapped view, to be dequantized with `gguf.quants.dequantize`.
+paid again by every per-layer build job. This reader walks the same header with `struct` and gives each
+tensor as a memory-mapped view, to be dequantized with `gguf.quants.dequantize`. Arrays of strings (the
+vocabulary and the merges, most of a header) are only stepped over, and decoded when first read: only the
+step that writes the tokenizer files reads them, and SmolLM2's header went from 0.23 s to 0.03 s for
+every other job.
 Format: https://github.com/ggml-org/ggml/blob/master/docs/gguf.md (version 2 and 3).
 """
 
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import mmap
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +37,42 @@ class GGUFTensor:
     offset: int = 0  # where the data starts in the file, in bytes
 
 
+_LENGTH = struct.Struct("<Q")
+
+
+class LazyStrings(Sequence[str]):
+    """A metadata array of strings, decoded on first use (see the module's docstring)."""
+
+    def __init__(self, buf: mmap.mmap, start: int, count: int) -> None:
+        self._buf, self._start, self._count = buf, start, count
+        self._values: list[str] | None = None
+
+    def _decoded(self) -> list[str]:
+        if self._values is None:
+            values, pos = [], self._start
+            for _ in range(self._count):
+                (n,) = _LENGTH.unpack_from(self._buf, pos)
+                values.append(self._buf[pos + 8 : pos + 8 + n].decode("utf-8", errors="replace"))
+                pos += 8 + n
+            self._values = values
+        return self._values
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, i):  # type: ignore[override]  # int or slice, as a list
+        return self._decoded()[i]
+
+    def __iter__(self):
+        return iter(self._decoded())
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == list(other) if isinstance(other, Sequence) else NotImplemented
+
+    def __repr__(self) -> str:
+        return f"LazyStrings({self._count} strings)"
+
+
 class _Cursor:
     def __init__(self, buf: mmap.mmap, path: Path):
         self.buf, self.pos, self.path = buf, 0, path
@@ -51,6 +91,19 @@ class _Cursor:
         self.pos += n
         return raw.decode("utf-8", errors="replace")
 
+    def skip_strings(self, count: int) -> LazyStrings:
+        """Step over `count` strings (each a u64 length and its bytes); they are decoded when first read."""
+        start, pos, buf = self.pos, self.pos, self.buf
+        try:
+            for _ in range(count):
+                pos += 8 + _LENGTH.unpack_from(buf, pos)[0]
+        except struct.error:
+            pos = len(buf) + 1
+        if pos > len(buf):
+            raise LlmbuildError(f"{self.path}: truncated GGUF header")
+        self.pos = pos
+        return LazyStrings(buf, start, count)
+
     def value(self, vtype: int) -> Any:
         if vtype in _SCALARS:
             return self.take(_SCALARS[vtype])
@@ -63,6 +116,8 @@ class _Cursor:
                 values = list(s.unpack_from(self.buf, self.pos))
                 self.pos += s.size
                 return values
+            if itype == _STRING:
+                return self.skip_strings(count)
             return [self.value(itype) for _ in range(count)]
         raise LlmbuildError(f"{self.path}: unknown GGUF metadata type {vtype}")
 

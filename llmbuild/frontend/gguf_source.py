@@ -121,21 +121,37 @@ class GGUFSource:
             raise LlmbuildError(f"{self.path}: tensor {t.name!r} has shape {list(t.shape)}, expected {list(expected)}")
         return t
 
+    def shape(self, name: str) -> tuple[int, ...]:
+        """Canonical tensor `name`'s shape (numpy order), checked against the file's entry."""
+        return tuple(int(n) for n in self._entry(name).shape)
+
     def raw_tensors(self) -> list[Any]:
         """Every tensor of the file as stored (`gguf_index.GGUFTensor`: GGUF name, type, raw bytes)."""
         return list(self._tensors.values())
 
-    def tensor(self, name: str) -> np.ndarray:
+    def tensor(self, name: str, out: np.ndarray | None = None) -> np.ndarray:
+        """Canonical tensor `name` in float32, new or written into `out` (float32, C-contiguous)."""
         from llmbuild.frontend.gguf_dequant import dequantize
 
         t = self._entry(name)
+        raw = np.asarray(t.data)
+        # Quantized rows are whole blocks, and the architecture's transform only reorders rows: reorder the
+        # stored rows (a fraction of the float32 bytes) and dequantize straight into the result.
+        quantized = raw.dtype == np.uint8
+        if quantized:
+            raw = self.architecture.transform_gguf_tensor(name, raw, self.spec)
         try:
-            array = dequantize(t.data, t.tensor_type)
+            array = dequantize(raw, t.tensor_type, out)
         except NotImplementedError as exc:
             raise LlmbuildError(f"{self.path}: tensor {t.name!r}: {exc}") from None
+        if quantized:
+            return array
         # F32 tensors come back as views into the read-only map: copy so callers own the result.
-        array = np.array(array, dtype=np.float32, copy=True)
-        return self.architecture.transform_gguf_tensor(name, array, self.spec)
+        array = self.architecture.transform_gguf_tensor(name, np.array(array, dtype=np.float32, copy=True), self.spec)
+        if out is not None and array is not out:
+            out[...] = array
+            return out
+        return array
 
 
 def gguf_metadata(path: Path) -> Mapping[str, Any]:

@@ -7,6 +7,7 @@ the same byte-level BPE that transformers' GGUF loader builds (GPT-2 style), so 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -80,7 +81,7 @@ def write_tokenizer_from_gguf(gguf_path: Path, out_dir: Path) -> None:
     kind = meta.get("tokenizer.ggml.model")
     if kind != "gpt2":
         raise LlmbuildError(f"{gguf_path}: tokenizer.ggml.model {kind!r} is not supported (expected gpt2)")
-    tokens: list[str] = meta.get("tokenizer.ggml.tokens") or []
+    tokens: Sequence[str] = meta.get("tokenizer.ggml.tokens") or []  # gguf_index.LazyStrings
     if not tokens:
         raise LlmbuildError(f"{gguf_path}: missing metadata tokenizer.ggml.tokens")
     tokenizer = _byte_level_bpe(meta, tokens)
@@ -122,7 +123,7 @@ def _context_length(meta: dict[str, Any]) -> int:
     return int(meta.get(f"{meta.get('general.architecture')}.context_length") or 1 << 30)
 
 
-def _byte_level_bpe(meta: dict[str, Any], tokens: list[str]) -> Any:
+def _byte_level_bpe(meta: dict[str, Any], tokens: Sequence[str]) -> Any:
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 
     alphabet = set(byte_alphabet().values())

@@ -292,7 +292,12 @@ class GGUFWeights:
         self._raw = {canonical_gguf_name(t.name): t for t in index.tensors}
 
     def layer(self, i: int, keys: Sequence[str], out: Buffers | None = None) -> dict[str, torch.Tensor]:
-        state = {key: place(torch.from_numpy(self.source.tensor(f"layers.{i}.{key}")), out, key) for key in keys}
+        state = {}
+        for key in keys:
+            name = f"layers.{i}.{key}"
+            # Dequantized straight into the last layer's buffer when there is one (no second copy).
+            buffer = buffer_for(out, key, self.source.shape(name))
+            state[key] = torch.from_numpy(self.source.tensor(name, buffer.numpy()))
         self._release()
         return state
 
@@ -306,9 +311,10 @@ class GGUFWeights:
         t = self._raw.get(name)
         if t is None:
             raise LlmbuildError(f"{self.source.path}: missing tensor for {name!r}")
-        values = dequantize(t.data[rows], t.tensor_type)
-        out = torch.empty(values.shape, dtype=torch.float32)  # torch-allocated: aligned, one copy (see aligned())
-        out.numpy()[...] = values
+        raw = np.asarray(t.data[rows])
+        width = int(t.shape[-1])
+        out = torch.empty((*raw.shape[:-1], width), dtype=torch.float32)  # torch-allocated: aligned (see aligned())
+        dequantize(raw, t.tensor_type, out.numpy())
         self._release()
         return out
 

@@ -147,7 +147,8 @@ class Architecture:
         )
 
     def transform_gguf_tensor(self, name: str, array: np.ndarray, spec: ModelSpec) -> np.ndarray:
-        """Undo llama.cpp's rotary row interleave on q/k (as transformers' GGUF loader does)."""
+        """Undo llama.cpp's rotary row interleave on q/k (as transformers' GGUF loader does). It only reorders
+        rows, so the GGUF reader applies it to a quantized tensor's stored rows, before dequantizing."""
         if not self.gguf_permutes_qk:
             return array
         if ".self_attn.q_proj." in name:
