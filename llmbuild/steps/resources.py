@@ -153,7 +153,7 @@ def step_resources(recipe: Recipe, spec: ModelSpec, step: str, faithful: bool = 
         # layer being made and its reads, T tokens' activations and their logits.
         budget = reference_memory.levels_budget(size.layer)
         levels = 0 if origin == "float" else min(budget, 1.1 * size.layer * size.layers)
-        layers = min(reference_memory.LAYER_CACHE_BYTES, 4 * size.layer * size.layers)
+        layers = reference_memory.layer_cache_budget(4 * size.layer * size.layers)
         work = 2.6 * 4 * size.layer + 4 * T * (4 * (size.hidden + size.intermediate) + size.vocab)
         mb = BASE_MB["torch"] + (layers + levels + work) / MB + 100
         minutes = 5 + billions * 20

@@ -11,8 +11,8 @@ transformers' code unchanged: the decoder's forward (positions, the causal mask,
 
 Peak memory is one layer in float32 (the next layer is written into the last one's tensors), one block of
 lm_head rows, the KV cache and the activations. Greedy generation streams every layer again for each new
-token; `LayerStore` keeps the first layers that fit a fixed budget resident (it pays for small models
-whose layers are slow to make, e.g. dequantized GGUF rounded to nearest; a 7B layer never fits).
+token; `LayerStore` keeps the first layers that fit a budget resident: every layer of a small model
+(up to 512 MiB of float32 layers: SmolLM2-135M), else 128 MiB of them (a 7B layer never fits).
 """
 
 from __future__ import annotations
@@ -24,11 +24,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from llmbuild.verify.reference_memory import LAYER_CACHE_BYTES
+from llmbuild.verify.reference_memory import layer_cache_budget
 from llmbuild.verify.stream_weights import ReferenceWeights
 
 HEAD_ROW_BLOCK = 8192  # lm_head rows per block: 117 MB of float32 at hidden 3584
-DEFAULT_CACHE_BYTES = LAYER_CACHE_BYTES
 _ALIGN = 64  # bytes: torch's CPU allocator's alignment
 
 
@@ -130,14 +129,17 @@ class HeadRows(nn.Module):
         return out
 
 
-def streamed_model(weights: ReferenceWeights, cache_bytes: int = DEFAULT_CACHE_BYTES) -> tuple[Any, LayerStore]:
+def streamed_model(weights: ReferenceWeights, cache_bytes: int | None = None) -> tuple[Any, LayerStore]:
     """(transformers' causal LM for `weights.config` in float32, its layer store). Call it and `generate`
-    it like any transformers model, under torch.no_grad()."""
+    it like any transformers model, under torch.no_grad(). `cache_bytes`: the resident layers' budget
+    (default: reference_memory.layer_cache_budget)."""
     import transformers
 
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(weights.config, dtype=torch.float32)
     decoder = model.get_decoder()
+    if cache_bytes is None:
+        cache_bytes = layer_cache_budget(sum(4 * p.numel() for p in decoder.layers.parameters()))
     store = LayerStore(weights, list(decoder.layers), cache_bytes)
     decoder.layers = nn.ModuleList(StreamedLayer(i, store) for i in range(len(decoder.layers)))
     decoder.embed_tokens = EmbeddingRows(weights)
