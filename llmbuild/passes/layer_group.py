@@ -33,7 +33,8 @@ to the next. The group's `key_block` attribute repeats the attention's `tile_k`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, ModuleOp, StringAttr, i64
@@ -88,6 +89,34 @@ def plan_module(module: ModuleOp, chip: Chip, lmem_bytes: int | None = None) -> 
     lmem = lmem_bytes or chip.lmem_bytes
     module.attributes["tpu.lmem_bytes"] = IntegerAttr(lmem, i64)
     return plan_groups(fn, lmem, chip.npu_lanes * chip.eu_bytes, chip.npu_lanes, prefill, rows, net)
+
+
+def remap_plans(plans: list[GroupPlan], source: ModuleOp, copy: ModuleOp) -> list[GroupPlan]:
+    """`plans` (made on `source`) for `copy`, a clone of it: the same ops in the same order, so each op and
+    value maps to its counterpart. Planning a net is most of the layer-group pass's time, and the compile
+    step needs the same plans on two copies of the net (the tiled one the program is read from, and the
+    grouped one written as MLIR)."""
+    old_block, new_block = main_func(source).body.block, main_func(copy).body.block
+    ops: dict[Operation, Operation] = dict(zip(old_block.ops, new_block.ops, strict=True))
+    values: dict[SSAValue, SSAValue] = dict(zip(old_block.args, new_block.args, strict=True))
+    for old, new in ops.items():
+        values.update(zip(old.results, new.results, strict=True))
+
+    def m(x: Any) -> Any:
+        if isinstance(x, Operation):
+            return ops[x]
+        if isinstance(x, SSAValue):
+            return values[x]
+        if isinstance(x, tuple):
+            return tuple(m(item) for item in x)
+        return x
+
+    return [replace(p, ops=[m(op) for op in p.ops], tile_n={m(k): v for k, v in p.tile_n.items()},
+                    tile_kvh={m(k): v for k, v in p.tile_kvh.items()}, loads={m(k): v for k, v in p.loads.items()},
+                    stores=[m(v) for v in p.stores], lmem={m(k): v for k, v in p.lmem.items()},
+                    tile_k={m(k): v for k, v in p.tile_k.items()}, fused=[m(op) for op in p.fused],
+                    blocks={m(k): v for k, v in p.blocks.items()})
+            for p in plans]
 
 
 def tile_attrs(plan: GroupPlan, op: Operation) -> dict[str, int]:

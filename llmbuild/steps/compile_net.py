@@ -23,7 +23,7 @@ from llmbuild.dialects import module_text
 from llmbuild.passes import pipeline_string, run_passes
 from llmbuild.passes.assign_address import assign_addresses
 from llmbuild.passes.canonicalize import Canonicalize
-from llmbuild.passes.layer_group import LayerGroup, annotate_tiles, group_module, plan_module
+from llmbuild.passes.layer_group import LayerGroup, annotate_tiles, group_module, plan_module, remap_plans
 from llmbuild.passes.lower_top_to_tpu import LowerTopToTpu
 
 
@@ -47,10 +47,11 @@ def compile_net(top: ModuleOp, plan: MemoryPlan, mode: str, chip: str, out_dir: 
     run_passes(tpu, lowering)
     assign_addresses(tpu, plan)
     target = load_chip(chip)
-    annotate_tiles(tpu, plan_module(tpu, target, lmem_bytes))
+    plans = plan_module(tpu, target, lmem_bytes)
+    annotate_tiles(tpu, plans)
     tpu.verify()
     grouped = tpu.clone()
-    group_module(grouped, plan_module(grouped, target, lmem_bytes))
+    group_module(grouped, remap_plans(plans, tpu, grouped))
     grouped.verify()
     grouping = LayerGroup(chip=chip, lmem_bytes=lmem_bytes or 0)
     header = f"// pipeline: canonicalize,{pipeline_string(lowering)},assign-address,{pipeline_string([grouping])}\n"
