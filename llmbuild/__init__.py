@@ -1,5 +1,9 @@
 """llmbuild: a declarative recipe build system and MLIR-style compiler for LLMs on TPU-class chips."""
 
+from llmbuild import blas_kernels
+
+blas_kernels.pin()  # before anything imports numpy: one BLAS arithmetic on every host (blas_kernels.py)
+
 __version__ = "0.1.0"
 
 

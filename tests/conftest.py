@@ -3,6 +3,8 @@ from pathlib import Path
 
 import pytest
 
+import llmbuild  # noqa: F401  (first: it pins OpenBLAS's kernels before anything loads numpy)
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 

@@ -19,7 +19,6 @@ import sys
 import time
 import uuid
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -99,18 +98,17 @@ def test_a_tiny_recipe_builds_on_slurm_as_it_builds_locally(cluster, tmp_path: P
            "--config", f"build_dir={slurm_build}", "--slurm-jobname-prefix", prefix,
            "--slurm-logdir", str(tmp_path / "slurm-logs")]
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLMBUILD_")}
+    # The local build first (a no-op when the session built the recipe already), not beside the SLURM
+    # run: two Snakemake runs in one working directory share .snakemake/locks, and one's cleanup of that
+    # folder once made the other's lock file fail to open (FileNotFoundError .../locks/0.input.lock).
+    snakemake(build_root, RECIPE)
     started = time.monotonic()
-    # The local build (a no-op when the session built the recipe already) runs beside the SLURM one,
-    # which mostly waits for SLURM's scheduling and its own status polling.
-    with ThreadPoolExecutor(1) as pool:
-        local = pool.submit(snakemake, build_root, RECIPE)
-        try:
-            result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=420)
-        finally:
-            for job in _slurm_jobs(prefix):  # a failed run, or one killed at the timeout, leaves no job behind
-                if job["state"] in ("PENDING", "RUNNING"):
-                    subprocess.run(["scancel", job["id"]], capture_output=True, timeout=30)
-        local.result()
+    try:
+        result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=420)
+    finally:
+        for job in _slurm_jobs(prefix):  # a failed run, or one killed at the timeout, leaves no job behind
+            if job["state"] in ("PENDING", "RUNNING"):
+                subprocess.run(["scancel", job["id"]], capture_output=True, timeout=30)
     elapsed = time.monotonic() - started
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-6000:]

@@ -96,7 +96,10 @@ def test_a_failing_recipe_leaves_the_others_built_and_shows_failed(tmp_path: Pat
     built = record["recipes"]["qwen2_tiny_f32"]
     assert built["binary_bytes"] == (build / "qwen2_tiny_f32" / "qwen2_tiny_f32.llmb").stat().st_size
     assert {"prepare", "reference", "link", "verify"} <= set(built["rules"])
-    assert all(r["seconds"] is not None and r["max_rss_mb"] for r in built["rules"].values())
+    assert all(r["seconds"] is not None for r in built["rules"].values())
+    # Snakemake's benchmark samples memory every few tenths of a second: a job that ends first (plan and
+    # verify can, in 0.2 s) has none recorded. The reference runs for seconds.
+    assert built["rules"]["reference"]["max_rss_mb"]
     layers = {n["layer"] for n in built["nets"] if isinstance(n["layer"], int)}
     assert layers == {0, 1, 2, 3} and {n["stage"] for n in built["nets"]} >= {"prefill", "prefill_kv", "decode"}
     assert built["chip"]["decode_tokens_per_s"] > 0 and built["tokens"] and built["host_tokens_per_s"] > 0

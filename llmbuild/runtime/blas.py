@@ -68,6 +68,25 @@ def _openblas_threads() -> tuple[Callable[[], int], Callable[[int], None]] | Non
     return None
 
 
+def kernel_name() -> str | None:
+    """The kernel set numpy's OpenBLAS is using ("Haswell", "SkylakeX", ...; llmbuild/blas_kernels.py pins
+    it), or None without OpenBLAS."""
+    import numpy
+
+    here = Path(numpy.__file__).parent
+    for path in [*sorted(here.parent.glob("numpy.libs/lib*openblas*.so*")), *sorted(here.glob(".dylibs/*openblas*"))]:
+        try:
+            lib = ctypes.CDLL(str(path))
+        except OSError:
+            continue
+        for name in ("scipy_openblas_get_corename64_", "scipy_openblas_get_corename", "openblas_get_corename"):
+            get = getattr(lib, name, None)
+            if get is not None:
+                get.restype, get.argtypes = ctypes.c_char_p, []
+                return get().decode()
+    return None
+
+
 @contextlib.contextmanager
 def one_thread() -> Iterator[None]:
     """BLAS on the calling thread only, for the duration (the previous setting comes back)."""
