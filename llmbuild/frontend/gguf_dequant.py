@@ -52,29 +52,27 @@ def _nibbles(qs: np.ndarray, o: np.ndarray) -> None:
     np.right_shift(qs, np.uint8(4), out=o[:, 16:], casting="unsafe")
 
 
-def _q4_0(blocks: np.ndarray, out: np.ndarray) -> None:
-    # Block: float16 d, 16 bytes of nibbles; value d * (q - 8).
-    d = _scales(blocks, 0, 2)
+def _q4(blocks: np.ndarray, out: np.ndarray, with_minimum: bool) -> None:
+    # Q4_0 block: float16 d, 16 bytes of nibbles; value d * (q - 8).
+    # Q4_1 block: float16 d, float16 m, 16 bytes of nibbles; value d * q + m.
+    head = 4 if with_minimum else 2
+    dm = _scales(blocks, 0, head)
     step = CHUNK_VALUES // 32
     for lo in range(0, len(blocks), step):
         o = out[lo : lo + step]
-        _nibbles(blocks[lo : lo + step, 2:], o)
-        o -= np.float32(8)
-        o *= d[lo : lo + step]
-
-
-def _q4_1(blocks: np.ndarray, out: np.ndarray) -> None:
-    # Block: float16 d, float16 m, 16 bytes of nibbles; value d * q + m.
-    dm = _scales(blocks, 0, 4)
-    step = CHUNK_VALUES // 32
-    for lo in range(0, len(blocks), step):
-        o = out[lo : lo + step]
-        _nibbles(blocks[lo : lo + step, 4:], o)
+        _nibbles(blocks[lo : lo + step, head:], o)
+        if not with_minimum:
+            o -= np.float32(8)
         o *= dm[lo : lo + step, 0:1]
-        o += dm[lo : lo + step, 1:2]
+        if with_minimum:
+            o += dm[lo : lo + step, 1:2]
 
 
-_KERNELS: dict[str, Callable[[np.ndarray, np.ndarray], None]] = {"Q4_0": _q4_0, "Q4_1": _q4_1, "Q8_0": _q8_0}
+_KERNELS: dict[str, Callable[[np.ndarray, np.ndarray], None]] = {
+    "Q4_0": lambda blocks, out: _q4(blocks, out, with_minimum=False),
+    "Q4_1": lambda blocks, out: _q4(blocks, out, with_minimum=True),
+    "Q8_0": _q8_0,
+}
 
 
 @cache
