@@ -152,6 +152,7 @@ def _module_name(path: Path) -> str:
     return ".".join(["llmbuild", *parts])
 
 
+@cache  # asked some 5,000 times a Snakefile parse (every import of every step's closure): two stats each
 def _module_file(module: str) -> str | None:
     if module != "llmbuild" and not module.startswith("llmbuild."):
         return None
