@@ -40,3 +40,18 @@ def test_this_test_process_runs_the_pinned_kernels() -> None:
     from llmbuild.runtime.blas import kernel_name
 
     assert kernel_name() == blas_kernels.PINNED
+
+
+@needs_avx2
+def test_the_runtime_warns_when_numpy_loaded_other_kernels_first() -> None:
+    """numpy imported before llmbuild keeps the CPU's own kernels: loading a binary says so."""
+    probe = ("import numpy, warnings; import llmbuild; from llmbuild.runtime import blas; "
+             "warnings.simplefilter('error'); blas.warn_if_unpinned()")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"} | {"OPENBLAS_CORETYPE": "Sandybridge"}
+    quiet = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+    assert quiet.returncode == 0, quiet.stderr  # the user's own choice took: nothing to say
+    # numpy loads the Sandybridge kernels, then the process asks for Haswell too late.
+    late = subprocess.run([sys.executable, "-c", probe.replace("import llmbuild; ", "import os; "
+                          "os.environ['OPENBLAS_CORETYPE'] = 'Haswell'; import llmbuild; ")],
+                          env=env, capture_output=True, text=True)
+    assert late.returncode != 0 and "RuntimeWarning" in late.stderr and "not Haswell" in late.stderr, late.stderr

@@ -87,6 +87,20 @@ def kernel_name() -> str | None:
     return None
 
 
+@cache
+def warn_if_unpinned() -> None:
+    """Warn once when the pin of llmbuild/blas_kernels.py was asked for but did not take (numpy loaded
+    OpenBLAS before llmbuild was imported): results may then differ from other hosts' in the last bits."""
+    import os
+    import warnings
+
+    wanted = os.environ.get("OPENBLAS_CORETYPE")
+    found = kernel_name()
+    if wanted and found and wanted.lower() not in (found.lower(), "zen"):  # OpenBLAS runs Zen as Haswell
+        warnings.warn(f"numpy's OpenBLAS runs its {found} kernels, not {wanted} (numpy was imported before "
+                      "llmbuild): the runtime's last bits may differ from other hosts'", RuntimeWarning, stacklevel=3)
+
+
 @contextlib.contextmanager
 def one_thread() -> Iterator[None]:
     """BLAS on the calling thread only, for the duration (the previous setting comes back)."""

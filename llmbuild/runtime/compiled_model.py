@@ -28,6 +28,7 @@ from llmbuild.binary.memory_map import MemoryPlan, Slot
 from llmbuild.binary.program import Program, TensorDesc
 from llmbuild.binary.validate import validate_program
 from llmbuild.numerics import masks
+from llmbuild.runtime import blas
 from llmbuild.runtime.device import Device
 from llmbuild.runtime.host import HostExecutor
 from llmbuild.runtime.weight_image import FileImage
@@ -155,6 +156,7 @@ class CompiledModel:
 
     def __init__(self, path: Path, faithful: bool = True, cache_bytes: int | None = None):
         """`cache_bytes`: decoded weights the host path keeps (default: runtime/host.py's budget)."""
+        blas.warn_if_unpinned()
         self.path = Path(path)
         self.faithful = faithful
         self.container = Container(self.path)
