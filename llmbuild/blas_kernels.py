@@ -13,7 +13,9 @@ A device has one arithmetic, so llmbuild pins OpenBLAS to its Haswell kernels (A
 from 2013 on, and every AMD Zen) before numpy is imported: `llmbuild/__init__.py` calls `pin()` first,
 and every build step and `llmbuild run` is a process that imports llmbuild before numpy. On the AVX-512
 machine decode kept its speed (20.7 tokens/s against 20.1 for SmolLM2) and SmolLM2's prefill went from
-0.22 to 0.29 s. A user's own OPENBLAS_CORETYPE wins; without AVX2 and FMA, or off x86-64, nothing is set.
+0.22 to 0.29 s. A user's own OPENBLAS_CORETYPE wins; without AVX2 and FMA, or off x86-64, nothing is
+set. Loading a binary warns (`runtime/blas.warn_if_unpinned`) when numpy loaded other kernels before
+llmbuild could pin them.
 """
 
 from __future__ import annotations
