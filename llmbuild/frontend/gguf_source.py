@@ -134,24 +134,15 @@ class GGUFSource:
         from llmbuild.frontend.gguf_dequant import dequantize
 
         t = self._entry(name)
-        raw = np.asarray(t.data)
-        # Quantized rows are whole blocks, and the architecture's transform only reorders rows: reorder the
-        # stored rows (a fraction of the float32 bytes) and dequantize straight into the result.
-        quantized = raw.dtype == np.uint8
-        if quantized:
-            raw = self.architecture.transform_gguf_tensor(name, raw, self.spec)
+        # The architecture's transform only reorders rows, and a quantized row is whole blocks: reorder the
+        # stored rows (a fraction of the float32 bytes) and dequantize straight into the result, which the
+        # caller owns (an F32 tensor is otherwise a view into the read-only map).
+        raw = self.architecture.transform_gguf_tensor(name, np.asarray(t.data), self.spec)
+        out = np.empty(t.shape, dtype=np.float32) if out is None else out
         try:
-            array = dequantize(raw, t.tensor_type, out)
+            return dequantize(raw, t.tensor_type, out)
         except NotImplementedError as exc:
             raise LlmbuildError(f"{self.path}: tensor {t.name!r}: {exc}") from None
-        if quantized:
-            return array
-        # F32 tensors come back as views into the read-only map: copy so callers own the result.
-        array = self.architecture.transform_gguf_tensor(name, np.array(array, dtype=np.float32, copy=True), self.spec)
-        if out is not None and array is not out:
-            out[...] = array
-            return out
-        return array
 
 
 def gguf_metadata(path: Path) -> Mapping[str, Any]:

@@ -33,7 +33,7 @@ to the next. The group's `key_block` attribute repeats the attention's `tile_k`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from xdsl.context import Context
@@ -107,16 +107,14 @@ def remap_plans(plans: list[GroupPlan], source: ModuleOp, copy: ModuleOp) -> lis
             return ops[x]
         if isinstance(x, SSAValue):
             return values[x]
-        if isinstance(x, tuple):
-            return tuple(m(item) for item in x)
+        if isinstance(x, (tuple, list)):
+            return type(x)(m(item) for item in x)
+        if isinstance(x, dict):
+            return {m(k): m(v) for k, v in x.items()}
         return x
 
-    return [replace(p, ops=[m(op) for op in p.ops], tile_n={m(k): v for k, v in p.tile_n.items()},
-                    tile_kvh={m(k): v for k, v in p.tile_kvh.items()}, loads={m(k): v for k, v in p.loads.items()},
-                    stores=[m(v) for v in p.stores], lmem={m(k): v for k, v in p.lmem.items()},
-                    tile_k={m(k): v for k, v in p.tile_k.items()}, fused=[m(op) for op in p.fused],
-                    blocks={m(k): v for k, v in p.blocks.items()})
-            for p in plans]
+    # Every field, whatever it holds: a field added to GroupPlan later is mapped too.
+    return [replace(p, **{f.name: m(getattr(p, f.name)) for f in fields(p)}) for p in plans]
 
 
 def tile_attrs(plan: GroupPlan, op: Operation) -> dict[str, int]:

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from llmbuild.binary.program import Program
 
@@ -48,43 +49,43 @@ def vector_only(prog: Program) -> bool:
 
 
 @cache
-def _openblas_threads() -> tuple[Callable[[], int], Callable[[int], None]] | None:
+def _openblas(name: str) -> Any | None:
+    """OpenBLAS's function `name` ("get_num_threads", ...) in the copy numpy loaded (the same handle), under
+    the names its builds give it (scipy-openblas's 64-bit interface, its 32-bit one, plain OpenBLAS)."""
     import numpy
 
     here = Path(numpy.__file__).parent
     candidates = [*sorted(here.parent.glob("numpy.libs/lib*openblas*.so*")), *sorted(here.glob(".dylibs/*openblas*"))]
     for path in candidates:
         try:
-            lib = ctypes.CDLL(str(path))  # the copy numpy already loaded: same handle
+            lib = ctypes.CDLL(str(path))
         except OSError:
             continue
         for prefix, suffix in (("scipy_openblas", "64_"), ("scipy_openblas", ""), ("openblas", "")):
-            get = getattr(lib, f"{prefix}_get_num_threads{suffix}", None)
-            put = getattr(lib, f"{prefix}_set_num_threads{suffix}", None)
-            if get is not None and put is not None:
-                get.restype, get.argtypes = ctypes.c_int, []
-                put.restype, put.argtypes = None, [ctypes.c_int]
-                return get, put
+            found = getattr(lib, f"{prefix}_{name}{suffix}", None)
+            if found is not None:
+                return found
     return None
+
+
+@cache
+def _openblas_threads() -> tuple[Callable[[], int], Callable[[int], None]] | None:
+    get, put = _openblas("get_num_threads"), _openblas("set_num_threads")
+    if get is None or put is None:
+        return None
+    get.restype, get.argtypes = ctypes.c_int, []
+    put.restype, put.argtypes = None, [ctypes.c_int]
+    return get, put
 
 
 def kernel_name() -> str | None:
     """The kernel set numpy's OpenBLAS is using ("Haswell", "SkylakeX", ...; llmbuild/blas_kernels.py pins
     it), or None without OpenBLAS."""
-    import numpy
-
-    here = Path(numpy.__file__).parent
-    for path in [*sorted(here.parent.glob("numpy.libs/lib*openblas*.so*")), *sorted(here.glob(".dylibs/*openblas*"))]:
-        try:
-            lib = ctypes.CDLL(str(path))
-        except OSError:
-            continue
-        for name in ("scipy_openblas_get_corename64_", "scipy_openblas_get_corename", "openblas_get_corename"):
-            get = getattr(lib, name, None)
-            if get is not None:
-                get.restype, get.argtypes = ctypes.c_char_p, []
-                return get().decode()
-    return None
+    get = _openblas("get_corename")
+    if get is None:
+        return None
+    get.restype, get.argtypes = ctypes.c_char_p, []
+    return get().decode()
 
 
 @cache

@@ -296,8 +296,8 @@ class GGUFWeights:
         for key in keys:
             name = f"layers.{i}.{key}"
             # Dequantized straight into the last layer's buffer when there is one (no second copy).
-            buffer = buffer_for(out, key, self.source.shape(name))
-            state[key] = torch.from_numpy(self.source.tensor(name, buffer.numpy()))
+            state[key] = buffer_for(out, key, self.source.shape(name))
+            self.source.tensor(name, state[key].numpy())
         self._release()
         return state
 
