@@ -25,6 +25,9 @@ for _recipe in RECIPES:
                 obj=_layer_files(_recipe, _layers, "layer.llmo"),
                 # Each layer's weights until link and the checks have read them: then deleted (bounded disk).
                 weights=[temp(f) for f in _layer_files(_recipe, _layers, "weights.safetensors")],
+                # Rounded in the build: each layer's float32 scales, for its checks (then deleted).
+                scales=[temp(f) for f in dag.rounded_scales(_recipe, _layer_files(_recipe, _layers,
+                                                                                  "rounded_scales.safetensors"))],
             params:
                 recipe_digest=dag.digest(_recipe, "layer"),
                 code=dag.code_digest("layer"),

@@ -15,8 +15,10 @@ for _recipe in RECIPES:
                 reference=f"{BUILD}/{_recipe}/reference.safetensors",
                 obj=_layer_files(_recipe, _layers, "layer.llmo"),
                 weights=_layer_files(_recipe, _layers, "weights.safetensors"),
+                scales=dag.rounded_scales(_recipe, _layer_files(_recipe, _layers, "rounded_scales.safetensors")),
             output:
                 metrics=_layer_files(_recipe, _layers, "metrics.json"),
+            priority: dag.check_priority(_recipe, _layers)
             params:
                 recipe_digest=dag.digest(_recipe, "check"),
                 code=dag.code_digest("check"),
@@ -65,6 +67,9 @@ rule e2e:
     params:
         **params_for("e2e"),
     threads: 1  # beside the checks, which need the same cores; its tiles give the same bits on any count
+    # The longest job after the reference: started before the check shards (priority 1 for those with a
+    # layer on the simulated device, else 0) so that it does not run alone at the end.
+    priority: 2
     resources:
         **resources_for("e2e"),
     benchmark:

@@ -29,6 +29,7 @@ from llmbuild.quant import (
     rtn_quantize,
     unpack,
 )
+from llmbuild.quant.rtn import round_half_away, round_near_half_away_inplace
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "quant"
 # name -> (layout, bits, sym, desc_act, group_size, zeros stored minus one), the expectations a reader of
@@ -274,6 +275,22 @@ def test_rtn4_bit_exact(group_size: int) -> None:
     if group_size == 64:  # the handcrafted ties landed where intended
         assert ql.scale[1, 0] == 1.0 and ql.q[1, 2] == 3  # 2.5 -> 3 (half-even would give 2)
         assert ql.zero[2, 0] == 15 and ql.q[2, 2] == 12  # -2.5 -> -3, + 15 (half-even: 13)
+
+
+def test_fast_rounding_is_std_round_around_every_half_integer() -> None:
+    """round_near_half_away_inplace against round_half_away on every float32 within 4096 ulps of each
+    half-integer in [-17, 17] and of zero. Both are monotone step functions whose steps sit at the
+    half-integers, so agreeing there (and at the ends of each window) they agree on all of [-17, 17]."""
+    centres = np.concatenate([np.arange(0, 17, dtype=np.float32) + np.float32(0.5), np.float32([0.0])])
+    bits = centres.view(np.int32)[:, None] + np.arange(-4096, 4097, dtype=np.int32)[None, :]
+    x = bits[bits >= 0].view(np.float32)
+    x = np.concatenate([x, -x, np.float32([17.0, -17.0])])
+    expected = round_half_away(x)
+    got = round_near_half_away_inplace(x.copy())
+    np.testing.assert_array_equal(got, expected)
+    # the float below one half is where adding 0.5 goes wrong: 0.49999997 + 0.5 rounds to 1
+    below = np.nextafter(np.float32(0.5), np.float32(0))
+    assert np.trunc(below + np.float32(0.5)) == 1 and round_near_half_away_inplace(np.float32([below]))[0] == 0
 
 
 def test_rtn_default_group_and_per_channel() -> None:

@@ -187,6 +187,37 @@ def test_row_blocks_give_the_same_bits(monkeypatch: pytest.MonkeyPatch) -> None:
         np.testing.assert_array_equal(round_rows(w, scheme).numpy(), whole)
 
 
+def test_cached_level_deltas_give_the_same_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The levels cache keeps level - zero point as int8 where it can: dequantized, the same bits as the
+    levels (blocks of 7 values here: a block ends inside a row)."""
+    monkeypatch.setattr(stream_weights, "DELTA_BLOCK", 7)
+    kinds = set()
+    for fixture in ("gptq_asym_actorder_g32", "gptq_sym_g32", "awq_gemm_g32", "ct_pack_sym_channel"):
+        checkpoint = QuantizedCheckpoint(FIXTURES / fixture)
+        for prefix in checkpoint.linear_prefixes():
+            ql = checkpoint.linear(prefix)
+            kept = stream_weights.LevelDeltas.of(ql)
+            kinds.add(type(kept).__name__)
+            assert (kept is ql) == (ql.g_idx is not None)  # act order keeps its levels and gathers
+            np.testing.assert_array_equal(dequantize_rows(kept).numpy(), ql.dequantize(), err_msg=f"{fixture} {prefix}")
+    assert kinds == {"LevelDeltas", "QuantizedLinear"}
+    from llmbuild.quant.linear import QuantizedLinear
+    from llmbuild.quant.rtn import rtn_quantize
+
+    w = np.random.default_rng(1).standard_normal((6, 64)).astype(np.float32)
+    for bits in (4, 8):  # 4-bit: -15..15; 8-bit with zero point 128: -128..127
+        ql = rtn_quantize(w, bits, 32)
+        kept = stream_weights.LevelDeltas.of(ql)
+        assert isinstance(kept, stream_weights.LevelDeltas) and kept.delta.dtype == np.int8
+        np.testing.assert_array_equal(dequantize_rows(kept).numpy(), ql.dequantize())
+    # A fractional zero point, or a difference outside int8, keeps the levels.
+    ql = rtn_quantize(w, 8, 32)
+    half = QuantizedLinear(q=ql.q, scale=ql.scale, zero=ql.zero + 0.5, group_size=ql.group_size, bits=8)
+    wide = QuantizedLinear(q=ql.q, scale=ql.scale, zero=np.zeros_like(ql.zero), group_size=ql.group_size, bits=8)
+    assert wide.q.max() > 127
+    assert stream_weights.LevelDeltas.of(half) is half and stream_weights.LevelDeltas.of(wide) is wide
+
+
 def _round_whole_model(model, layers: QuantScheme, head: QuantScheme) -> None:
     """The former whole-model reference's rounding: every projection, then lm_head (tied: the table)."""
     from llmbuild.quant.quantize_layer import quantize_projection

@@ -56,6 +56,10 @@ class BuildPaths:
         """The layer's device-format weights until link copies them into the binary (a temporary file)."""
         return self.layer_dir(layer) / "weights.safetensors"
 
+    def layer_rounded_scales(self, layer: int) -> Path:
+        """The float32 scales of a layer rounded in the build, for its checks (a temporary file)."""
+        return self.layer_dir(layer) / "rounded_scales.safetensors"
+
     @property
     def head_dir(self) -> Path:
         return self.root / "head"

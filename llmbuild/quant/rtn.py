@@ -22,6 +22,7 @@ from llmbuild.quant.linear import QuantizedLinear
 
 DEFAULT_GROUP_SIZE = 64
 _RANGE_FLOOR = np.float32(1e-5)
+_BELOW_HALF = np.nextafter(np.float32(0.5), np.float32(0))  # 0.49999997
 
 
 def round_half_away(x: np.ndarray) -> np.ndarray:
@@ -29,6 +30,16 @@ def round_half_away(x: np.ndarray) -> np.ndarray:
     t = np.trunc(x)
     frac = x - t
     return t + np.where(np.abs(frac) >= 0.5, np.sign(x), 0).astype(x.dtype)
+
+
+def round_near_half_away_inplace(x: np.ndarray) -> np.ndarray:
+    """`round_half_away(x)` for every float32 x in [-17, 17], in place; beyond, off by at most one (levels
+    are clipped to [0, 15] after adding a zero point in [0, 15], which absorbs that). Adding the float just
+    below 0.5 with x's sign and truncating: adding 0.5 itself would round 0.49999997 up to 1. Both are
+    monotone step functions, so they agree everywhere once they agree around each half-integer, which
+    tests/test_quant_formats.py checks float by float; all of [-17, 17] was checked too (2026-12-02)."""
+    x += np.copysign(_BELOW_HALF, x)
+    return np.trunc(x, out=x)
 
 
 def _group_min_max(groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -77,16 +88,12 @@ def _rtn4_block(groups: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     lo, hi = _group_min_max(groups)
     scale = np.maximum(hi - lo, _RANGE_FLOOR) / np.float32(15)
     zp = np.clip(-round_half_away(lo / scale), 0, 15)
-    # round_half_away(w / scale) + zp, clipped, in place on one array (3.5x faster than the composed
-    # functions, the same levels)
-    x = groups / scale[:, :, None]
-    q = np.trunc(x)
-    x -= q  # the fraction, exact
-    np.abs(x, out=x)
-    q += np.copysign((x >= np.float32(0.5)).astype(np.float32), groups)  # scale > 0: w / scale has w's sign
-    q += zp[:, :, None]
-    np.clip(q, 0, 15, out=q)
-    return q.reshape(groups.shape[0], -1).astype(np.uint8), scale, zp
+    # round_half_away(w / scale) + zp, clipped to [0, 15], in place on one array: five passes instead of
+    # ten (the build and its reference round a 1.5B model's 1.3 billion weights).
+    x = round_near_half_away_inplace(groups / scale[:, :, None])
+    x += zp[:, :, None]
+    np.clip(x, 0, 15, out=x)
+    return x.reshape(groups.shape[0], -1).astype(np.uint8), scale, zp
 
 
 def _rtn_int8(w: np.ndarray, bias: np.ndarray | None) -> QuantizedLinear:

@@ -223,6 +223,14 @@ def uses_quantize_step(name: str) -> bool:
     return recipe(name).quantization.origin in LIBRARY_METHODS
 
 
+def rounded_scales(name: str, files: list[str]) -> list[str]:
+    """`files` (a shard's rounded_scales.safetensors) when the build rounds the recipe's projections itself
+    (the layer job writes them for the checks), else none."""
+    from llmbuild.artifacts.layer_weights import rounds_in_build
+
+    return files if rounds_in_build(recipe(name)) else []
+
+
 def calibration_file(name: str) -> list[str]:
     r = recipe(name)
     return [r.quantization.calibration] if uses_quantize_step(name) and r.quantization.calibration else []
@@ -255,6 +263,14 @@ def reference_threads(name: str) -> int:
     from llmbuild.cost.chip_estimate import param_count
 
     return 2 if param_count(recipe_spec(name)) > 3e9 else 1
+
+
+def check_priority(name: str, layers: list[int]) -> int:
+    """A check shard that runs a layer on the simulated device takes about twice as long as the others:
+    started first, so that no long shard is left running alone on a core at the end of a build."""
+    from llmbuild.verify.layer_check_policy import faithful_layers
+
+    return int(bool(faithful_layers(layer_count(name)) & set(layers)))
 
 
 @cache

@@ -9,7 +9,7 @@ verify/checks.py), so compiling overlaps the reference and link can run before i
 
 from __future__ import annotations
 
-from llmbuild.artifacts.layer_weights import layer_weights
+from llmbuild.artifacts.layer_weights import layer_weights, rounds_in_build, write_rounded_scales
 from llmbuild.artifacts.paths import BuildPaths, read_spec, shapes_of
 from llmbuild.artifacts.weight_file import write_weight_file
 from llmbuild.binary.container import write_container
@@ -33,11 +33,13 @@ def build_layer(recipe: Recipe, layer: int) -> None:
     scheme = recipe_scheme(recipe.quantization)
     # A 7B layer is a job of its own and takes minutes: a line a stage in the job's log.
     progress = StepProgress(f"layer {layer} of {spec.num_layers}", total=len(STAGES))
-    _, device_weights = layer_weights(recipe, paths, spec, layer)
+    top_weights, device_weights = layer_weights(recipe, paths, spec, layer)
     compiled = []
     for stage in STAGES:
         compiled.append(compile_net(build_block(spec, layer, stage, shapes, scheme), plan,
                                     recipe.quantization.mode, recipe.target.chip, out))
         progress.done(f"{stage} compiled")
     write_weight_file(paths.layer_weights(layer), plan, device_weights)
+    if rounds_in_build(recipe):
+        write_rounded_scales(paths.layer_rounded_scales(layer), top_weights, layer)
     write_container(paths.layer_object(layer), [(f"net:{c.name}", [encode(c.program)]) for c in compiled])

@@ -4,7 +4,7 @@ reference, a step of their own.
 Compiling does not need the reference, so the layer and head jobs do not wait for it, and link can run
 before it finishes; the checks do. A check job rebuilds what it compares from what the compile step left
 and from the checkpoint: the TopOp nets (importing a layer and canonicalizing it is milliseconds), the
-layer's TopOp weights (read, or rounded to nearest, again), the programs from the object file and the
+layer's TopOp weights (read, or as the layer job rounded them), the programs from the object file and the
 device-format weights from the weight file, which both link and the checks read before Snakemake deletes
 it. Memory is one layer's, as in the compile step (layer_check.py runs the nets).
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from llmbuild.artifacts.head_weights import head_weights
-from llmbuild.artifacts.layer_weights import layer_weights
+from llmbuild.artifacts.layer_weights import checked_layer_weights
 from llmbuild.artifacts.paths import BuildPaths, read_spec, shapes_of, write_json
 from llmbuild.artifacts.weight_file import open_weight_files
 from llmbuild.binary.container import Container
@@ -46,7 +46,7 @@ def check_layer(recipe: Recipe, layer: int) -> None:
     plan = MemoryPlan.read(paths.plan)
     scheme = recipe_scheme(recipe.quantization)
     programs = _programs(paths.layer_object(layer))
-    weights, _ = layer_weights(recipe, paths, spec, layer)
+    weights = checked_layer_weights(recipe, paths, spec, layer)
     for array in weights.values():
         array.flags.writeable = False  # each projection is dequantized once for the three stages
     ref = load_reference(paths.reference, (f"layers.{layer}.",))
