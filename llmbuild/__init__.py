@@ -3,7 +3,7 @@
 from llmbuild import blas_kernels, malloc_tuning
 
 blas_kernels.pin()  # before anything imports numpy: one BLAS arithmetic on every host (blas_kernels.py)
-malloc_tuning.tune()  # freed memory stays in the process: numpy's temporaries are not re-faulted (malloc_tuning.py)
+malloc_tuning.tune()  # before numpy too: memory without page-fault stalls (malloc_tuning.py)
 
 __version__ = "0.1.0"
 
