@@ -1,9 +1,9 @@
 """llmbuild: a declarative recipe build system and MLIR-style compiler for LLMs on TPU-class chips."""
 
-from llmbuild import blas_kernels, malloc_tuning
+from llmbuild import allocator, blas_kernels
 
 blas_kernels.pin()  # before anything imports numpy: one BLAS arithmetic on every host (blas_kernels.py)
-malloc_tuning.tune()  # before numpy too: memory without page-fault stalls (malloc_tuning.py)
+allocator.tune_every_process()  # before numpy too: memory without page-fault stalls (allocator.py)
 
 __version__ = "0.1.0"
 

@@ -252,10 +252,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.fn in (cmd_reference, cmd_e2e):
-        # Only where it was measured to pay (runtime/allocator.py): keeping every block on the heap made a
+        # Only where it was measured to pay (allocator.py): keeping every block on the heap made a
         # 7B's lm_head check peak at 6.9 GB instead of 1.4 GB, and a device layer check at 7.4 GB
         # instead of 1.8 GB, slower too (fragments no later request fits).
-        from llmbuild.runtime.allocator import reuse_freed_memory
+        from llmbuild.allocator import reuse_freed_memory
 
         reuse_freed_memory()
     try:

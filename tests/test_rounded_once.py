@@ -30,7 +30,7 @@ def _recipes(tmp_path: Path) -> Path:
     return recipes
 
 
-@pytest.mark.parametrize("name", ["qwen2_tiny_w4_rtn", "qwen2_tiny_w8_rtn"])
+@pytest.mark.parametrize("name", ["qwen2_tiny_w4_rtn", "qwen2_tiny_w8_rtn", "llama_tiny_w8_rtn"])  # bf16, f16
 def test_checks_read_back_the_layer_jobs_rounding(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LLMBUILD_BUILD_DIR", str(tmp_path / "build"))
     monkeypatch.setenv("LLMBUILD_RECIPES", str(_recipes(tmp_path)))

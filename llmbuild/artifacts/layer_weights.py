@@ -103,7 +103,9 @@ def checked_layer_weights(recipe: Recipe, paths: BuildPaths, spec: ModelSpec, la
     return top
 
 
-_STORED = {"U8": "|u1", "F32": "<f4", "BF16": "<u2"}  # bf16: its bit patterns (norms, biases: unused here)
+# Every type a device weight file holds (16-bit floats as their bit patterns: the norms and biases are not
+# read from it here, only the levels and zero points).
+_STORED = {"U8": "|u1", "I32": "<i4", "F32": "<f4", "F16": "<u2", "BF16": "<u2"}
 
 
 def _stored_tensors(path: Path) -> dict[str, np.ndarray]:

@@ -2,7 +2,7 @@
 
 A prefill of a few real tokens in a static net of 2048 rows makes, for every op, a result of all 2048 rows:
 the real rows computed, zeros after them. numpy's `zeros` asks the C library for zeroed memory, and under
-the heap-only allocator settings of the reference and end-to-end steps (runtime/allocator.py) the C
+the heap-only allocator settings of the reference and end-to-end steps (allocator.py) the C
 library must then write every zero itself: a 1.5B layer's MLP result is 73 MB, of which 15 rows are used.
 That memset was a fifth of the end-to-end check's time (perf, the 1.5B at seq 2048). A large array here is
 an anonymous mapping instead, which the kernel fills with zero pages on first touch: the padding rows,

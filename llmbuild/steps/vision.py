@@ -22,6 +22,7 @@ import numpy as np
 from xdsl.dialects.builtin import IntegerAttr, StringAttr, i64
 
 from llmbuild import LlmbuildError
+from llmbuild.allocator import release_freed_memory
 from llmbuild.artifacts.paths import VIT_NET, BuildPaths, vision_dir, vlm_dir, write_json, write_text_atomic
 from llmbuild.artifacts.weight_file import write_weight_file
 from llmbuild.binary.container import write_container
@@ -34,7 +35,6 @@ from llmbuild.frontend.onnx_model import load_onnx
 from llmbuild.frontend.vision_export import export_vision_onnx
 from llmbuild.importer.onnx_net import import_onnx_net
 from llmbuild.recipe_types import Recipe
-from llmbuild.runtime.allocator import release_freed_memory
 from llmbuild.steps.compile_net import compile_net
 from llmbuild.steps.vision_cases import check_cases
 from llmbuild.verify.similarity import cosine

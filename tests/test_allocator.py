@@ -1,4 +1,4 @@
-"""llmbuild keeps freed memory in the process (malloc_tuning.py): a freed 20 MB temporary stays resident
+"""llmbuild keeps freed memory in the process (allocator.py): a freed 20 MB temporary stays resident
 for the next one instead of being unmapped and faulted in again, and numpy asks for no huge pages; a
 user's own setting wins."""
 
@@ -16,14 +16,14 @@ pytestmark = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc
 
 _PROBE = """
 import json, llmbuild, numpy as np
-from llmbuild import malloc_tuning
+from llmbuild import allocator
 def rss():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * 4096
 a = np.ones(5 << 20, dtype=np.float32)  # 20 MiB, below glibc's largest mmap threshold
 held = rss()
 del a
-print(json.dumps({"tuned_again": malloc_tuning.tune(), "freed_mib": (held - rss()) / 2**20,
+print(json.dumps({"tuned_again": allocator.tune_every_process(), "freed_mib": (held - rss()) / 2**20,
                   "huge_pages": bool(np._core.multiarray._get_madvise_hugepage())}))
 """
 
