@@ -33,6 +33,7 @@ for _recipe in RECIPES:
                 code=dag.code_digest("layer"),
                 layers=" ".join(str(i) for i in _layers),
                 recipe=_recipe,
+            priority: dag.PRIORITY["compile"]
             resources:
                 mem_mb=dag.resources(_recipe, "layer").mem_mb,
                 runtime=dag.resources(_recipe, "layer").runtime_min * len(_layers),
@@ -54,6 +55,7 @@ rule head:
         weights=temp(f"{BUILD}/{{recipe}}/head/weights.safetensors"),
     params:
         **params_for("head"),
+    priority: dag.PRIORITY["compile"]
     resources:
         **resources_for("head"),
     benchmark:
@@ -82,6 +84,7 @@ rule link:
                     subcategory="binary"),
     params:
         **params_for("link"),
+    priority: dag.PRIORITY["compile"]
     resources:
         **resources_for("link"),
     benchmark:

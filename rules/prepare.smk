@@ -24,6 +24,7 @@ rule plan:
         plan=f"{BUILD}/{{recipe}}/plan.json",
     params:
         **params_for("plan"),
+    priority: dag.PRIORITY["compile"]
     resources:
         **resources_for("plan"),
     benchmark:

@@ -10,6 +10,7 @@ rule reference:
         **params_for("reference"),
     # One thread while the compile jobs, which do not need it, run beside it; two for a model whose
     # reference takes far longer than its compilation (from a few billion parameters up).
+    priority: dag.PRIORITY["reference"]
     threads: lambda w: dag.reference_threads(w.recipe)
     resources:
         **resources_for("reference"),

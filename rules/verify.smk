@@ -67,9 +67,7 @@ rule e2e:
     params:
         **params_for("e2e"),
     threads: 1  # beside the checks, which need the same cores; its tiles give the same bits on any count
-    # The longest job after the reference: started before the check shards (priority 1 for those with a
-    # layer on the simulated device, else 0) so that it does not run alone at the end.
-    priority: 2
+    priority: dag.PRIORITY["e2e"]  # the longest job after the reference (llmbuild/steps/dag.py)
     resources:
         **resources_for("e2e"),
     benchmark:

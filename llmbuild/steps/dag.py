@@ -265,12 +265,19 @@ def reference_threads(name: str) -> int:
     return 2 if param_count(recipe_spec(name)) > 3e9 else 1
 
 
+# Which ready job Snakemake starts first (the highest), from a build's critical path on 2 cores: the
+# reference (the longest job; a 7B's takes both cores, and starting the compile jobs first only delays it),
+# then the end-to-end check (the longest after it) and the chain that feeds it (plan, layers, head, link),
+# then the check shards, those with a layer on the simulated device (twice as long) first. Checks ahead of
+# the layer jobs had starved link, and a 7B's 116 s end-to-end check then ran alone at the end.
+PRIORITY = {"reference": 4, "e2e": 3, "compile": 2, "device_checks": 1, "checks": 0}
+
+
 def check_priority(name: str, layers: list[int]) -> int:
-    """A check shard that runs a layer on the simulated device takes about twice as long as the others:
-    started first, so that no long shard is left running alone on a core at the end of a build."""
+    """A check shard's priority: higher when it runs a layer on the simulated device."""
     from llmbuild.verify.layer_check_policy import faithful_layers
 
-    return int(bool(faithful_layers(layer_count(name)) & set(layers)))
+    return PRIORITY["device_checks" if faithful_layers(layer_count(name)) & set(layers) else "checks"]
 
 
 @cache
