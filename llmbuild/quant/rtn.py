@@ -47,7 +47,7 @@ def _group_min_max(groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     reduction runs along rows of a [g, groups] array, where numpy's loop is a vectorised elementwise
     min (max) over long rows: twice as fast as folding the short contiguous axis by halves, and 5x faster
     than reducing along it (min and max are exact, so every way gives the same values). A 1.5B model's
-    weights are rounded to nearest in the build, in its checks and in its reference."""
+    weights are rounded to nearest in the build and in its reference."""
     g = groups.shape[-1]
     by_position = np.ascontiguousarray(groups.reshape(-1, g).T)
     lo = np.minimum.reduce(by_position, axis=0).reshape(groups.shape[:-1])
