@@ -163,19 +163,25 @@ def test_quantized_checkpoint_equals_whole_dequantized_model(fixture: str) -> No
     _assert_same_reference(_aligned_params(whole), streamed, ids=IDS % 320)
 
 
+def _fixture_linears():
+    """(name, QuantizedLinear) of every projection of the GPTQ (act order or not), AWQ and
+    compressed-tensors fixtures."""
+    for fixture in ("gptq_asym_actorder_g32", "gptq_sym_g32", "awq_gemm_g32", "ct_pack_sym_channel"):
+        checkpoint = QuantizedCheckpoint(FIXTURES / fixture)
+        for prefix in checkpoint.linear_prefixes():
+            yield f"{fixture} {prefix}", checkpoint.linear(prefix)
+
+
 def test_row_blocks_give_the_same_bits(monkeypatch: pytest.MonkeyPatch) -> None:
     """Dequantizing and rounding in blocks of rows (blocks of 5 here, not dividing N) is exact."""
     monkeypatch.setattr(stream_weights, "ROW_BLOCK", 5)
     act_order = set()
-    for fixture in ("gptq_asym_actorder_g32", "gptq_sym_g32", "awq_gemm_g32", "ct_pack_sym_channel"):
-        checkpoint = QuantizedCheckpoint(FIXTURES / fixture)
-        for prefix in checkpoint.linear_prefixes():
-            ql = checkpoint.linear(prefix)
-            act_order.add(ql.g_idx is not None)
-            np.testing.assert_array_equal(dequantize_rows(ql).numpy(), ql.dequantize(), err_msg=f"{fixture} {prefix}")
-            buffer = torch.full((ql.out_features, ql.in_features), float("nan"))  # a previous layer's tensor
-            assert dequantize_rows(ql, buffer) is buffer
-            np.testing.assert_array_equal(buffer.numpy(), ql.dequantize(), err_msg=f"{fixture} {prefix}")
+    for name, ql in _fixture_linears():
+        act_order.add(ql.g_idx is not None)
+        np.testing.assert_array_equal(dequantize_rows(ql).numpy(), ql.dequantize(), err_msg=name)
+        buffer = torch.full((ql.out_features, ql.in_features), float("nan"))  # a previous layer's tensor
+        assert dequantize_rows(ql, buffer) is buffer
+        np.testing.assert_array_equal(buffer.numpy(), ql.dequantize(), err_msg=name)
     assert act_order == {True, False}  # both ways of indexing the groups
     from llmbuild.quant.quantize_layer import quantize_projection
     from llmbuild.verify import stream_rounding
@@ -192,14 +198,11 @@ def test_cached_level_deltas_give_the_same_bits(monkeypatch: pytest.MonkeyPatch)
     levels (blocks of 7 values here: a block ends inside a row)."""
     monkeypatch.setattr(stream_weights, "DELTA_BLOCK", 7)
     kinds = set()
-    for fixture in ("gptq_asym_actorder_g32", "gptq_sym_g32", "awq_gemm_g32", "ct_pack_sym_channel"):
-        checkpoint = QuantizedCheckpoint(FIXTURES / fixture)
-        for prefix in checkpoint.linear_prefixes():
-            ql = checkpoint.linear(prefix)
-            kept = stream_weights.LevelDeltas.of(ql)
-            kinds.add(type(kept).__name__)
-            assert (kept is ql) == (ql.g_idx is not None)  # act order keeps its levels and gathers
-            np.testing.assert_array_equal(dequantize_rows(kept).numpy(), ql.dequantize(), err_msg=f"{fixture} {prefix}")
+    for name, ql in _fixture_linears():
+        kept = stream_weights.LevelDeltas.of(ql)
+        kinds.add(type(kept).__name__)
+        assert (kept is ql) == (ql.g_idx is not None)  # act order keeps its levels and gathers
+        np.testing.assert_array_equal(dequantize_rows(kept).numpy(), ql.dequantize(), err_msg=name)
     assert kinds == {"LevelDeltas", "QuantizedLinear"}
     from llmbuild.quant.linear import QuantizedLinear
     from llmbuild.quant.rtn import rtn_quantize
