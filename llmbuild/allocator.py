@@ -52,25 +52,23 @@ def tune_every_process() -> bool:
         return False
     if any(name in os.environ for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_")):
         return False
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return all(mallopt(option, value) for option, value in (
-        (_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX), (_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)))
+    return _mallopt((_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX), (_M_TRIM_THRESHOLD, _TRIM_THRESHOLD))
 
 
 def reuse_freed_memory() -> bool:
     """Apply the settings; False where the C library has no mallopt (not glibc: only torch's setting then)."""
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")  # before torch is imported; a user's setting wins
+    return _mallopt((_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX), (_M_TRIM_THRESHOLD, _TRIM_THRESHOLD), (_M_MMAP_MAX, 0))
+
+
+def _mallopt(*settings: tuple[int, int]) -> bool:
+    """glibc's mallopt(option, value) for each setting; False where the C library has none, or refuses one."""
     try:
         mallopt = ctypes.CDLL(None).mallopt  # the C library already loaded into this process
     except (OSError, AttributeError):
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return all(mallopt(option, value) for option, value in (
-        (_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX), (_M_TRIM_THRESHOLD, _TRIM_THRESHOLD), (_M_MMAP_MAX, 0)))
+    return all(mallopt(option, value) for option, value in settings)
 
 
 def release_freed_memory() -> None:

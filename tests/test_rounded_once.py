@@ -11,6 +11,7 @@ import pytest
 
 from llmbuild.artifacts.layer_weights import checked_layer_weights, layer_weights, rounds_in_build
 from llmbuild.artifacts.paths import BuildPaths, read_spec
+from llmbuild.binary.memory_map import MemoryPlan
 from llmbuild.recipe import load_recipe
 from llmbuild.steps.dag import check_priority
 from llmbuild.steps.layer import build_layer
@@ -41,16 +42,17 @@ def test_checks_read_back_the_layer_jobs_rounding(name: str, tmp_path: Path, mon
     build_layer(recipe, 1)
     paths = BuildPaths.of(recipe)
     spec = read_spec(paths.spec)
+    plan_of = MemoryPlan.read(paths.plan)
     assert paths.layer_rounded_scales(1).is_file()
     again = layer_weights(recipe, paths, spec, 1)[0]
-    read_back = checked_layer_weights(recipe, paths, spec, 1)
+    read_back = checked_layer_weights(recipe, paths, spec, plan_of, 1)
     assert sorted(read_back) == sorted(again)
     for key, value in again.items():
         assert read_back[key].dtype == value.dtype and read_back[key].shape == value.shape, key
         np.testing.assert_array_equal(read_back[key], value, err_msg=key)
     # Without the scales file (a check run by hand on an older build) the check rounds again.
     paths.layer_rounded_scales(1).unlink()
-    fallback = checked_layer_weights(recipe, paths, spec, 1)
+    fallback = checked_layer_weights(recipe, paths, spec, plan_of, 1)
     assert all(np.array_equal(fallback[k], v) for k, v in again.items())
 
 

@@ -17,7 +17,8 @@ import numpy as np
 
 from llmbuild import LlmbuildError
 from llmbuild.artifacts.paths import BuildPaths
-from llmbuild.frontend.safetensors_header import read_header
+from llmbuild.artifacts.weight_file import weight_file_arrays
+from llmbuild.binary.memory_map import MemoryPlan
 from llmbuild.frontend.sources import open_source
 from llmbuild.frontend.spec import ModelSpec, TensorSource
 from llmbuild.numerics.kernels import unpack_nibbles
@@ -60,9 +61,13 @@ def layer_weights(recipe: Recipe, paths: BuildPaths, spec: ModelSpec, layer: int
         return weights, weights
     if qdir is None:
         return quantize_layer({name: source.tensor(name) for name in names}, layer, scheme)
+    return import_layer(_float_tensors(source, spec, layer), layer, QuantizedCheckpoint(qdir), scheme)
+
+
+def _float_tensors(source: TensorSource, spec: ModelSpec, layer: int) -> Weights:
+    """The layer's tensors other than the quantized projections' weights (norms, biases)."""
     projections = {f"layers.{layer}.{proj}.weight" for proj in QUANTIZED_PROJECTIONS}
-    floats = {name: source.tensor(name) for name in names if name not in projections}
-    return import_layer(floats, layer, QuantizedCheckpoint(qdir), scheme)
+    return {name: source.tensor(name) for name in spec.layer_tensor_names(layer) if name not in projections}
 
 
 def rounds_in_build(recipe: Recipe) -> bool:
@@ -81,39 +86,27 @@ def write_rounded_scales(path: Path, top: Weights, layer: int) -> None:
     tmp.replace(path)
 
 
-def checked_layer_weights(recipe: Recipe, paths: BuildPaths, spec: ModelSpec, layer: int) -> Weights:
+def checked_layer_weights(recipe: Recipe, paths: BuildPaths, spec: ModelSpec, plan: MemoryPlan,
+                          layer: int) -> Weights:
     """A layer's TopOp weights for its checks: `layer_weights`' first dict, to the bit. A layer rounded in
     the build is read back from what its layer job wrote (levels and zero points from the device weight
     file, float32 scales from the scales file) when that is there, instead of rounded again."""
+    from safetensors.numpy import load_file
+
     scales_file = paths.layer_rounded_scales(layer)
     if not (rounds_in_build(recipe) and scales_file.is_file()):
         return layer_weights(recipe, paths, spec, layer)[0]
     scheme = recipe_scheme(recipe.quantization)
     assert scheme is not None
-    projections = {f"layers.{layer}.{proj}.weight" for proj in QUANTIZED_PROJECTIONS}
-    source = tensor_source(recipe, paths)
-    top = {name: source.tensor(name) for name in spec.layer_tensor_names(layer) if name not in projections}
-    device = _stored_tensors(paths.layer_weights(layer))
-    scales = _stored_tensors(scales_file)
+    top = _float_tensors(tensor_source(recipe, paths), spec, layer)
+    device = weight_file_arrays(paths.layer_weights(layer), plan)
+    scales = load_file(str(scales_file))
     for proj in QUANTIZED_PROJECTIONS:
         name = f"layers.{layer}.{proj}"
         top[f"{name}.qweight"] = _levels(device, f"{name}.qweight", scheme, paths.layer_weights(layer))
-        top[f"{name}.scales"] = np.array(scales[f"{name}.scales"], dtype=np.float32)
+        top[f"{name}.scales"] = np.asarray(scales[f"{name}.scales"], dtype=np.float32)
         top[f"{name}.zeros"] = device[f"{name}.zeros"].astype(np.float32)
     return top
-
-
-# Every type a device weight file holds (16-bit floats as their bit patterns: the norms and biases are not
-# read from it here, only the levels and zero points).
-_STORED = {"U8": "|u1", "I32": "<i4", "F32": "<f4", "F16": "<u2", "BF16": "<u2"}
-
-
-def _stored_tensors(path: Path) -> dict[str, np.ndarray]:
-    """A safetensors file's U8 and F32 tensors as read-only arrays over one memory map."""
-    records = read_header(path, _STORED)
-    data = np.memmap(path, dtype=np.uint8, mode="r")
-    return {name: data[begin:end].view(np.dtype(_STORED[dtype])).reshape(shape)
-            for name, (dtype, shape, begin, end) in records.items()}
 
 
 def _levels(device: dict[str, np.ndarray], name: str, scheme: QuantScheme, path: Path) -> np.ndarray:

@@ -142,6 +142,17 @@ def weight_file_tensors(path: Path, plan: MemoryPlan) -> list[StoredWeight]:
     return sorted(out, key=lambda t: t.address)
 
 
+def weight_file_arrays(path: Path, plan: MemoryPlan) -> dict[str, np.ndarray]:
+    """Every tensor of a weight file by name, in its storage type (16-bit floats as their bit patterns),
+    read-only over one memory map: what the checks read a layer's levels and zero points back from."""
+    data = np.memmap(path, dtype=np.uint8, mode="r")
+    arrays = {}
+    for t in weight_file_tensors(path, plan):
+        slot = plan.weights[t.name]
+        arrays[t.name] = data[t.begin : t.end].view(_NUMPY_OF[SAFETENSORS_DTYPE[slot.dtype]]).reshape(slot.shape)
+    return arrays
+
+
 def open_weight_files(paths: list[Path], plan: MemoryPlan,
                       extra: Mapping[str, np.ndarray] | None = None) -> SlotImage:
     """The weights of `paths` (plus `extra`: name -> values, e.g. computed RoPE tables) by address, as the

@@ -46,7 +46,7 @@ def check_layer(recipe: Recipe, layer: int) -> None:
     plan = MemoryPlan.read(paths.plan)
     scheme = recipe_scheme(recipe.quantization)
     programs = _programs(paths.layer_object(layer))
-    weights = checked_layer_weights(recipe, paths, spec, layer)
+    weights = checked_layer_weights(recipe, paths, spec, plan, layer)
     for array in weights.values():
         array.flags.writeable = False  # each projection is dequantized once for the three stages
     ref = load_reference(paths.reference, (f"layers.{layer}.",))
