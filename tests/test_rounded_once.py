@@ -47,6 +47,7 @@ def test_checks_read_back_the_layer_jobs_rounding(name: str, tmp_path: Path, mon
     again = layer_weights(recipe, paths, spec, 1)[0]
     read_back = checked_layer_weights(recipe, paths, spec, plan_of, 1)
     assert sorted(read_back) == sorted(again)
+    assert sum(key.endswith(".qweight") for key in again) == 7  # every projection compared, none skipped
     for key, value in again.items():
         assert read_back[key].dtype == value.dtype and read_back[key].shape == value.shape, key
         np.testing.assert_array_equal(read_back[key], value, err_msg=key)
