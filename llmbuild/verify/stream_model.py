@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from llmbuild.verify.delta_linear import swap_in
 from llmbuild.verify.reference_memory import layer_cache_budget
 from llmbuild.verify.stream_weights import ReferenceWeights
 
@@ -71,7 +72,11 @@ class LayerStore:
         template = self.templates[i]
         spare, self.spare = self.spare, None
         module = copy.deepcopy(template)
-        state = {k: aligned(t) for k, t in self.weights.layer(i, list(template.state_dict()), spare).items()}
+        # Projections whose levels the weights keep run from them (delta_linear.py): no float32 copy.
+        deltas = self.weights.deltas(i) if hasattr(self.weights, "deltas") else {}
+        swap_in(module, deltas)
+        keys = [k for k in template.state_dict() if k.removesuffix(".weight") not in deltas]
+        state = {k: aligned(t) for k, t in self.weights.layer(i, keys, spare).items()}
         if spare:
             ours = {t.data_ptr() for t in spare.values()}
             self.reused += sum(t.data_ptr() in ours for t in state.values())

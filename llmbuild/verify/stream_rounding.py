@@ -24,6 +24,7 @@ from llmbuild.quant.scheme import QUANTIZED_PROJECTIONS, QuantScheme
 from llmbuild.verify.stream_weights import (
     ROW_BLOCK,
     Buffers,
+    LevelDeltas,
     LevelsCache,
     ReferenceWeights,
     buffer_for,
@@ -57,11 +58,11 @@ class RoundedProjections:
 
         # A projection whose levels are cached is not read again: its float weights only fed the rounding.
         kept = {f"{proj}.weight": self.levels.kept[f"{i}.{proj}"] for proj in QUANTIZED_PROJECTIONS
-                if f"{i}.{proj}" in self.levels.kept}
+                if f"{i}.{proj}" in self.levels.kept and f"{proj}.weight" in keys}
         state = self.inner.layer(i, [k for k in keys if k not in kept], out)
         for name, ql in kept.items():
             state[name] = dequantize_rows(ql, out=buffer_for(out, name, (ql.out_features, ql.in_features)))
-        fresh = [proj for proj in QUANTIZED_PROJECTIONS if f"{proj}.weight" not in kept]
+        fresh = [proj for proj in QUANTIZED_PROJECTIONS if f"{proj}.weight" in keys and f"{proj}.weight" not in kept]
         # Rounded once per layer (the levels are cached between passes while they fit): the projections of
         # a layer on the tile threads (numpy releases the GIL), then dequantized in place.
         rounded = tile_map(lambda proj: quantize_projection(state[f"{proj}.weight"].numpy(), self.scheme), fresh)
@@ -70,6 +71,10 @@ class RoundedProjections:
             self.levels.put(f"{i}.{proj}", ql)
             state[name] = dequantize_rows(ql, out=state[name])
         return state
+
+    def deltas(self, i: int) -> dict[str, LevelDeltas]:
+        return {proj: ql for proj in QUANTIZED_PROJECTIONS
+                if isinstance(ql := self.levels.kept.get(f"{i}.{proj}"), LevelDeltas)}
 
     def norm(self) -> torch.Tensor:
         return self.inner.norm()
@@ -90,6 +95,9 @@ class RoundedHead:
 
     def layer(self, i: int, keys: Sequence[str], out: Buffers | None = None) -> dict[str, torch.Tensor]:
         return self.inner.layer(i, keys, out)
+
+    def deltas(self, i: int) -> dict[str, LevelDeltas]:
+        return self.inner.deltas(i) if hasattr(self.inner, "deltas") else {}
 
     def norm(self) -> torch.Tensor:
         return self.inner.norm()
