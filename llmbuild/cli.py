@@ -266,6 +266,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except OSError as exc:
+        if exc.errno == errno.ENOENT and exc.filename:
+            # A step run by hand before the step that writes its input, or after Snakemake removed a
+            # temporary file (a layer's weight file, once link and the checks have read it).
+            print(f"llmbuild: error: {exc.filename}: no such file (an earlier step writes it; `snakemake` runs the "
+                  "steps in order and makes it again)", file=sys.stderr)
+            return 2
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
             return _internal_error(exc)
         # The machine, not the input: say which file could not be written, once.

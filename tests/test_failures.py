@@ -46,6 +46,15 @@ def test_a_full_disk_is_one_line_and_exit_2(monkeypatch, capsys) -> None:
     assert capsys.readouterr().err == ("llmbuild: error: /build/x/x.llmb: no space left on the device (free some, "
                                        "then rerun)\n")
 
+    def missing(args) -> None:  # a step's input not written yet, or a temporary file already removed
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", "/build/x/layers/0/weights.safetensors")
+
+    monkeypatch.setattr(cli, "cmd_recipes", missing)
+    assert cli.main(["recipes"]) == 2
+    assert capsys.readouterr().err == ("llmbuild: error: /build/x/layers/0/weights.safetensors: no such file (an "
+                                       "earlier step writes it; `snakemake` runs the steps in order and makes it "
+                                       "again)\n")
+
     def denied(args) -> None:
         raise OSError(errno.EACCES, "Permission denied", "/build/x")
 
