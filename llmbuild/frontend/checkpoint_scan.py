@@ -32,28 +32,32 @@ def scan_checkpoint(source: HFSource, skip: frozenset[str] = frozenset()) -> Non
     for name in source.expected_names():
         if name not in skip:
             source.check_entry(name)
+    # One buffer read into for the whole scan, not a fresh 64 MiB bytes object per read (the 1.5B's prepare
+    # peaked at 108 MB instead of 170; its time, mostly the kernel copying 3.5 GB of page cache, is unchanged).
+    buffer = np.empty(BLOCK_BYTES, dtype=np.uint8)
     for entry in source.entries():
         spec = _EXPONENT.get(entry.dtype)
         if spec is not None:
-            _scan_finite(entry.file, entry.hf_name, entry.begin, entry.end, *spec)
+            _scan_finite(entry.file, entry.hf_name, entry.begin, entry.end, *spec, buffer)
 
 
-def _scan_finite(file: Path, name: str, begin: int, end: int, word: str, mask: int) -> None:
+def _scan_finite(file: Path, name: str, begin: int, end: int, word: str, mask: int, buffer: np.ndarray) -> None:
     itemsize = np.dtype(word).itemsize
     exponent = np.dtype(word).type(mask)
-    step = BLOCK_BYTES - BLOCK_BYTES % itemsize
+    step = buffer.size - buffer.size % itemsize
     with open(file, "rb") as f:
         f.seek(begin)
         done = 0
         while begin + done < end:
-            block = f.read(min(step, end - begin - done))
-            if not block:
+            got = f.readinto(memoryview(buffer)[: min(step, end - begin - done)])
+            if not got:
                 raise LlmbuildError(f"{file}: tensor {name!r}: the file ends inside its data")
-            bad = _first_non_finite(np.frombuffer(block, dtype=word), exponent)
+            block = buffer[: got - got % itemsize]
+            bad = _first_non_finite(block.view(word), exponent)
             if bad is not None:
                 raise LlmbuildError(f"{file}: tensor {one_line(repr(name))}: value {done // itemsize + bad} is NaN "
                                     "or Inf: expected finite weights")
-            done += len(block)
+            done += got
 
 
 def _first_non_finite(words: np.ndarray, exponent: np.integer) -> int | None:
