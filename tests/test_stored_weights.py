@@ -84,6 +84,35 @@ def test_a_one_row_product_decoded_in_blocks_has_the_bits_of_the_whole_one(attrs
     assert np.array_equal(got, whole)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(("n", "k", "tile_n"),
+                         [(8192, 576, 1024), (1536, 576, 256), (576, 1536, 64), (8960, 1536, 512)])
+def test_a_one_row_product_over_a_decoded_weight_has_the_bits_of_its_n_tiles(n: int, k: int, tile_n: int,
+                                                                             threads: int) -> None:
+    """A decode step's product over a decoded (float32) weight is one matrix-vector product, on the process's
+    BLAS threads: the bits of the N tiles the device computes one by one on one thread (SmolLM2's and the
+    1.5B's shapes, and their lm_head's tiling at 8192 rows)."""
+    from llmbuild.runtime import blas
+
+    rng = np.random.default_rng(n + k)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    x = rng.standard_normal((1, 1, k)).astype(np.float32)
+    with blas.one_thread():
+        tiles = np.concatenate([x[0] @ w[c : c + tile_n].T for c in range(0, n, tile_n)], axis=1)
+    found = blas._openblas_threads()
+    if threads > 1 and found is None:
+        pytest.skip("no OpenBLAS thread setter")
+    before = found[0]() if found else 1
+    if found:
+        found[1](threads)
+    try:
+        got = tiled_product({"tile_n": tile_n}, x, w)
+    finally:
+        if found:
+            found[1](before)
+    assert got.shape == (1, 1, n) and np.array_equal(got[0], tiles)
+
+
 def test_a_gather_reads_only_the_rows_it_looks_up() -> None:
     rng = np.random.default_rng(4)
     raw, table = _bf16(rng, 1000, 16)

@@ -100,9 +100,14 @@ def tiled_product(attrs: dict[str, Any], x: np.ndarray, w_nk: Weight) -> np.ndar
     m, n = x2.shape[0], w_nk.shape[0]
     tm, tn = attrs.get("tile_m", 0) or ROW_TILE, attrs.get("tile_n", 0) or n
     active = attrs.get("active_rows") or m
-    if (m == 1 and isinstance(w_nk, RowReader) and _decodes_to_f32(w_nk) and n % 4 == 0 and tn % 4 == 0
-            and not attrs.get("untiled")):
-        return _vector_product(x2, w_nk).reshape(*lead, n)
+    if m == 1 and n % 4 == 0 and tn % 4 == 0 and not attrs.get("untiled"):
+        if isinstance(w_nk, RowReader) and _decodes_to_f32(w_nk):
+            return _vector_product(x2, w_nk).reshape(*lead, n)
+        if isinstance(w_nk, np.ndarray) and w_nk.dtype == np.float32 and x2.dtype == np.float32:
+            # A decode step's product over a decoded weight: one matrix-vector product gives the N tiles' bits
+            # (each output one dot product over the whole K; tiles and BLAS's threads split the outputs at
+            # multiples of 4), without a call and a slice per tile (SmolLM2's lm_head is 12 tiles).
+            return (x2 @ w_nk.T).reshape(*lead, n)
     if attrs.get("untiled"):  # the float TopOp reference: no tiles to match, one product over the real rows
         if isinstance(w_nk, RowReader) and 4 * n * k > LAZY_WHOLE_BYTES:
             tn = max(1, LAZY_WHOLE_BYTES // (4 * k))  # a 7B vocabulary table, read in blocks of rows
