@@ -43,6 +43,8 @@ _M_MMAP_THRESHOLD = -3
 _M_MMAP_MAX = -4
 _MMAP_THRESHOLD_MAX = 32 << 20  # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit
 _TRIM_THRESHOLD = 1 << 30
+# What every process gets (blocks up to 32 MiB and 1 GiB of freed heap kept); the heap-only steps add to it.
+_KEEP_FREED = ((_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX), (_M_TRIM_THRESHOLD, _TRIM_THRESHOLD))
 
 
 def tune_every_process() -> bool:
@@ -52,13 +54,13 @@ def tune_every_process() -> bool:
         return False
     if any(name in os.environ for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_")):
         return False
-    return _mallopt((_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX), (_M_TRIM_THRESHOLD, _TRIM_THRESHOLD))
+    return _mallopt(*_KEEP_FREED)
 
 
 def reuse_freed_memory() -> bool:
     """Apply the settings; False where the C library has no mallopt (not glibc: only torch's setting then)."""
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")  # before torch is imported; a user's setting wins
-    return _mallopt((_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX), (_M_TRIM_THRESHOLD, _TRIM_THRESHOLD), (_M_MMAP_MAX, 0))
+    return _mallopt(*_KEEP_FREED, (_M_MMAP_MAX, 0))
 
 
 def _mallopt(*settings: tuple[int, int]) -> bool:

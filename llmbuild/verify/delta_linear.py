@@ -69,19 +69,10 @@ class DeltaLinear(nn.Module):
         out = torch.empty(1, n, dtype=torch.float32)
         for lo in range(0, n, step):
             hi = min(n, lo + step)
-            block = _block_weight(self.deltas, lo, hi, scratch[: (hi - lo) * k].view(hi - lo, k))
+            block = self.deltas.rows_into(lo, hi, scratch[: (hi - lo) * k].view(hi - lo, k))
             bias = None if self.bias is None else self.bias[lo:hi]
             out[:, lo:hi] = F.linear(rows, block, bias)
         return out.reshape(*x.shape[:-1], n)
-
-
-def _block_weight(deltas: LevelDeltas, lo: int, hi: int, out: torch.Tensor) -> torch.Tensor:
-    """Rows lo:hi of the dequantized weight into `out`: (level - zero) * scale, one rounding, as
-    `dequantize_rows` computes every row."""
-    g = deltas.group_size
-    out.copy_(torch.from_numpy(deltas.delta[lo:hi]))
-    out.view(hi - lo, -1, g).mul_(torch.from_numpy(deltas.scale[lo:hi])[:, :, None])
-    return out
 
 
 def swap_in(module: nn.Module, deltas: dict[str, LevelDeltas]) -> None:

@@ -73,7 +73,7 @@ class LayerStore:
         spare, self.spare = self.spare, None
         module = copy.deepcopy(template)
         # Projections whose levels the weights keep run from them (delta_linear.py): no float32 copy.
-        deltas = self.weights.deltas(i) if hasattr(self.weights, "deltas") else {}
+        deltas = self.weights.deltas(i)
         swap_in(module, deltas)
         keys = [k for k in template.state_dict() if k.removesuffix(".weight") not in deltas]
         state = {k: aligned(t) for k, t in self.weights.layer(i, keys, spare).items()}

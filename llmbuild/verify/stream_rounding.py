@@ -97,7 +97,7 @@ class RoundedHead:
         return self.inner.layer(i, keys, out)
 
     def deltas(self, i: int) -> dict[str, LevelDeltas]:
-        return self.inner.deltas(i) if hasattr(self.inner, "deltas") else {}
+        return self.inner.deltas(i)
 
     def norm(self) -> torch.Tensor:
         return self.inner.norm()

@@ -47,8 +47,10 @@ class ReferenceWeights(Protocol):
         tensor of the same key where it has one of the same shape."""
         ...
 
-    # Optional: `deltas(i)`, layer i's projections (paths relative to the layer) whose levels are cached as
-    # LevelDeltas; the streamed model runs those from the levels and does not ask `layer` for their weights.
+    def deltas(self, i: int) -> dict[str, LevelDeltas]:
+        """Layer i's projections (paths relative to the layer) whose levels are cached as LevelDeltas: the
+        streamed model runs those from the levels and does not ask `layer` for their weights."""
+        ...
 
     def norm(self) -> torch.Tensor: ...
 
@@ -154,6 +156,9 @@ class HFWeights:
 
     def layer(self, i: int, keys: Sequence[str], out: Buffers | None = None) -> dict[str, torch.Tensor]:
         return {key: place(self.tables.stored(f"model.layers.{i}.{key}"), out, key) for key in keys}
+
+    def deltas(self, i: int) -> dict[str, LevelDeltas]:
+        return {}  # float weights: no levels
 
     def norm(self) -> torch.Tensor:
         return self.tables.tensor("model.norm.weight")
@@ -269,6 +274,12 @@ class LevelDeltas:
     def nbytes(self) -> int:
         return self.delta.nbytes + self.scale.nbytes
 
+    def rows_into(self, lo: int, hi: int, out: torch.Tensor) -> torch.Tensor:
+        """Rows lo:hi dequantized into `out` ([hi - lo, K] float32): (level - zero) * scale, one rounding."""
+        out.copy_(torch.from_numpy(self.delta[lo:hi]))  # int8 -> float32, exact
+        out.view(hi - lo, -1, self.group_size).mul_(torch.from_numpy(self.scale[lo:hi])[:, :, None])
+        return out
+
 
 class LevelsCache:
     """QuantizedLinears by name (as LevelDeltas where they can be), kept while they fit a fixed budget (the
@@ -306,10 +317,7 @@ def dequantize_rows(ql: Any, out: torch.Tensor | None = None) -> torch.Tensor:
     if isinstance(ql, LevelDeltas):
         step = max(1, DELTA_BLOCK // k)
         for lo in range(0, n, step):
-            hi = min(lo + step, n)
-            rows = out[lo:hi]
-            rows.copy_(torch.from_numpy(ql.delta[lo:hi]))  # int8 -> float32, exact
-            rows.view(hi - lo, k // g, g).mul_(torch.from_numpy(ql.scale[lo:hi])[:, :, None])
+            ql.rows_into(lo, min(lo + step, n), out[lo : lo + step])
         return out
     index = None if ql.g_idx is None else torch.from_numpy(ql.group_index().astype(np.int64))
     for lo in range(0, n, ROW_BLOCK):
@@ -345,6 +353,9 @@ class GGUFWeights:
         self.config = transformers.AutoConfig.for_model(**hf_config_from_spec(self.source.spec))
         index, _ = open_gguf(Path(path))
         self._raw = {canonical_gguf_name(t.name): t for t in index.tensors}
+
+    def deltas(self, i: int) -> dict[str, LevelDeltas]:
+        return {}  # dequantized by llama.cpp's formats as read, no levels kept
 
     def layer(self, i: int, keys: Sequence[str], out: Buffers | None = None) -> dict[str, torch.Tensor]:
         state = {}
