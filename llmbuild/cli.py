@@ -12,6 +12,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from typing import NoReturn
 
 from llmbuild import LlmbuildError
 
@@ -295,5 +296,19 @@ def _internal_error(exc: Exception) -> int:
     return 1
 
 
+def entry() -> NoReturn:
+    """The `llmbuild` command: main(), then exit without tearing the interpreter down. Every output is
+    written (atomically) and closed by then; what is left is freeing what the step held, object by object:
+    1.1 s after a SmolLM2 reference (torch, transformers and its resident layers), more than a tenth of the
+    step, on every build's critical path. The kernel takes the memory back at once."""
+    code = main()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a reader that went away, a closed stream: nothing left to say
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

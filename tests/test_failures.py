@@ -62,3 +62,23 @@ def test_a_full_disk_is_one_line_and_exit_2(monkeypatch, capsys) -> None:
     monkeypatch.delenv("LLMBUILD_DEBUG", raising=False)
     assert cli.main(["recipes"]) == 1
     assert capsys.readouterr().err.startswith("llmbuild: internal error: PermissionError")
+
+
+def test_the_command_flushes_its_output_and_keeps_its_status_when_it_skips_teardown(tmp_path: Path) -> None:
+    """`llmbuild` ends with os._exit (cli.entry): what it printed still reaches a pipe whole, and an error's
+    status and one line are kept."""
+    import subprocess
+    import sys
+
+    from llmbuild.recipe import list_recipes
+
+    script = "import sys; sys.argv = ['llmbuild', *sys.argv[1:]]; from llmbuild.cli import entry; entry()"
+    listed = subprocess.run([sys.executable, "-c", script, "recipes"], capture_output=True, text=True, check=False)
+    assert listed.returncode == 0
+    assert [line.split()[0] for line in listed.stdout.splitlines() if line.strip()][-1] == list_recipes()[-1]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    failed = subprocess.run([sys.executable, "-c", script, "prepare", str(bad)], capture_output=True, text=True,
+                            check=False)
+    assert failed.returncode == 2
+    assert failed.stderr.startswith(f"llmbuild: error: {bad}") and failed.stderr.count("\n") == 1
