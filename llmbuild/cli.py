@@ -7,6 +7,7 @@ too (set LLMBUILD_DEBUG=1 for the traceback).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import os
@@ -303,10 +304,9 @@ def entry() -> NoReturn:
     step, on every build's critical path. The kernel takes the memory back at once."""
     code = main()
     for stream in (sys.stdout, sys.stderr):
-        try:
+        # A reader that went away, a closed stream: nothing left to say.
+        with contextlib.suppress(OSError, ValueError):
             stream.flush()
-        except (OSError, ValueError):  # a reader that went away, a closed stream: nothing left to say
-            pass
     os._exit(code)
 
 
