@@ -115,7 +115,7 @@ def test_only_products_with_outputs_in_fours_may_change_threads(n: int) -> None:
                                                       TensorDesc("f32", (1, 1, n), 512)],
                    instrs=[Instr("MatMul", (0, 1), 2, "p", {"right_transpose": True})])
     assert blas.vector_only(prog) == (n % 4 == 0)
-    found = blas._openblas_threads()
+    found = blas.openblas_threads()
     if found is None:
         pytest.skip("numpy's BLAS is not OpenBLAS: no thread setting to compare")
     get, put = found
@@ -172,3 +172,24 @@ def test_a_short_prompt_computes_only_its_row_tiles(runtime_build: Path) -> None
     skipping = [a for hp in programs if hp.prog.stage == "prefill" for a in hp._row_attrs]
     assert skipping and all(a.get("active_rows") == 3 for a in skipping)
     assert host.decode_token(7).argmax() == faithful.decode_token(7).argmax()
+
+
+def test_a_table_only_gathered_stays_in_the_image() -> None:
+    """An untied embedding is only looked up by rows: a kept decoded copy (1 GB for Llama-3-8B's, in 16
+    bits) would speed up nothing, so the host path leaves it in the binary; a table a product reads (a tied
+    lm_head) is kept, and gathers then read that copy."""
+    from llmbuild.binary.program import TensorDesc
+    from llmbuild.numerics.formats import encode
+    from llmbuild.numerics.stored import StoredTensor
+    from llmbuild.runtime.host import ALWAYS_DECODED_BYTES, HostExecutor
+
+    rows, cols = 1024, 512
+    assert 4 * rows * cols > ALWAYS_DECODED_BYTES
+    raw = encode(np.random.default_rng(0).standard_normal((rows, cols)).astype(np.float32), "bf16")
+    host = HostExecutor(memoryview(raw.tobytes()), (0, raw.nbytes), cache_bytes=1 << 30)
+    table = TensorDesc("bf16", (rows, cols), 0)
+    gathered = host.weight(table, gathered=True)
+    assert isinstance(gathered, StoredTensor) and host.cached_bytes == 0
+    assert np.array_equal(gathered.take(np.array([3, 1000])), host.weight(table)[[3, 1000]])
+    assert host.cached_bytes == 4 * rows * cols  # the product's read kept it
+    assert host.weight(table, gathered=True) is host.weight(table)

@@ -99,7 +99,7 @@ def test_a_one_row_product_over_a_decoded_weight_has_the_bits_of_its_n_tiles(n: 
     x = rng.standard_normal((1, 1, k)).astype(np.float32)
     with blas.one_thread():
         tiles = np.concatenate([x[0] @ w[c : c + tile_n].T for c in range(0, n, tile_n)], axis=1)
-    found = blas._openblas_threads()
+    found = blas.openblas_threads()
     if found is None:
         pytest.skip("numpy's BLAS is not OpenBLAS: no thread setting to compare")
     get, put = found

@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from llmbuild.numerics import buffer_pool, lazy_zeros
+from llmbuild.numerics import buffer_pool, compiled_dequant, lazy_zeros
 from llmbuild.numerics.formats import CACHE_BLOCK, round_bf16_inplace, round_to
-from llmbuild.numerics.parallel import tile_map, workers
+from llmbuild.numerics.parallel import one_thread, tile_map, workers
 from llmbuild.numerics.stored import (
     RowReader,
     StoredTensor,
@@ -178,14 +178,68 @@ def _vector_product(x: np.ndarray, w_nk: RowReader) -> np.ndarray:
     whole product in tests/test_stored_weights.py)."""
     n, k = w_nk.shape
     step = max(4, CACHE_BLOCK // k // 4 * 4)
-    buffer = np.empty((min(step, n), k), dtype=np.float32)
     out = np.empty((1, n), dtype=np.result_type(x.dtype, np.float32))
+    if isinstance(w_nk, DequantizedRows) and w_nk.compiled:
+        _compiled_vector_product(x, w_nk, max(4, COMPILED_BLOCK // k // 4 * 4), out)
+        return out
+    buffer = _decode_buffer(min(step, n) * k).reshape(-1, k)
     for lo in range(0, n, step):
         hi = min(n, lo + step)
-        block = buffer[: hi - lo]
-        w_nk.rows_into(lo, hi, block)
-        out[:, lo:hi] = x @ block.T
+        w_nk.rows_into(lo, hi, buffer[: hi - lo])
+        out[:, lo:hi] = x @ buffer[: hi - lo].T
     return out
+
+
+# Floats a compiled decode step dequantizes and multiplies at once (4 MiB a thread, in the L3 cache): the
+# per-block calls from Python, not the cache, bound the speed (0.34 -> 0.20 ns a weight on two threads
+# from 1 to 4 MiB, a 7B projection; docs/performance.md, stop 24).
+COMPILED_BLOCK = 1 << 20
+# Packed levels a compiled decode step reads from the weight image at once (one read of each part, then
+# the cache-sized blocks): fewer, larger reads, as the dequantizer no longer hides their cost.
+LEVEL_CHUNK_BYTES = 4 << 20
+
+
+def _compiled_vector_product(x: np.ndarray, w_nk: DequantizedRows, step: int, out: np.ndarray) -> None:
+    """`_vector_product` of a 4-bit weight the compiled kernel dequantizes: each thread takes a contiguous
+    span of rows (a multiple of 4), reads its levels, scales and zeros a chunk at a time, and dequantizes and
+    multiplies `step` rows of it at once into its own buffer. Every block holds a multiple of 4 rows, so
+    the spans and blocks change no bits (tests/test_compiled_dequant.py, on 1 to 3 threads)."""
+    n, k = w_nk.shape
+    group = w_nk.attrs["q_group_size"]
+    chunk = max(step, LEVEL_CHUNK_BYTES // max(1, k // 2) // step * step)
+
+    def span(bounds: tuple[int, int]) -> None:
+        buffer = _decode_buffer(min(step, bounds[1] - bounds[0]) * k).reshape(-1, k)
+        for c0 in range(bounds[0], bounds[1], chunk):
+            c1 = min(bounds[1], c0 + chunk)
+            levels, scale, zero = w_nk.parts(c0, c1)
+            zero = np.asarray(zero, dtype=np.float32)
+            for lo in range(c0, c1, step):
+                hi = min(c1, lo + step)
+                rows = slice(lo - c0, hi - c0)
+                compiled_dequant.dequantize_into(levels[rows], scale[rows], zero[rows], group, buffer[: hi - lo])
+                out[:, lo:hi] = x @ buffer[: hi - lo].T
+
+    threads = workers()
+    per = (-(-n // threads) + 3) // 4 * 4
+    spans = [(lo, min(n, lo + per)) for lo in range(0, n, per)]
+    if len(spans) == 1:
+        span(spans[0])
+    else:  # the threads are the parallelism: BLAS's own workers would only wait on them
+        with one_thread():
+            tile_map(span, spans)
+
+
+_decode_buffers = threading.local()
+
+
+def _decode_buffer(size: int) -> np.ndarray:
+    """This thread's reused float32 buffer of at least `size` (fresh pages for every product cost more than
+    decoding into them)."""
+    buffer = getattr(_decode_buffers, "buffer", None)
+    if buffer is None or buffer.size < size:
+        buffer = _decode_buffers.buffer = np.empty(size, dtype=np.float32)
+    return buffer[:size]
 
 
 def _tile_column(x2: np.ndarray, w_kn: np.ndarray, out: np.ndarray, c: int, tm: int, k: int,
@@ -256,20 +310,23 @@ def clear_dequantize_cache() -> None:
 
 
 def _dequantize(attrs: dict[str, Any], weight: np.ndarray, scale: np.ndarray, zp: np.ndarray,
-                into: np.ndarray | None = None) -> np.ndarray:
+                into: np.ndarray | None = None, compiled: bool | None = None) -> np.ndarray:
     """(levels - zero) * scale per group of K, in the scale's type; with `dequant_dtype`, rounded to it as
     the device's dequantizer does. Into one array, in row blocks that stay in the L2 cache (twice as fast
     as whole-matrix passes: a 7B projection is 68M values). `into`: a buffer of the result's shape to
     write it to as well, computed there directly when it has the scale's type and nothing is rounded
-    after the blocks."""
+    after the blocks. `compiled`: whether the compiled kernel dequantizes (compiled_dequant.py; the
+    default decides by this weight's size; a caller reading a large weight in slices decides once)."""
     scale = np.asarray(scale)
     n, k = weight.shape[0], weight.shape[1] * (2 if attrs.get("packed") else 1)
+    if compiled is None:
+        compiled = compiled_dequant.wanted(n * k, attrs, scale.dtype)
     bf16 = attrs.get("dequant_dtype") == "bf16" and scale.dtype == np.float32  # rounded block by block
     rounded_after = bool(attrs.get("dequant_dtype")) and not bf16
     direct = into is not None and into.dtype == scale.dtype and not rounded_after
     out = into if direct else buffer_pool.empty((n, k), scale.dtype)
     for lo, hi in _row_blocks(n, k):
-        _dequantize_block(attrs, weight, scale, zp, lo, hi, out[lo:hi], bf16)
+        _dequantize_block(attrs, weight, scale, zp, lo, hi, out[lo:hi], bf16, compiled)
     if rounded_after:
         out = round_to(out.astype(np.float32, copy=False), attrs["dequant_dtype"])
     if into is not None and not direct:
@@ -285,9 +342,10 @@ def dequantize_bf16_bits(attrs: dict[str, Any], weight: np.ndarray, scale: np.nd
     n, k = weight.shape[0], weight.shape[1] * (2 if attrs.get("packed") else 1)
     out = np.empty((n, k), dtype=np.uint16)
     block = np.empty(max(1, CACHE_BLOCK // k) * k, dtype=np.float32)
+    compiled = compiled_dequant.wanted(n * k, attrs, scale.dtype)
     for lo, hi in _row_blocks(n, k):
         values = block[: (hi - lo) * k].reshape(hi - lo, k)
-        _dequantize_block(attrs, weight, scale, zp, lo, hi, values, True)
+        _dequantize_block(attrs, weight, scale, zp, lo, hi, values, True, compiled)
         np.right_shift(values.view(np.uint32), 16, out=out[lo:hi], casting="unsafe")
     return out
 
@@ -298,8 +356,11 @@ def _row_blocks(n: int, k: int) -> list[tuple[int, int]]:
 
 
 def _dequantize_block(attrs: dict[str, Any], weight: np.ndarray, scale: np.ndarray, zp: np.ndarray, lo: int,
-                      hi: int, out: np.ndarray, bf16: bool) -> None:
+                      hi: int, out: np.ndarray, bf16: bool, compiled: bool = False) -> None:
     k, g = out.shape[1], attrs["q_group_size"]
+    if compiled:  # the same arithmetic in one compiled loop (the caller checked compiled_dequant.wanted)
+        compiled_dequant.dequantize_into(weight[lo:hi], scale[lo:hi], np.asarray(zp[lo:hi]), g, out)
+        return
     levels = unpack_nibbles(weight[lo:hi]) if attrs.get("packed") else np.asarray(weight[lo:hi])
     w = out.reshape(hi - lo, k // g, g)
     # Widen the levels first, then subtract in the float type: a subtraction with a uint8 operand takes
@@ -311,6 +372,13 @@ def _dequantize_block(attrs: dict[str, Any], weight: np.ndarray, scale: np.ndarr
         round_bf16_inplace(w, finite=bool(np.isfinite(scale[lo:hi]).all()))  # levels and zeros are finite
 
 
+def _scale_dtype(scale: Weight) -> np.dtype:
+    """The type a scale is computed in once read (a stored float decodes to float32)."""
+    if isinstance(scale, StoredTensor):
+        return np.dtype(np.float32) if scale.dtype in ("bf16", "f16", "f32") else np.dtype(np.int32)
+    return np.dtype(getattr(scale, "dtype", np.float32))
+
+
 class DequantizedRows(RowReader):
     """A quantized weight in its storage format, dequantized slice by slice as a product reads it."""
 
@@ -318,14 +386,17 @@ class DequantizedRows(RowReader):
         self.attrs, self.weight, self.scale, self.zp, self.dtype = attrs, weight, scale, zp, dtype
         cols = weight.shape[1] * (2 if attrs.get("packed") else 1)
         self.shape = (weight.shape[0], cols)
+        # Decided by the whole weight, not by the slices read: a large weight is read a block at a time.
+        self.compiled = compiled_dequant.wanted(self.shape[0] * cols, attrs, _scale_dtype(scale))
 
     def rows(self, lo: int, hi: int) -> np.ndarray:
-        return _dequantize(self.attrs, *self._parts(lo, hi)).astype(self.dtype, copy=False)
+        return _dequantize(self.attrs, *self.parts(lo, hi), compiled=self.compiled).astype(self.dtype, copy=False)
 
     def rows_into(self, lo: int, hi: int, out: np.ndarray) -> None:
-        _dequantize(self.attrs, *self._parts(lo, hi), into=out)
+        _dequantize(self.attrs, *self.parts(lo, hi), into=out, compiled=self.compiled)
 
-    def _parts(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def parts(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Rows lo:hi of the levels, the scales (decoded) and the zero points, as stored."""
         return row_slice(self.weight, lo, hi), row_slice(self.scale, lo, hi), row_slice(self.zp, lo, hi)
 
 

@@ -4,17 +4,21 @@ BLAS's own threads split a product in ways that depend on how many there are, an
 the sums inside each block kernel: the same prefill gave other logits on 1 and on 2 threads, enough to
 flip a near-tie between two tokens (SmolLM2-135M's first reply token to "What is the capital of
 France?"). A device has one arithmetic, so the runtime must too. Its executors therefore run BLAS on one
-thread (llmbuild.runtime.blas.one_thread) and get their parallelism here instead: a product is cut into
+thread (`one_thread`, below) and get their parallelism here instead: a product is cut into
 tiles whose sizes do not depend on the thread count, each tile is one single-threaded BLAS call, and the
 tiles run side by side (numpy releases the GIL inside BLAS). The result is the same whatever `workers` is.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from functools import cache
+from pathlib import Path
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -45,3 +49,52 @@ def tile_map(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
             _pool.shutdown(wait=False)
         _pool, _pool_size = ThreadPoolExecutor(n, thread_name_prefix="llmbuild-tile"), n
     return list(_pool.map(fn, todo))
+
+
+@cache
+def openblas_function(name: str) -> Any | None:
+    """OpenBLAS's function `name` ("get_num_threads", ...) in the copy numpy loaded (the same handle), under
+    the names its builds give it (scipy-openblas's 64-bit interface, its 32-bit one, plain OpenBLAS)."""
+    import numpy
+
+    here = Path(numpy.__file__).parent
+    candidates = [*sorted(here.parent.glob("numpy.libs/lib*openblas*.so*")), *sorted(here.glob(".dylibs/*openblas*"))]
+    for path in candidates:
+        try:
+            lib = ctypes.CDLL(str(path))
+        except OSError:
+            continue
+        for prefix, suffix in (("scipy_openblas", "64_"), ("scipy_openblas", ""), ("openblas", "")):
+            found = getattr(lib, f"{prefix}_{name}{suffix}", None)
+            if found is not None:
+                return found
+    return None
+
+
+@cache
+def openblas_threads() -> tuple[Callable[[], int], Callable[[int], None]] | None:
+    get, put = openblas_function("get_num_threads"), openblas_function("set_num_threads")
+    if get is None or put is None:
+        return None
+    get.restype, get.argtypes = ctypes.c_int, []
+    put.restype, put.argtypes = None, [ctypes.c_int]
+    return get, put
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """BLAS on the calling thread only, for the duration (the previous setting comes back)."""
+    found = openblas_threads()
+    if found is None:
+        yield
+        return
+    get, put = found
+    before = get()
+    if before == 1:
+        yield
+        return
+    put(1)
+    try:
+        yield
+    finally:
+        put(before)

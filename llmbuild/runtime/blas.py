@@ -22,13 +22,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache
-from pathlib import Path
-from typing import Any
 
 from llmbuild.binary.program import Program
+from llmbuild.numerics.parallel import one_thread, openblas_function, openblas_threads
 
 
 def vector_only(prog: Program) -> bool:
@@ -48,40 +47,10 @@ def vector_only(prog: Program) -> bool:
     return True
 
 
-@cache
-def _openblas(name: str) -> Any | None:
-    """OpenBLAS's function `name` ("get_num_threads", ...) in the copy numpy loaded (the same handle), under
-    the names its builds give it (scipy-openblas's 64-bit interface, its 32-bit one, plain OpenBLAS)."""
-    import numpy
-
-    here = Path(numpy.__file__).parent
-    candidates = [*sorted(here.parent.glob("numpy.libs/lib*openblas*.so*")), *sorted(here.glob(".dylibs/*openblas*"))]
-    for path in candidates:
-        try:
-            lib = ctypes.CDLL(str(path))
-        except OSError:
-            continue
-        for prefix, suffix in (("scipy_openblas", "64_"), ("scipy_openblas", ""), ("openblas", "")):
-            found = getattr(lib, f"{prefix}_{name}{suffix}", None)
-            if found is not None:
-                return found
-    return None
-
-
-@cache
-def _openblas_threads() -> tuple[Callable[[], int], Callable[[int], None]] | None:
-    get, put = _openblas("get_num_threads"), _openblas("set_num_threads")
-    if get is None or put is None:
-        return None
-    get.restype, get.argtypes = ctypes.c_int, []
-    put.restype, put.argtypes = None, [ctypes.c_int]
-    return get, put
-
-
 def kernel_name() -> str | None:
     """The kernel set numpy's OpenBLAS is using ("Haswell", "SkylakeX", ...; llmbuild/blas_kernels.py pins
     it), or None without OpenBLAS."""
-    get = _openblas("get_corename")
+    get = openblas_function("get_corename")
     if get is None:
         return None
     get.restype, get.argtypes = ctypes.c_char_p, []
@@ -102,25 +71,6 @@ def warn_if_unpinned() -> None:
                       "llmbuild): the runtime's last bits may differ from other hosts'", RuntimeWarning, stacklevel=3)
 
 
-@contextlib.contextmanager
-def one_thread() -> Iterator[None]:
-    """BLAS on the calling thread only, for the duration (the previous setting comes back)."""
-    found = _openblas_threads()
-    if found is None:
-        yield
-        return
-    get, put = found
-    before = get()
-    if before == 1:
-        yield
-        return
-    put(1)
-    try:
-        yield
-    finally:
-        put(before)
-
-
 @dataclass
 class _Arms:
     seconds: dict[int, float] = field(default_factory=dict)  # threads (1, or 0: the process's) -> EMA of a run
@@ -139,7 +89,7 @@ class ThreadChoice:
     MAX_EXPLORE = 1024
 
     def __init__(self) -> None:
-        found = _openblas_threads()
+        found = openblas_threads()
         self._many = found is not None and found[0]() > 1  # is there a choice at all?
         self._arms: dict[str, _Arms] = {}
 

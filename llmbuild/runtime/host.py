@@ -31,7 +31,7 @@ import numpy as np
 
 from llmbuild import LlmbuildError
 from llmbuild.binary.program import Instr, Program, TensorDesc
-from llmbuild.numerics import buffer_pool
+from llmbuild.numerics import buffer_pool, compiled_dequant
 from llmbuild.numerics.formats import STORAGE, decode, round_to
 from llmbuild.numerics.kernels import (
     KERNELS,
@@ -51,7 +51,8 @@ Run = Callable[[], None]
 
 # Decoded weights kept by default (LLMBUILD_HOST_CACHE_MB overrides): every weight of a 135M model in
 # float32, of a 1.5B w4 model in 16 bits, a bounded part of a 7B one (whose binary is never mapped whole:
-# resident memory stays near this budget, well under the binary's size plus 2 GiB).
+# resident memory stays near this budget, well under the binary's size plus 2 GiB). Large 4-bit projections
+# are never kept (`dequantized`): the compiled dequantizer reads them from their levels as fast.
 DEFAULT_CACHE_BYTES = 3 << 30
 # Smaller weights (norms, biases, scales) are always decoded: a lazy read of them costs more than it saves.
 ALWAYS_DECODED_BYTES = 1 << 20
@@ -154,7 +155,8 @@ class _HostProgram:
         last_read: dict[int, int] = {}  # step -> the last step that reads its value
         for k, ins in enumerate(prog.instrs):
             self._reads = []
-            args = [self._source(t, host, _reads_rows(ins.op, i)) for i, t in enumerate(ins.operands)]
+            gathers = ins.op in ("Gather", "A16Gather")
+            args = [self._source(t, host, _reads_rows(ins.op, i), gathers) for i, t in enumerate(ins.operands)]
             last_read.update(dict.fromkeys(self._reads, k))
             self.steps.append(self._step(k, ins, args, host))
             self._producer[ins.result] = k
@@ -171,9 +173,10 @@ class _HostProgram:
         self.output_descs = {name: prog.tensors[t] for name, t in prog.outputs}
         self.active_rows: int | None = None
 
-    def _source(self, t: int, host: HostExecutor, lazy: bool = True) -> Getter:
+    def _source(self, t: int, host: HostExecutor, lazy: bool = True, gathered: bool = False) -> Getter:
         """How a step reads tensor t: a weight, an earlier step's result (or a view of it), or a buffer.
-        `lazy`: the step's kernel reads a weight in its storage format by rows (products, gathers)."""
+        `lazy`: the step's kernel reads a weight in its storage format by rows (products, gathers);
+        `gathered`: it reads only the rows it looks up (a table is then left in the file)."""
         desc = self.prog.tensors[t]
         if host.in_weights(desc):
             # Resolved on first use: an A16MatMul whose weight the host keeps dequantized never reads its
@@ -182,7 +185,7 @@ class _HostProgram:
 
             def weight() -> Any:
                 if not cell:
-                    value = host.weight(desc)
+                    value = host.weight(desc, gathered)
                     # Elementwise kernels take arrays: a large constant that is not a product's weight (a
                     # vision tower's position embeddings) is decoded for them when the cache has no room.
                     cell.append(value if lazy else materialize(value))
@@ -344,18 +347,25 @@ class HostExecutor:
         self.cached_bytes += nbytes
         return True
 
-    def weight(self, t: TensorDesc) -> np.ndarray | StoredTensor:
+    def weight(self, t: TensorDesc, gathered: bool = False) -> np.ndarray | StoredTensor:
         """Decoded (float32, or bytes as they are) while the cache has room; in `half` mode, 16-bit weights
         are kept as stored (2 bytes each) and decoded per tile; beyond the cache, a StoredTensor read from
-        the file tile by tile."""
+        the file tile by tile. `gathered`: a table only looked up by rows (an embedding), which a decoded
+        copy would not speed up: left in the image unless a product keeps it (a tied lm_head)."""
         key = (t.address, t.dtype, t.shape)
         cached = self._weights.get(key)
+        if cached is None and gathered and _count(t.shape) * 4 > ALWAYS_DECODED_BYTES:
+            return self.stored(t)
         if cached is None:
             count = _count(t.shape)
             if t.dtype == "u8" and self._reserve(count):  # levels stay bytes
                 cached = self._decoded(t)
             elif self.half and t.dtype in ("bf16", "f16") and count * 4 > ALWAYS_DECODED_BYTES:
-                cached = StoredTensor(self.raw(t).copy(), t.dtype) if self._reserve(2 * count) else self.stored(t)
+                if self._reserve(2 * count):
+                    raw = self.raw(t)  # a file image's read is the process's own copy; a mapped image's is not
+                    cached = StoredTensor(raw if self.image.reads_copy else raw.copy(), t.dtype)
+                else:
+                    cached = self.stored(t)
             elif t.dtype != "u8" and self._reserve(4 * count):
                 cached = self._decoded(t)
             else:
@@ -378,7 +388,11 @@ class HostExecutor:
             scales = decode(self.raw(scale), scale.dtype)
             half = self.half and attrs.get("dequant_dtype") == "bf16" and scales.dtype == np.float32
             w: np.ndarray | StoredTensor | None = None
-            if self._reserve((2 if half else 4) * rows * cols):
+            # A weight the compiled dequantizer takes is never kept dequantized: dequantizing it from its
+            # levels as a product reads it costs no more than reading a kept 16-bit copy (docs/performance.md,
+            # stop 24), and the levels take a quarter of that memory.
+            compiled = compiled_dequant.wanted(rows * cols, attrs, scales.dtype)
+            if not compiled and self._reserve((2 if half else 4) * rows * cols):
                 raw = (self.raw(weight), scales, self.raw(zp))
                 if half:  # rounded to bf16 by the dequantizer: the top half of each float is the value
                     w = StoredTensor(dequantize_bf16_bits(attrs, *raw), "bf16")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,9 @@ from llmbuild import LlmbuildError
 class WeightImage:
     """Read-only bytes of the weight region, by device address."""
 
+    # Whether `view` returns memory of its own (read from a file), not a view of memory held elsewhere.
+    reads_copy = False
+
     def view(self, address: int, nbytes: int) -> np.ndarray:
         """uint8[nbytes] at `address`; a LlmbuildError when no weight lies there."""
         raise NotImplementedError
@@ -30,6 +34,9 @@ class WeightImage:
         """The tensor at `address` as something kernels slice by rows (an ndarray view here)."""
         count = int(np.prod(shape)) if shape else 1
         return self.view(address, count * np.dtype(dtype).itemsize).view(dtype).reshape(shape)
+
+
+_OPEN_LOCK = threading.Lock()
 
 
 class FileArray:
@@ -44,7 +51,9 @@ class FileArray:
 
     def _read(self, start: int, nbytes: int) -> np.ndarray:
         if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDONLY)
+            with _OPEN_LOCK:  # a decode step's threads read blocks of one tensor side by side: open it once
+                if self._fd is None:
+                    self._fd = os.open(self.path, os.O_RDONLY)
         data = os.pread(self._fd, nbytes, self.offset + start)
         if len(data) != nbytes:
             raise LlmbuildError(f"{self.path}: truncated (weights end before byte {self.offset + start + nbytes})")
@@ -66,6 +75,8 @@ class FileArray:
 
 class FileImage(WeightImage):
     """The weights section of a binary on disk, read with plain reads (not mapped)."""
+
+    reads_copy = True
 
     def __init__(self, path: Path, offset: int, size: int, base: int = 0):
         self.path, self.offset, self.size, self.base = Path(path), offset, size, base

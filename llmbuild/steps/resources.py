@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 
 from llmbuild.frontend.arch.base import expected_shapes
 from llmbuild.frontend.spec import ModelSpec
+from llmbuild.numerics.compiled_dequant import MIN_WEIGHTS
 from llmbuild.recipe_types import Recipe
 from llmbuild.verify import reference_memory
 
@@ -98,6 +99,30 @@ def tower_weights(recipe: Recipe, text_hidden: int) -> Tower | None:
     return Tower(weights + text_hidden * text_hidden, layer, tokens * max(i, 4 * c), held)
 
 
+def _compiled_weights(recipe: Recipe, spec: ModelSpec) -> int:
+    """Weights of the 4-bit projections the compiled dequantizer reads from their levels (numerics/
+    compiled_dequant.py: MIN_WEIGHTS or more, whole model), which the host path never keeps dequantized."""
+    if not recipe.quantization.mode.startswith("w4"):
+        return 0
+    one = expected_shapes(replace(spec, num_layers=1))
+    per_layer = sum(math.prod(s) for n, s in one.items()
+                    if n.startswith("layers.") and len(s) == 2 and math.prod(s) >= MIN_WEIGHTS)
+    return per_layer * spec.num_layers
+
+
+def _host_kept_bytes(recipe: Recipe, spec: ModelSpec, cache: int) -> float:
+    """Bytes the host path keeps decoded (runtime/host.py): what products read, in float32, or in 16 bits
+    when the whole model decoded would not fit `cache` (its half mode), up to `cache`; not the projections
+    the compiled dequantizer reads from their levels, nor an embedding only gathered (an untied one)."""
+    size = model_size(spec)
+    weights = size.layer * size.layers + size.vocab_table * size.tables
+    lm_head_compiled = (recipe.quantization.mode.startswith("w4") and size.vocab_table >= MIN_WEIGHTS
+                        and recipe.quantization.lm_head not in (None, "float"))
+    read_by_products = weights - _compiled_weights(recipe, spec) - size.vocab_table * (size.tables - 1)
+    read_by_products -= size.vocab_table if lm_head_compiled else 0
+    return min((2 if 4 * weights > cache else 4) * read_by_products, cache)
+
+
 def _origin(recipe: Recipe) -> str:
     """Where the layer's weights come from: "rtn" (rounded in the build), "levels" (a quantized
     checkpoint, downloaded or written by the quantize step) or "float"."""
@@ -128,6 +153,9 @@ def step_resources(recipe: Recipe, spec: ModelSpec, step: str, faithful: bool = 
         minutes = 2 + billions * 2
     elif step == "check":
         per_weight = CHECK_BYTES[origin][1 if faithful else 0]
+        if origin == "levels" and not faithful:  # the host keeps no float32 copy of what it dequantizes compiled
+            compiled = _compiled_weights(recipe, spec) / size.layers
+            per_weight -= 4 * compiled / size.layer
         # Live values at full rows (products and row-local ops compute the real rows and leave the padding
         # rows unmapped, numerics/lazy_zeros.py, but the device's static nets and a few whole-shape results
         # stay) and the attention mask with its rounded copies: fitted to the 1.5B's checks at seq 2048 and
@@ -158,13 +186,16 @@ def step_resources(recipe: Recipe, spec: ModelSpec, step: str, faithful: bool = 
         mb = BASE_MB["torch"] + (layers + levels + work) / MB + 100
         minutes = 5 + billions * 20
     elif step == "e2e":
-        # The host path: decoded weights up to its cache, 10% more for the tiles decoded as they are used,
-        # and the KV cache.
+        # The host path: what it keeps decoded (up to its cache), 10% more for the tiles decoded as they are
+        # used, the quantized weights' scales (float32) and zero points, the KV cache (float32) and a
+        # prefill's rows. Fitted: the 1.5B 1247 MiB, Qwen2.5-7B AWQ 1815, Llama-3-8B 2148 (2026-12-03).
         tower = tower_weights(recipe, spec.hidden_size)
-        decoded = min(4 * weights, HOST_CACHE if tower is None else VLM_HOST_CACHE)
-        kv_bytes = 4 if recipe.quantization.mode == "f32" else 2  # the cache in the activations' type
-        kv = 2 * kv_bytes * size.layers * S * size.kv_width
-        mb = BASE_MB["runtime"] + (1.15 * decoded + kv) / MB
+        decoded = _host_kept_bytes(recipe, spec, HOST_CACHE if tower is None else VLM_HOST_CACHE)
+        quantized = size.layer * size.layers if recipe.quantization.mode.startswith("w") else 0
+        groups = 5 * quantized / max(1, recipe.quantization.group_size or 128)
+        kv = 2 * 4 * size.layers * S * size.kv_width
+        rows = 8 * L * (size.hidden + size.intermediate)
+        mb = BASE_MB["runtime"] + (1.15 * decoded + groups + kv + rows) / MB
         minutes = 5 + billions * 15
         if tower is not None:
             # transformers' InternVL streamed in the same process (verify/stream_vlm.py): torch, a decoder

@@ -1,0 +1,93 @@
+"""The compiled 4-bit dequantizer gives the bits of numpy's passes (kernels._dequantize_block), and the
+kernels use it for large weights only."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from llmbuild.numerics import compiled_dequant, kernels
+from llmbuild.numerics.formats import decode, encode
+from llmbuild.numerics.stored import StoredTensor
+
+ATTRS = {"packed": True, "dequant_dtype": "bf16"}
+
+
+def _numpy_passes(packed: np.ndarray, scale: np.ndarray, zero: np.ndarray, group: int) -> np.ndarray:
+    out = np.empty((packed.shape[0], packed.shape[1] * 2), dtype=np.float32)
+    kernels._dequantize_block({**ATTRS, "q_group_size": group}, packed, scale, zero, 0, packed.shape[0], out, True)
+    return out
+
+
+def _compiled(packed: np.ndarray, scale: np.ndarray, zero: np.ndarray, group: int) -> np.ndarray:
+    out = np.full((packed.shape[0], packed.shape[1] * 2), np.nan, dtype=np.float32)
+    compiled_dequant.dequantize_into(packed, scale, zero, group, out)
+    return out
+
+
+@pytest.mark.parametrize("group", [32, 64, 128])
+@pytest.mark.parametrize("zero_dtype", [np.uint8, np.float32])
+def test_the_compiled_kernel_gives_the_bits_of_the_numpy_passes(group: int, zero_dtype: type) -> None:
+    rng = np.random.default_rng(group)
+    rows, k = 9, 4 * group
+    packed = rng.integers(0, 256, size=(rows, k // 2), dtype=np.uint8)
+    # Scales of every magnitude (a bf16 checkpoint's, arbitrary float32 ones, subnormal, near overflow) so
+    # that rounding to bf16 meets ties, carries into the exponent and overflow to infinity.
+    scale = np.concatenate([
+        decode(encode((rng.random((3, k // group)) * 0.02 + 1e-4).astype(np.float32), "bf16"), "bf16"),
+        (rng.standard_normal((3, k // group)) * 10.0 ** rng.integers(-40, 38, (3, k // group))).astype(np.float32),
+        np.full((3, k // group), 3.0e37, dtype=np.float32) * rng.random((3, k // group)).astype(np.float32),
+    ])
+    zero = rng.integers(0, 16, size=(rows, k // group)).astype(zero_dtype)
+    with np.errstate(over="ignore"):
+        want = _numpy_passes(packed, scale, zero, group)
+    got = _compiled(packed, scale, zero, group)
+    assert np.array_equal(want.view(np.uint32), got.view(np.uint32))
+    assert np.isinf(got).any()  # the overflow rows did reach infinity: that path was compared too
+
+
+def test_non_finite_scales_give_the_same_nan_and_infinities() -> None:
+    rng = np.random.default_rng(7)
+    packed = rng.integers(0, 256, size=(4, 64), dtype=np.uint8)
+    scale = rng.random((4, 4)).astype(np.float32)
+    scale[0, 0], scale[1, 1], scale[2, 2], scale[3, 3] = np.inf, np.nan, -np.inf, 0.0
+    zero = np.full((4, 4), 8, dtype=np.uint8)  # level 8 times an infinite scale: 0 * inf, a NaN
+    with np.errstate(invalid="ignore"):
+        want = _numpy_passes(packed, scale, zero, 32)
+    got = _compiled(packed, scale, zero, 32)
+    assert np.isnan(got).any() and np.isinf(got).any()
+    assert np.array_equal(want.view(np.uint32), got.view(np.uint32))  # NaN as the canonical bf16 NaN
+
+
+def test_only_large_4bit_weights_use_it() -> None:
+    big = compiled_dequant.MIN_WEIGHTS
+    assert compiled_dequant.wanted(big, {**ATTRS, "q_group_size": 64}, np.dtype(np.float32))
+    assert not compiled_dequant.wanted(big - 1, {**ATTRS, "q_group_size": 64}, np.dtype(np.float32))
+    assert not compiled_dequant.wanted(big, {"packed": True, "q_group_size": 64}, np.dtype(np.float32))
+    assert not compiled_dequant.wanted(big, {**ATTRS, "q_group_size": 64}, np.dtype(np.float16))
+
+
+@pytest.mark.parametrize(("workers", "chunk_rows"), [("1", 1024), ("2", 1024), ("3", 48)])
+def test_a_decode_step_over_a_large_stored_weight_has_the_bits_of_the_numpy_path(
+        workers: str, chunk_rows: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A16MatMul on a weight at the threshold, read in its storage format (the compiled kernel; spans of
+    rows on `workers` threads, read `chunk_rows` at a time, 16-row blocks) against the same weight whole
+    (numpy's passes): a 7B decode step's product."""
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", workers)  # numerics.parallel.workers() reads it
+    rng = np.random.default_rng(3)
+    n, k, g = 1024, compiled_dequant.MIN_WEIGHTS // 1024, 128
+    packed = rng.integers(0, 256, size=(n, k // 2), dtype=np.uint8)
+    scale_raw = encode((rng.random((n, k // g)) * 0.02 + 0.001).astype(np.float32), "bf16")
+    zero = rng.integers(0, 16, size=(n, k // g), dtype=np.uint8)
+    attrs = {**ATTRS, "q_group_size": g}
+    monkeypatch.setattr(kernels, "LEVEL_CHUNK_BYTES", chunk_rows * k // 2)
+    x = rng.standard_normal((1, 1, k)).astype(np.float32)
+    stored = kernels.DequantizedRows(attrs, StoredTensor(packed, "u8"), StoredTensor(scale_raw, "bf16"),
+                                     StoredTensor(zero, "u8"), np.dtype(np.float32))
+    assert stored.compiled
+    whole = np.empty((n, k), dtype=np.float32)
+    for lo in range(0, n, 64):
+        kernels._dequantize_block(attrs, packed, decode(scale_raw, "bf16"), zero, lo, lo + 64, whole[lo:lo + 64], True)
+    got = kernels.KERNELS["A16MatMul"](attrs, x, StoredTensor(packed, "u8"), StoredTensor(scale_raw, "bf16"),
+                                       StoredTensor(zero, "u8"))
+    assert np.array_equal(got.reshape(-1), (x.reshape(1, k) @ whole.T).reshape(-1))
