@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llmbuild.numerics.formats import decode, encode
+from llmbuild.numerics.formats import STORAGE, compute_dtype, decode, encode
 from llmbuild.numerics.kernels import KERNELS, tiled_product
 from llmbuild.numerics.stored import StoredTensor
 
@@ -157,3 +157,11 @@ def test_a_weight_file_round_trips_at_its_planned_addresses(tmp_path: Path) -> N
     with safe_open(str(path), framework="pt") as f:  # a file a person (and torch) can open
         assert f.get_tensor("q").tolist() == levels.tolist()
         assert np.array_equal(f.get_tensor("t").float().numpy(), decode(encode(table, "bf16"), "bf16"))
+
+
+@pytest.mark.parametrize("dtype", sorted(STORAGE))
+def test_compute_dtype_is_what_decode_returns(dtype: str) -> None:
+    """Callers decide (the compiled dequantizer or not) from `compute_dtype` before reading a tensor: it
+    must name the type `decode` then gives."""
+    raw = np.zeros((2, 3), dtype=STORAGE[dtype][1])
+    assert decode(raw, dtype).dtype == compute_dtype(dtype)

@@ -94,6 +94,11 @@ def encode(x: np.ndarray, dtype: str) -> np.ndarray:
     return np.asarray(x, dtype=STORAGE[dtype][1])
 
 
+def compute_dtype(dtype: str) -> np.dtype:
+    """The numpy type `decode` returns for storage type `dtype`, known without reading the tensor."""
+    return np.dtype({"i32": np.int32, "u8": np.uint8}.get(dtype, np.float32))
+
+
 def decode(raw: np.ndarray, dtype: str) -> np.ndarray:
     """Storage -> compute representation (f32 for floats, int32 for ints)."""
     if dtype == "bf16":

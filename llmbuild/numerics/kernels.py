@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from llmbuild.numerics import buffer_pool, compiled_dequant, lazy_zeros
-from llmbuild.numerics.formats import CACHE_BLOCK, round_bf16_inplace, round_to
+from llmbuild.numerics.formats import CACHE_BLOCK, compute_dtype, round_bf16_inplace, round_to
 from llmbuild.numerics.parallel import one_thread, tile_map, workers
 from llmbuild.numerics.stored import (
     RowReader,
@@ -177,11 +177,11 @@ def _vector_product(x: np.ndarray, w_nk: RowReader) -> np.ndarray:
     n % 4 by another path (the caller checks n and the op's N tile are multiples of 4; tested against the
     whole product in tests/test_stored_weights.py)."""
     n, k = w_nk.shape
-    step = max(4, CACHE_BLOCK // k // 4 * 4)
     out = np.empty((1, n), dtype=np.result_type(x.dtype, np.float32))
     if isinstance(w_nk, DequantizedRows) and w_nk.compiled:
         _compiled_vector_product(x, w_nk, max(4, COMPILED_BLOCK // k // 4 * 4), out)
         return out
+    step = max(4, CACHE_BLOCK // k // 4 * 4)
     buffer = _decode_buffer(min(step, n) * k).reshape(-1, k)
     for lo in range(0, n, step):
         hi = min(n, lo + step)
@@ -372,13 +372,6 @@ def _dequantize_block(attrs: dict[str, Any], weight: np.ndarray, scale: np.ndarr
         round_bf16_inplace(w, finite=bool(np.isfinite(scale[lo:hi]).all()))  # levels and zeros are finite
 
 
-def _scale_dtype(scale: Weight) -> np.dtype:
-    """The type a scale is computed in once read (a stored float decodes to float32)."""
-    if isinstance(scale, StoredTensor):
-        return np.dtype(np.float32) if scale.dtype in ("bf16", "f16", "f32") else np.dtype(np.int32)
-    return np.dtype(getattr(scale, "dtype", np.float32))
-
-
 class DequantizedRows(RowReader):
     """A quantized weight in its storage format, dequantized slice by slice as a product reads it."""
 
@@ -387,7 +380,8 @@ class DequantizedRows(RowReader):
         cols = weight.shape[1] * (2 if attrs.get("packed") else 1)
         self.shape = (weight.shape[0], cols)
         # Decided by the whole weight, not by the slices read: a large weight is read a block at a time.
-        self.compiled = compiled_dequant.wanted(self.shape[0] * cols, attrs, _scale_dtype(scale))
+        scale_type = compute_dtype(scale.dtype) if isinstance(scale, StoredTensor) else np.dtype(scale.dtype)
+        self.compiled = compiled_dequant.wanted(self.shape[0] * cols, attrs, scale_type)
 
     def rows(self, lo: int, hi: int) -> np.ndarray:
         return _dequantize(self.attrs, *self.parts(lo, hi), compiled=self.compiled).astype(self.dtype, copy=False)

@@ -32,7 +32,7 @@ import numpy as np
 from llmbuild import LlmbuildError
 from llmbuild.binary.program import Instr, Program, TensorDesc
 from llmbuild.numerics import buffer_pool, compiled_dequant
-from llmbuild.numerics.formats import STORAGE, decode, round_to
+from llmbuild.numerics.formats import STORAGE, compute_dtype, decode, round_to
 from llmbuild.numerics.kernels import (
     KERNELS,
     ROW_LOCAL,
@@ -385,15 +385,15 @@ class HostExecutor:
         None: dequantize tile by tile."""
         if weight.address not in self._dequantized:
             rows, cols = weight.shape[0], weight.shape[1] * (2 if attrs.get("packed") else 1)
-            scales = decode(self.raw(scale), scale.dtype)
-            half = self.half and attrs.get("dequant_dtype") == "bf16" and scales.dtype == np.float32
+            scale_type = compute_dtype(scale.dtype)
+            half = self.half and attrs.get("dequant_dtype") == "bf16" and scale_type == np.float32
             w: np.ndarray | StoredTensor | None = None
             # A weight the compiled dequantizer takes is never kept dequantized: dequantizing it from its
             # levels as a product reads it costs no more than reading a kept 16-bit copy (docs/performance.md,
             # stop 24), and the levels take a quarter of that memory.
-            compiled = compiled_dequant.wanted(rows * cols, attrs, scales.dtype)
+            compiled = compiled_dequant.wanted(rows * cols, attrs, scale_type)
             if not compiled and self._reserve((2 if half else 4) * rows * cols):
-                raw = (self.raw(weight), scales, self.raw(zp))
+                raw = (self.raw(weight), decode(self.raw(scale), scale.dtype), self.raw(zp))
                 if half:  # rounded to bf16 by the dequantizer: the top half of each float is the value
                     w = StoredTensor(dequantize_bf16_bits(attrs, *raw), "bf16")
                 else:
