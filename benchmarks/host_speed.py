@@ -24,6 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+# llmbuild first: it pins numpy's OpenBLAS kernels (llmbuild/blas_kernels.py) before numpy loads them, as in
+# `llmbuild run`; numpy first would give a prefill other last bits than the runtime's (and a warning).
+import llmbuild  # noqa: E402, F401, I001
 import numpy as np  # noqa: E402
 
 from llmbuild.artifacts.paths import build_root  # noqa: E402

@@ -150,7 +150,7 @@ def test_device_blocks_compute_the_whole_ops_bits() -> None:
 @pytest.mark.parametrize("tiles", [{"tile_q": 8, "tile_k": 16}, {"tile_q": 16}, {}], ids=["q8k16", "q16", "default"])
 def test_the_same_bits_on_any_thread_count(tiles: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     """Query blocks run side by side (numerics/parallel.py), each whole on one thread."""
-    from llmbuild.runtime.blas import one_thread
+    from llmbuild.numerics.parallel import one_thread
 
     q, k, v, mask = operands("prefill_kv", 64, 64, 9, 4, 2, 16)
     got = []

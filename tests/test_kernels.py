@@ -42,7 +42,7 @@ def test_products_have_the_same_bits_on_any_thread_count(tiles, monkeypatch):
     """A prefill-sized product (M > ROW_TILE): BLAS alone gives other bits on other thread counts; the
     kernel's fixed tiles, each on one BLAS thread, give one answer on 1, 2 or 3 tile threads, and that
     answer is the float64 product to within float32 rounding."""
-    from llmbuild.runtime.blas import one_thread
+    from llmbuild.numerics.parallel import one_thread
 
     x = randn(1, 100, 576).astype(np.float32)
     w = randn(320, 576).astype(np.float32)

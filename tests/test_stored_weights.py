@@ -74,7 +74,7 @@ def test_a_one_row_product_decoded_in_blocks_has_the_bits_of_the_whole_one(attrs
     rng = np.random.default_rng(5)
     raw, w = _bf16(rng, 200, 8192)
     x = rng.standard_normal((1, 1, 8192)).astype(np.float32)
-    assert np.array_equal(tiled_product(attrs, x, StoredTensor(raw, "bf16")), x @ w.T)
+    assert np.array_equal(tiled_product(attrs, x, StoredTensor(raw, "bf16")), tiled_product(attrs, x, w))
     packed, scale_raw, zp = _quantized(rng, 200, 8192, 64)
     q_attrs = {**attrs, "packed": True, "q_group_size": 64, "dequant_dtype": "bf16"}
     scale = decode(scale_raw, "bf16")
@@ -84,32 +84,37 @@ def test_a_one_row_product_decoded_in_blocks_has_the_bits_of_the_whole_one(attrs
     assert np.array_equal(got, whole)
 
 
-@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("threads", ["1", "2"])
 @pytest.mark.parametrize(("n", "k", "tile_n"),
                          [(8192, 576, 1024), (1536, 576, 256), (576, 1536, 64), (8960, 1536, 512)])
-def test_a_one_row_product_over_a_decoded_weight_has_the_bits_of_its_n_tiles(n: int, k: int, tile_n: int,
-                                                                             threads: int) -> None:
-    """A decode step's product over a decoded (float32) weight is one matrix-vector product, on the process's
-    BLAS threads: the bits of the N tiles the device computes one by one on one thread (SmolLM2's and the
-    1.5B's shapes, and their lm_head's tiling at 8192 rows)."""
-    from llmbuild.runtime import blas
+def test_a_one_row_product_has_the_bits_of_its_n_tiles_on_any_threads(n: int, k: int, tile_n: int, threads: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decode step's product (numerics/vector_product.py) computes each output from its own weight row: the
+    N tiles the device computes one by one, the whole product on 1 or 2 threads, the weight decoded or as
+    stored, and numpy's reference agree bit for bit (SmolLM2's and the 1.5B's shapes, the lm_head's tiling)."""
+    from llmbuild.numerics import vector_product
 
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", threads)  # numerics.parallel.workers() reads it
     rng = np.random.default_rng(n + k)
-    w = rng.standard_normal((n, k)).astype(np.float32)
+    raw, w = _bf16(rng, n, k)
     x = rng.standard_normal((1, 1, k)).astype(np.float32)
-    with blas.one_thread():
-        tiles = np.concatenate([x[0] @ w[c : c + tile_n].T for c in range(0, n, tile_n)], axis=1)
-    found = blas.openblas_threads()
-    if found is None:
-        pytest.skip("numpy's BLAS is not OpenBLAS: no thread setting to compare")
-    get, put = found
-    before = get()
-    try:
-        put(threads)
-        got = tiled_product({"tile_n": tile_n}, x, w)
-    finally:
-        put(before)
-    assert got.shape == (1, 1, n) and np.array_equal(got[0], tiles)
+    tiles = np.concatenate([tiled_product({}, x, w[c : c + tile_n]) for c in range(0, n, tile_n)], axis=-1)
+    got = tiled_product({"tile_n": tile_n}, x, w)
+    assert got.shape == (1, 1, n) and np.array_equal(got, tiles)
+    assert np.array_equal(tiled_product({"tile_n": tile_n}, x, StoredTensor(raw, "bf16")), got)
+    assert np.array_equal(got[0, 0], vector_product.reference(x[0, 0], w))
+
+
+@pytest.mark.parametrize("attrs", [{"tile_m": 32}, {"tile_m": 32, "tile_n": 64}])
+def test_a_last_row_tile_of_one_row_has_the_bits_of_the_device_command(attrs: dict) -> None:
+    """33 rows in tiles of 32: the whole op (the host path) computes its last tile as the device's command
+    for that tile does, a one-row product (vector_product.py), not a BLAS call over one row."""
+    rng = np.random.default_rng(8)
+    w = rng.standard_normal((192, 128)).astype(np.float32)
+    x = rng.standard_normal((1, 33, 128)).astype(np.float32)
+    whole = tiled_product(attrs, x, w)
+    commands = [tiled_product(attrs, np.ascontiguousarray(x[:, r : r + 32]), w) for r in (0, 32)]
+    assert np.array_equal(whole, np.concatenate(commands, axis=1))
 
 
 def test_a_gather_reads_only_the_rows_it_looks_up() -> None:

@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from llmbuild.numerics import buffer_pool, compiled_dequant, lazy_zeros
+from llmbuild.numerics import buffer_pool, compiled_dequant, lazy_zeros, vector_product
 from llmbuild.numerics.formats import CACHE_BLOCK, compute_dtype, round_bf16_inplace, round_to
-from llmbuild.numerics.parallel import one_thread, tile_map, workers
+from llmbuild.numerics.parallel import tile_map, workers
 from llmbuild.numerics.stored import (
     RowReader,
     StoredTensor,
@@ -94,20 +94,19 @@ def tiled_product(attrs: dict[str, Any], x: np.ndarray, w_nk: Weight) -> np.ndar
     used, so a product never holds more than one decoded tile. `active_rows` (set by an executor for one
     run, never in the IR): only the row tiles holding rows < active_rows are computed, the rest of the
     result is zero; the computed tiles are the same tiles, so their bits are those of the whole product.
+
+    A one-row product in float32 (a decode step; a one-row tile) is not BLAS's: it has the arithmetic of
+    numerics/vector_product.py, in which every output is one sum over the whole K, so N tiles change no bit.
     """
     lead, k = x.shape[:-1], x.shape[-1]
     x2 = x.reshape(-1, k)
     m, n = x2.shape[0], w_nk.shape[0]
     tm, tn = attrs.get("tile_m", 0) or ROW_TILE, attrs.get("tile_n", 0) or n
     active = attrs.get("active_rows") or m
-    if m == 1 and n % 4 == 0 and tn % 4 == 0 and not attrs.get("untiled"):
-        if isinstance(w_nk, RowReader) and _decodes_to_f32(w_nk):
-            return _vector_product(x2, w_nk).reshape(*lead, n)
-        if isinstance(w_nk, np.ndarray) and w_nk.dtype == np.float32 and x2.dtype == np.float32:
-            # A decode step's product over a decoded weight: one matrix-vector product gives the N tiles' bits
-            # (each output one dot product over the whole K; tiles and BLAS's threads split the outputs at
-            # multiples of 4), without a call and a slice per tile (SmolLM2's lm_head is 12 tiles).
-            return (x2 @ w_nk.T).reshape(*lead, n)
+    if m == 1 and x2.dtype == np.float32 and not attrs.get("untiled") and _vector_weight(w_nk):
+        # A one-row product (a decode step, the lm_head): the arithmetic of vector_product.py, each output
+        # one sum over the whole K, so the N tiles need not be cut (SmolLM2's lm_head is 12 of them).
+        return _vector_product(x2, w_nk).reshape(*lead, n)
     if attrs.get("untiled"):  # the float TopOp reference: no tiles to match, one product over the real rows
         if isinstance(w_nk, RowReader) and 4 * n * k > LAZY_WHOLE_BYTES:
             tn = max(1, LAZY_WHOLE_BYTES // (4 * k))  # a 7B vocabulary table, read in blocks of rows
@@ -166,27 +165,41 @@ def _decodes_to_f32(w: RowReader) -> bool:
     return isinstance(w, DequantizedRows) and w.dtype == np.float32
 
 
-def _vector_product(x: np.ndarray, w_nk: RowReader) -> np.ndarray:
-    """`x @ w_nk^T` for one row of x (a decode step), the weight decoded a cache-sized block of rows at a
-    time into one reused buffer. Decoding a 1.5B model's bf16 weights into fresh float32 tiles for every
-    token was 40% of the build's end-to-end check: the pages of each new tile must be faulted in and
-    zeroed, and the tile leaves the cache before the product reads it.
+def _vector_weight(w: Weight) -> bool:
+    """Whether a one-row product over `w` takes vector_product's arithmetic: a float matrix, decoded or not."""
+    if isinstance(w, np.ndarray):
+        return w.ndim == 2 and w.dtype.kind == "f"
+    return isinstance(w, RowReader) and _decodes_to_f32(w)
 
-    Each output is one dot product over the whole K, so the blocks change no bits as long as every block
-    holds a multiple of 4 rows: OpenBLAS's matrix-vector kernel takes columns four at a time and the last
-    n % 4 by another path (the caller checks n and the op's N tile are multiples of 4; tested against the
-    whole product in tests/test_stored_weights.py)."""
+
+def _vector_product(x: np.ndarray, w_nk: Weight) -> np.ndarray:
+    """`x @ w_nk^T` for one float32 row of x (a decode step) in vector_product's arithmetic, whatever holds
+    the weight: a decoded array; 16-bit weights as stored (the kernel widens them as it reads, half the
+    bytes of float32); a file image's rows read a chunk at a time; a quantized weight dequantized a
+    cache-sized block of rows at a time into one reused buffer (decoding a 1.5B model's weights into fresh
+    float32 tiles for every token was 40% of the build's end-to-end check: the pages of each new tile
+    must be faulted in and zeroed, and the tile leaves the cache before the product reads it). Each
+    output is one sum over the whole K, so no way of cutting the rows changes a bit."""
     n, k = w_nk.shape
-    out = np.empty((1, n), dtype=np.result_type(x.dtype, np.float32))
-    if isinstance(w_nk, DequantizedRows) and w_nk.compiled:
-        _compiled_vector_product(x, w_nk, max(4, COMPILED_BLOCK // k // 4 * 4), out)
-        return out
-    step = max(4, CACHE_BLOCK // k // 4 * 4)
-    buffer = _decode_buffer(min(step, n) * k).reshape(-1, k)
-    for lo in range(0, n, step):
-        hi = min(n, lo + step)
-        w_nk.rows_into(lo, hi, buffer[: hi - lo])
-        out[:, lo:hi] = x @ buffer[: hi - lo].T
+    out = np.empty((1, n), dtype=np.float32)
+    row = x.reshape(-1)
+    if isinstance(w_nk, np.ndarray):
+        vector_product.product(row, w_nk.astype(np.float32, copy=False), out[0])
+    elif isinstance(w_nk, StoredTensor) and isinstance(w_nk.raw, np.ndarray):
+        vector_product.product(row, w_nk.raw, out[0])  # bf16 bits, f16 or f32, widened in the kernel
+    elif isinstance(w_nk, StoredTensor):  # a file read on demand (weight_image.FileArray): chunks of rows
+        step = max(1, LEVEL_CHUNK_BYTES // (k * w_nk.raw.dtype.itemsize))
+        for lo in range(0, n, step):
+            vector_product.product(row, np.asarray(w_nk.raw[lo : lo + step]), out[0, lo : lo + step])
+    elif isinstance(w_nk, DequantizedRows) and w_nk.compiled:
+        _compiled_vector_product(row, w_nk, max(1, COMPILED_BLOCK // k), out)
+    else:
+        step = max(1, CACHE_BLOCK // k)
+        buffer = _decode_buffer(min(step, n) * k).reshape(-1, k)
+        for lo in range(0, n, step):
+            hi = min(n, lo + step)
+            w_nk.rows_into(lo, hi, buffer[: hi - lo])
+            vector_product.product(row, buffer[: hi - lo], out[0, lo:hi])
     return out
 
 
@@ -201,9 +214,9 @@ LEVEL_CHUNK_BYTES = 4 << 20
 
 def _compiled_vector_product(x: np.ndarray, w_nk: DequantizedRows, step: int, out: np.ndarray) -> None:
     """`_vector_product` of a 4-bit weight the compiled kernel dequantizes: each thread takes a contiguous
-    span of rows (a multiple of 4), reads its levels, scales and zeros a chunk at a time, and dequantizes and
-    multiplies `step` rows of it at once into its own buffer. Every block holds a multiple of 4 rows, so
-    the spans and blocks change no bits (tests/test_compiled_dequant.py, on 1 to 3 threads)."""
+    span of rows, reads its levels, scales and zeros a chunk at a time, and dequantizes and multiplies
+    `step` rows of it at once in its own buffer (each output is one thread's, whole: the spans and blocks
+    change no bit; tests/test_compiled_dequant.py, on 1 to 3 threads)."""
     n, k = w_nk.shape
     group = w_nk.attrs["q_group_size"]
     chunk = max(step, LEVEL_CHUNK_BYTES // max(1, k // 2) // step * step)
@@ -218,16 +231,15 @@ def _compiled_vector_product(x: np.ndarray, w_nk: DequantizedRows, step: int, ou
                 hi = min(c1, lo + step)
                 rows = slice(lo - c0, hi - c0)
                 compiled_dequant.dequantize_into(levels[rows], scale[rows], zero[rows], group, buffer[: hi - lo])
-                out[:, lo:hi] = x @ buffer[: hi - lo].T
+                vector_product.product(x, buffer[: hi - lo], out[0, lo:hi])
 
     threads = workers()
-    per = (-(-n // threads) + 3) // 4 * 4
+    per = -(-n // threads)
     spans = [(lo, min(n, lo + per)) for lo in range(0, n, per)]
     if len(spans) == 1:
         span(spans[0])
-    else:  # the threads are the parallelism: BLAS's own workers would only wait on them
-        with one_thread():
-            tile_map(span, spans)
+    else:
+        tile_map(span, spans)
 
 
 _decode_buffers = threading.local()
@@ -248,11 +260,14 @@ def _tile_column(x2: np.ndarray, w_kn: np.ndarray, out: np.ndarray, c: int, tm: 
     tn = w_kn.shape[1]
 
     def tile(r: int) -> None:
-        out[r : r + tm, c : c + tn] = np.ascontiguousarray(x2[r : r + tm]) @ w_kn
+        rows = np.ascontiguousarray(x2[r : r + tm])
+        if rows.shape[0] == 1 and rows.dtype == np.float32:
+            # A one-row tile (a vision tower's 1025th token): the device's command for it is a one-row product.
+            vector_product.product(rows[0], w_kn.T, out[r, c : c + tn])
+        else:
+            out[r : r + tm, c : c + tn] = rows @ w_kn
 
-    if x2.shape[0] == 1:  # a matrix-vector product: BLAS's own threads give the same bits (blas.py)
-        tile(0)
-    elif len(row_tiles) * tm * tn * k < PARALLEL_MIN_MACS:  # threads cost more than they save
+    if len(row_tiles) * tm * tn * k < PARALLEL_MIN_MACS:  # threads cost more than they save
         for r in row_tiles:
             tile(r)
     else:

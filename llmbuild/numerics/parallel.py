@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 R = TypeVar("R")
 
+TILE_THREAD_PREFIX = "llmbuild-tile"
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
 
@@ -47,7 +48,7 @@ def tile_map(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
     if _pool is None or _pool_size < n:
         if _pool is not None:
             _pool.shutdown(wait=False)
-        _pool, _pool_size = ThreadPoolExecutor(n, thread_name_prefix="llmbuild-tile"), n
+        _pool, _pool_size = ThreadPoolExecutor(n, thread_name_prefix=TILE_THREAD_PREFIX), n
     return list(_pool.map(fn, todo))
 
 

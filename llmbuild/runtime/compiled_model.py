@@ -186,7 +186,7 @@ class CompiledModel:
             entry = self.container.entries["weights"]
             image = FileImage(self.path, entry.offset, entry.size, weight_region[0])
             host = HostExecutor(image, weight_region, self._kv.values(), self.L, cache_bytes=cache_bytes)
-            host.half = _decoded_bytes(self.plan) > host.cache_bytes
+            host.half = host.half or _decoded_bytes(self.plan) > host.cache_bytes
             self.device = host
         self.nets = _Programs(self.container, {n["name"]: n["section"] for n in self.meta["nets"]},
                               int(self.meta["memory"]["total_bytes"]))

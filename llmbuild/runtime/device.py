@@ -20,8 +20,8 @@ from llmbuild import LlmbuildError
 from llmbuild.binary.program import Program, TensorDesc
 from llmbuild.numerics.formats import STORAGE, decode, encode, round_to
 from llmbuild.numerics.kernels import KERNELS
+from llmbuild.numerics.parallel import one_thread
 from llmbuild.numerics.stored import StoredTensor
-from llmbuild.runtime.blas import one_thread
 from llmbuild.runtime.faults import DeviceFault
 from llmbuild.runtime.local_memory import run_groups
 from llmbuild.runtime.weight_image import FlatImage, WeightImage

@@ -16,10 +16,11 @@ writes the rows after the cache, in place, instead of copying the cache, and a p
 computes only the row tiles that hold them (`active_rows`: the same tiles, so the same bits).
 
 Memory: weights stay in the binary's format, in the file (read as they are used: runtime/weight_image.py),
-or in a build job's weight file. Decoded copies (float32; a 4-bit matrix
-dequantized) are kept while they fit `cache_bytes`; the rest is handed to the kernels as `StoredTensor`s
-and decoded tile by tile as products read them, so a 7B w4 binary runs in about its own size plus the
-cache, and SmolLM2 still keeps every weight decoded.
+or in a build job's weight file. Copies are kept while they fit `cache_bytes`: 16-bit weights as stored
+(the one-row product of numerics/vector_product.py reads them as they are; matrix products decode a tile
+at a time), a 4-bit matrix dequantized to bf16 bits, an f32 model's weights decoded; the rest is handed
+to the kernels as `StoredTensor`s and decoded tile by tile as products read them, so a 7B w4 binary runs
+in about its own size plus the cache, and SmolLM2 keeps every weight, in 270 MB.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import numpy as np
 
 from llmbuild import LlmbuildError
 from llmbuild.binary.program import Instr, Program, TensorDesc
-from llmbuild.numerics import buffer_pool, compiled_dequant
+from llmbuild.numerics import buffer_pool, compiled_dequant, vector_product
 from llmbuild.numerics.formats import STORAGE, compute_dtype, decode, round_to
 from llmbuild.numerics.kernels import (
     KERNELS,
@@ -42,8 +43,8 @@ from llmbuild.numerics.kernels import (
     on_real_rows,
     tiled_product,
 )
+from llmbuild.numerics.parallel import one_thread
 from llmbuild.numerics.stored import StoredTensor, materialize
-from llmbuild.runtime.blas import ThreadChoice, one_thread, vector_only
 from llmbuild.runtime.weight_image import FlatImage, WeightImage
 
 Getter = Callable[[], Any]
@@ -142,8 +143,6 @@ class _HostProgram:
     def __init__(self, prog: Program, host: HostExecutor):
         self.prog = prog
         self.vals: list[np.ndarray | None] = [None] * len(prog.instrs)
-        # Only one-row operands (decode, lm_head): any BLAS thread count gives the same bits (blas.py).
-        self.vector_only = vector_only(prog)
         self._row_attrs: list[dict[str, Any]] = []  # attrs of the steps that honour active_rows
         self.active: list[int | None] = [None]  # this run's active rows, read by row-local steps
         first = prog.tensors[prog.inputs[0][1]].shape if prog.inputs else (1,)
@@ -311,14 +310,15 @@ class HostExecutor:
         self.weight_region = weight_region
         self.cache_bytes = _cache_budget() if cache_bytes is None else cache_bytes
         self.cached_bytes = 0
-        # Set by the loader when the model's weights decoded to float32 would not fit the cache: keep 16 bits
-        # a weight instead (twice as many fit; a 1.5B w4 model whole in 3 GiB), decoded per tile as used.
-        self.half = False
+        # 16 bits a weight are kept instead of float32 (twice as many fit; a 1.5B w4 model whole in 3 GiB),
+        # decoded per tile by matrix products: whenever the compiled one-row product reads them as stored
+        # (a decode step then reads half the bytes: numerics/vector_product.py), and without it when the
+        # loader finds that the model's weights decoded to float32 would not fit the cache.
+        self.half = vector_product.kernel("bf16") is not None
         self.buffers: dict[int, np.ndarray] = {}  # address -> the value last stored there
         self._weights: dict[tuple[int, str, tuple[int, ...]], np.ndarray | StoredTensor] = {}
         self._dequantized: dict[int, np.ndarray | None] = {}
         self._programs: dict[int, _HostProgram] = {}
-        self._threads = ThreadChoice()  # BLAS threads for matrix-vector programs (blas.py)
         # Each layer's cache, with `extra_rows` rows after it where a Concat puts the new rows (cache_concat).
         self._kv: dict[int, tuple[TensorDesc, np.ndarray]] = {}
         for slot in kv_slots:
@@ -452,13 +452,10 @@ class HostExecutor:
         """`active_rows`: only the first rows (tokens) of a prefill hold real tokens; products and attention
         compute the row tiles holding them (the same bits there) and leave zeros after them."""
         hp = self._program(prog)
-        # The caller holds np.errstate once per token (CompiledModel), not once per net.
-        if hp.vector_only:
-            with self._threads.run(prog.stage if prog.layer >= 0 else prog.net):
-                hp.run(keep=trace is not None)
-        else:
-            with one_thread():  # matrix products: tiles on threads, one BLAS thread each (numerics/parallel.py)
-                hp.run(active_rows, keep=trace is not None)
+        # The caller holds np.errstate once per token (CompiledModel), not once per net. Matrix products run
+        # their tiles on threads, one BLAS thread each (numerics/parallel.py); one-row products are not BLAS's.
+        with one_thread():
+            hp.run(active_rows, keep=trace is not None)
         if trace is not None:
             for ins, value in zip(prog.instrs, hp.vals, strict=True):
                 trace(ins.loc, value)

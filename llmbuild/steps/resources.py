@@ -26,7 +26,8 @@ from llmbuild.verify import reference_memory
 MB = 1 << 20
 # Resident size of a step's process before it touches the model: Python, numpy, xDSL and llmbuild; torch
 # and transformers on top for the reference.
-BASE_MB = {"compile": 180, "check": 300, "runtime": 150, "torch": 600, "light": 150}
+# "runtime": numpy, tokenizers and the one-row product's LLVM (llvmlite: 76 MB resident once it compiles)
+BASE_MB = {"compile": 180, "check": 300, "runtime": 230, "torch": 600, "light": 150}
 HOST_CACHE = 3 << 30  # verify/e2e.py: E2E_CACHE_BYTES
 VLM_HOST_CACHE = 768 << 20  # verify/e2e.py: E2E_VLM_CACHE_BYTES
 # The vision step, per weight of the tower and per tile activation value: fitted to InternVL3-2B's measured
@@ -111,16 +112,21 @@ def _compiled_weights(recipe: Recipe, spec: ModelSpec) -> int:
 
 
 def _host_kept_bytes(recipe: Recipe, spec: ModelSpec, cache: int) -> float:
-    """Bytes the host path keeps decoded (runtime/host.py): what products read, in float32, or in 16 bits
-    when the whole model decoded would not fit `cache` (its half mode), up to `cache`; not the projections
-    the compiled dequantizer reads from their levels, nor an embedding only gathered (an untied one)."""
+    """Bytes the host path keeps (runtime/host.py): what products read, up to `cache`, in 16 bits (bf16 and
+    f16 weights as stored, which the compiled one-row product reads as they are, and 4-bit weights
+    dequantized to bf16), in float32 for an f32 model and a w*f16 one's dequantized weights; not the
+    projections the compiled dequantizer reads from their levels, nor an embedding only gathered (an untied
+    one)."""
     size = model_size(spec)
     weights = size.layer * size.layers + size.vocab_table * size.tables
+    # The compiled dequantizer takes 4-bit weights only: an 8-bit lm_head is kept dequantized.
     lm_head_compiled = (recipe.quantization.mode.startswith("w4") and size.vocab_table >= MIN_WEIGHTS
-                        and recipe.quantization.lm_head not in (None, "float"))
+                        and recipe.quantization.lm_head == "w4")
     read_by_products = weights - _compiled_weights(recipe, spec) - size.vocab_table * (size.tables - 1)
     read_by_products -= size.vocab_table if lm_head_compiled else 0
-    return min((2 if 4 * weights > cache else 4) * read_by_products, cache)
+    mode = recipe.quantization.mode
+    per_weight = 4 if mode in ("f32", "w4f16", "w8f16") else 2  # an f16 dequantizer's weights stay float32
+    return min(per_weight * read_by_products, cache)
 
 
 def _origin(recipe: Recipe) -> str:

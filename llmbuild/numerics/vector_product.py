@@ -1,0 +1,230 @@
+"""The arithmetic of a one-row product (a decode step's projections, the lm_head): defined here, compiled once.
+
+A decode step multiplies one activation row by every weight matrix of the model: it reads each weight
+once and does one multiply-add per weight, so its speed is the speed of reading the weights. OpenBLAS's
+matrix-vector kernel reads them as float32, twice the bytes of a bf16 checkpoint's, and its order of sums
+is OpenBLAS's own (its kernel for this CPU, its FMA). The device's one-row product is defined here
+instead, for every weight type alike:
+
+    each output y[n] of x [K] times w [N, K]: K is cut into blocks of LANES = 64 (the last one padded with
+    zeros), lane j sums the products x[k] * w[n, k] of k = j (mod 64) block after block, each product and
+    each sum rounded to float32 (no fused multiply-add); then the 64 lanes are added in a fixed tree:
+    lanes j and j + 16, j + 32, j + 48 as (l0 + l1) + (l2 + l3), then halves 8, 4, 2, 1.
+
+That is what a vector unit of 16 float32 lanes with four accumulators computes, so the compiled kernel
+below reads bf16, f16 or f32 weights as they are stored and widens them in registers: SmolLM2-135M's
+bf16 weights are read in half the bytes of OpenBLAS's float32 (docs/performance.md, stop 25). Every
+output is one thread's, whole, so splitting the rows over threads changes no bit, and neither does the
+CPU: the kernel's vectors are explicit LLVM IR, the same lane arithmetic on AVX2 or AVX-512.
+
+`reference` computes the same bits in numpy (tests/test_vector_product.py compares them on every weight
+type, odd K included); it also runs wherever the kernel cannot (no llvmlite, K not a multiple of 64).
+The kernel is LLVM IR written here and compiled with llvmlite (numba's compiler library, already a
+runtime dependency) in about 0.1 s the first time a process needs it; no fast-math flag is set, so LLVM
+may neither reassociate nor contract the arithmetic.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from llmbuild.numerics.parallel import TILE_THREAD_PREFIX, tile_map, workers
+
+LANES = 64
+_VECTOR = 16  # lanes per LLVM vector; LANES / _VECTOR accumulators
+# Weights above which a product's rows are split over the worker threads (a vocabulary table, a 7B
+# projection): below it a thread hand-off costs more than the product (SmolLM2's 1536 x 576: 0.05 ms).
+PARALLEL_WEIGHTS = 1 << 22
+
+# Storage type -> (LLVM element type, how 16 of them become <16 x float>)
+_WIDEN = {
+    "f32": ("float", None),
+    "bf16": ("i16", "zext <16 x i16> {v} to <16 x i32>\n  {t}s = shl <16 x i32> {t}z, {sixteen}\n"
+                    "  {t} = bitcast <16 x i32> {t}s to <16 x float>"),
+    "f16": ("half", "fpext <16 x half> {v} to <16 x float>"),
+}
+_NUMPY_STORAGE = {np.dtype(np.float32): "f32", np.dtype(np.uint16): "bf16", np.dtype(np.float16): "f16"}
+
+
+def reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """y [N] = the one-row product of x [K] and w [N, K] (float32 values), in numpy, with the kernel's bits."""
+    x = np.asarray(x, dtype=np.float32).reshape(-1)
+    n, k = w.shape
+    blocks = -(-k // LANES)
+    padded = np.zeros(blocks * LANES, dtype=np.float32)
+    padded[:k] = x
+    out = np.empty(n, dtype=np.float32)
+    step = max(1, (1 << 20) // max(1, blocks * LANES))  # rows at a time: bounded temporaries
+    with np.errstate(all="ignore"):  # inf and NaN propagate, as in the kernel, without a warning per call
+        for lo in range(0, n, step):
+            _rows_into(w, padded, lo, min(n, lo + step), out)
+    return out
+
+
+def _rows_into(w: np.ndarray, padded: np.ndarray, lo: int, hi: int, out: np.ndarray) -> None:
+    """out[lo:hi] = the product of rows lo:hi of w with the zero-padded x."""
+    rows = np.zeros((hi - lo, padded.size), dtype=np.float32)
+    rows[:, : w.shape[1]] = w[lo:hi]
+    products = (rows * padded).reshape(hi - lo, -1, LANES)
+    lanes = np.zeros((hi - lo, LANES), dtype=np.float32)
+    for b in range(products.shape[1]):  # one block after the other: each lane's sums in k order
+        lanes += products[:, b]
+    out[lo:hi] = _lane_tree(lanes)
+
+
+def _lane_tree(lanes: np.ndarray) -> np.ndarray:
+    """[rows, 64] lanes -> [rows]: (l[j] + l[j+16]) + (l[j+32] + l[j+48]), then halves of 8, 4, 2, 1."""
+    v = (lanes[:, 0:16] + lanes[:, 16:32]) + (lanes[:, 32:48] + lanes[:, 48:64])
+    while v.shape[1] > 1:
+        half = v.shape[1] // 2
+        v = v[:, :half] + v[:, half:]
+    return v[:, 0]
+
+
+def product(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
+    """out [N] (float32) = the one-row product of x [K] (float32) and w [N, K], w as stored: float32, bf16 bit
+    patterns (uint16) or float16. Compiled when it can be, else `reference`; the same bits either way."""
+    n, k = w.shape
+    x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
+    run = kernel(_NUMPY_STORAGE.get(w.dtype, "")) if k % LANES == 0 and k > 0 else None
+    if run is None or not w.flags.c_contiguous or not out.flags.c_contiguous or out.dtype != np.float32:
+        values = w if w.dtype != np.uint16 else np.left_shift(w, 16, dtype=np.uint32).view(np.float32)
+        out[...] = reference(x, values.astype(np.float32, copy=False))
+        return
+    xp, wp, yp, row = x.ctypes.data, w.ctypes.data, out.ctypes.data, w.strides[0]
+    if n * k < PARALLEL_WEIGHTS:  # SmolLM2's every projection: a thread hand-off would cost more
+        run(xp, wp, yp, 0, n, k, row)
+        return
+    threads = workers()
+    # Not from a tile thread (a decode step's span of a 7B projection): its pool would wait on itself.
+    if threads == 1 or n < 2 * threads or threading.current_thread().name.startswith(TILE_THREAD_PREFIX):
+        run(xp, wp, yp, 0, n, k, row)
+        return
+    per = -(-n // threads)
+    tile_map(lambda lo: run(xp, wp, yp, lo, min(n, lo + per), k, row), range(0, n, per))
+
+
+# ---- the compiled kernel ---------------------------------------------------------------------------
+
+_lock = threading.Lock()
+_kernels: dict[str, Callable[..., None] | None] = {}
+_keep: list[Any] = []  # the execution engine owns the machine code: it lives as long as the process
+
+
+def kernel(storage: str) -> Callable[..., None] | None:
+    """The compiled product for weights stored as `storage` ("f32", "bf16", "f16"): `(x*, w*, y*, row_lo,
+    row_hi, K, row_stride_bytes)`, computing y[row_lo:row_hi]; None when it cannot be built."""
+    if storage not in _WIDEN:
+        return None
+    if storage not in _kernels:
+        with _lock:
+            if storage not in _kernels:
+                _kernels.update(_compile())
+    return _kernels[storage]
+
+
+def _compile() -> dict[str, Callable[..., None] | None]:
+    try:
+        import llvmlite.binding as llvm
+
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        target = llvm.Target.from_default_triple()
+        machine = target.create_target_machine(cpu=llvm.get_host_cpu_name(),
+                                               features=llvm.get_host_cpu_features().flatten(), opt=3,
+                                               codemodel="jitdefault")
+        module = llvm.parse_assembly("\n".join(_ir(storage) for storage in _WIDEN))
+        module.verify()
+        builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=3))
+        builder.getModulePassManager().run(module, builder)
+        engine = llvm.create_mcjit_compiler(module, machine)
+        engine.finalize_object()
+    except Exception as error:  # an llvmlite without these APIs, an unknown CPU: numpy has the same bits
+        warnings.warn(f"llmbuild: the compiled one-row product is unavailable ({error}); decode runs on numpy, "
+                      "slower, with the same results", RuntimeWarning, stacklevel=3)
+        return dict.fromkeys(_WIDEN)
+    _keep.append(engine)
+    signature = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                 ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
+    # ctypes releases the GIL for the call: rows split over threads run side by side.
+    return {storage: signature(engine.get_function_address(f"row_product_{storage}")) for storage in _WIDEN}
+
+
+def _ir(storage: str) -> str:
+    """LLVM IR of the product for one storage type: per output row, 4 accumulators of <16 x float> (lanes
+    j, j+16, j+32, j+48 of a block of 64), each block's weights loaded as stored and widened."""
+    element, widen = _WIDEN[storage]
+    sixteen = "<" + ", ".join(["i32 16"] * _VECTOR) + ">"
+    body = []
+    for a in range(LANES // _VECTOR):
+        t = f"%wv{a}"
+        body.append(f"""  %k{a} = add i64 %k, {a * _VECTOR}
+  %xp{a} = getelementptr float, ptr %x, i64 %k{a}
+  %xv{a} = load <16 x float>, ptr %xp{a}, align 4
+  %wp{a} = getelementptr {element}, ptr %wrow, i64 %k{a}""")
+        if widen is None:
+            body.append(f"  {t} = load <16 x float>, ptr %wp{a}, align 4")
+        else:
+            body.append(f"  %raw{a} = load <16 x {element}>, ptr %wp{a}, align 2")
+            first, _, rest = widen.partition("\n")
+            if rest:  # bf16: zero-extend, shift into the top half, reinterpret
+                body.append(f"  {t}z = " + first.format(v=f"%raw{a}"))
+                body.append(rest.format(t=t, sixteen=sixteen))
+            else:
+                body.append(f"  {t} = " + first.format(v=f"%raw{a}"))
+        body.append(f"""  %p{a} = fmul <16 x float> %xv{a}, {t}
+  %na{a} = fadd <16 x float> %a{a}, %p{a}""")
+    phis = "\n".join(f"  %a{a} = phi <16 x float> [ zeroinitializer, %row ], [ %na{a}, %kloop ]"
+                     for a in range(LANES // _VECTOR))
+
+    def halves(width: int, name: str, src: str) -> str:
+        lo = ", ".join(f"i32 {i}" for i in range(width))
+        hi = ", ".join(f"i32 {i + width}" for i in range(width))
+        pair = f"<{2 * width} x float> {src}, <{2 * width} x float> poison, <{width} x i32>"
+        return (f"  %{name}l = shufflevector {pair} <{lo}>\n  %{name}h = shufflevector {pair} <{hi}>\n"
+                f"  %{name} = fadd <{width} x float> %{name}l, %{name}h")
+
+    newline = "\n"
+    return f"""
+define void @row_product_{storage}(ptr noalias nocapture readonly %x, ptr noalias nocapture readonly %w,
+                                   ptr noalias nocapture %y, i64 %lo, i64 %hi, i64 %K, i64 %stride) {{
+entry:
+  %none = icmp sge i64 %lo, %hi
+  br i1 %none, label %done, label %row
+row:
+  %n = phi i64 [ %lo, %entry ], [ %n1, %rowend ]
+  %offset = mul i64 %n, %stride
+  %wrow = getelementptr i8, ptr %w, i64 %offset
+  br label %kloop
+kloop:
+  %k = phi i64 [ 0, %row ], [ %knext, %kloop ]
+{phis}
+{newline.join(body)}
+  %knext = add i64 %k, {LANES}
+  %more = icmp slt i64 %knext, %K
+  br i1 %more, label %kloop, label %rowend
+rowend:
+  %s01 = fadd <16 x float> %na0, %na1
+  %s23 = fadd <16 x float> %na2, %na3
+  %s16 = fadd <16 x float> %s01, %s23
+{halves(8, "s8", "%s16")}
+{halves(4, "s4", "%s8")}
+{halves(2, "s2", "%s4")}
+  %e0 = extractelement <2 x float> %s2, i32 0
+  %e1 = extractelement <2 x float> %s2, i32 1
+  %sum = fadd float %e0, %e1
+  %yp = getelementptr float, ptr %y, i64 %n
+  store float %sum, ptr %yp, align 4
+  %n1 = add i64 %n, 1
+  %rows = icmp slt i64 %n1, %hi
+  br i1 %rows, label %row, label %done
+done:
+  ret void
+}}
+"""
