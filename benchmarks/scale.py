@@ -134,6 +134,10 @@ class Sampler:
 
 
 def timed(cmd: list[str] | str, env: dict[str, str], directory: Path | None, log: Path) -> tuple[float, int, Sampler]:
+    # The previous command's dirty pages (llm_convert leaves tens of GB of .npz scratch) are written back
+    # before the clock starts, not during the next tool's build: unsynced, they slowed our 1.5B build from
+    # 89-94 s to 120 s in a side-by-side run (2026-12-03).
+    os.sync()
     start = time.perf_counter()
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
