@@ -166,9 +166,10 @@ def _decodes_to_f32(w: RowReader) -> bool:
 
 
 def _vector_weight(w: Weight) -> bool:
-    """Whether a one-row product over `w` takes vector_product's arithmetic: a float matrix, decoded or not."""
+    """Whether a one-row product over `w` takes vector_product's arithmetic: a float32 or float16 matrix
+    (the types its kernel reads as they are), or a reader that decodes to float32."""
     if isinstance(w, np.ndarray):
-        return w.ndim == 2 and w.dtype.kind == "f"
+        return w.ndim == 2 and w.dtype in (np.float32, np.float16)
     return isinstance(w, RowReader) and _decodes_to_f32(w)
 
 
@@ -184,7 +185,7 @@ def _vector_product(x: np.ndarray, w_nk: Weight) -> np.ndarray:
     out = np.empty((1, n), dtype=np.float32)
     row = x.reshape(-1)
     if isinstance(w_nk, np.ndarray):
-        vector_product.product(row, w_nk.astype(np.float32, copy=False), out[0])
+        vector_product.product(row, w_nk, out[0])
     elif isinstance(w_nk, StoredTensor) and isinstance(w_nk.raw, np.ndarray):
         vector_product.product(row, w_nk.raw, out[0])  # bf16 bits, f16 or f32, widened in the kernel
     elif isinstance(w_nk, StoredTensor):  # a file read on demand (weight_image.FileArray): chunks of rows

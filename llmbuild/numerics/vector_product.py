@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from llmbuild.numerics.formats import bf16_bits_to_f32
 from llmbuild.numerics.parallel import TILE_THREAD_PREFIX, tile_map, workers
 
 LANES = 64
@@ -94,20 +95,26 @@ def product(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
     x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
     run = kernel(_NUMPY_STORAGE.get(w.dtype, "")) if k % LANES == 0 and k > 0 else None
     if run is None or not w.flags.c_contiguous or not out.flags.c_contiguous or out.dtype != np.float32:
-        values = w if w.dtype != np.uint16 else np.left_shift(w, 16, dtype=np.uint32).view(np.float32)
+        values = bf16_bits_to_f32(w) if w.dtype == np.uint16 else w
         out[...] = reference(x, values.astype(np.float32, copy=False))
         return
     xp, wp, yp, row = x.ctypes.data, w.ctypes.data, out.ctypes.data, w.strides[0]
-    if n * k < PARALLEL_WEIGHTS:  # SmolLM2's every projection: a thread hand-off would cost more
-        run(xp, wp, yp, 0, n, k, row)
-        return
-    threads = workers()
-    # Not from a tile thread (a decode step's span of a 7B projection): its pool would wait on itself.
-    if threads == 1 or n < 2 * threads or threading.current_thread().name.startswith(TILE_THREAD_PREFIX):
-        run(xp, wp, yp, 0, n, k, row)
-        return
+    threads = _threads_for(n, k)
     per = -(-n // threads)
-    tile_map(lambda lo: run(xp, wp, yp, lo, min(n, lo + per), k, row), range(0, n, per))
+    if threads == 1:
+        run(xp, wp, yp, 0, n, k, row)
+    else:
+        tile_map(lambda lo: run(xp, wp, yp, lo, min(n, lo + per), k, row), range(0, n, per))
+
+
+def _threads_for(n: int, k: int) -> int:
+    """How many threads share a product's rows: one below PARALLEL_WEIGHTS (SmolLM2's every projection: a
+    thread hand-off would cost more) and on a tile thread (a decode step's span of a 7B projection: the
+    pool would wait on itself); else every worker that gets at least two rows."""
+    if n * k < PARALLEL_WEIGHTS or threading.current_thread().name.startswith(TILE_THREAD_PREFIX):
+        return 1
+    threads = workers()
+    return threads if n >= 2 * threads else 1
 
 
 # ---- the compiled kernel ---------------------------------------------------------------------------

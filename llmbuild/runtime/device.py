@@ -106,8 +106,8 @@ class Device:
         """`active_rows`: the real tokens of a prefill the caller checks; row-tiled groups run the tiles
         holding them (at least two) instead of all (local_memory.run_groups)."""
         # BLAS on one thread: matrix products then give the same bits on any machine's thread count (their
-        # tiles run side by side instead: numerics/parallel.py), and matrix-vector programs do not wait
-        # for workers (blas.py).
+        # tiles run side by side instead: numerics/parallel.py); one-row products are not BLAS's
+        # (numerics/vector_product.py).
         with one_thread():
             if grouped and prog.groups:
                 with np.errstate(over="ignore", under="ignore"):
