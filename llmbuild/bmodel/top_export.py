@@ -1,0 +1,331 @@
+"""llmbuild's TopOp net, printed as the vendor's top module (plus the npz of its weights) that TPU-MLIR's own
+lowering and code generation turn into a `.bmodel` net.
+
+The translation walks the TopOp net op by op; what changes on the way is the vendor's contract, not the
+model's semantics (../docs/bmodel.md):
+- names: inputs, outputs and weights take the names LLM-TPU's runtime and `llm_convert` use (HF tensor names
+  with `model.`, `input_states`, `output_states`, `k_cache`, `v_cache`, `token_id`);
+- layouts: linear weights [K, N] (TopOp keeps the checkpoint's [N, K]), norm weights and biases with leading
+  ones, RoPE tables [S, 1, d] gathered straight into [1, n, 1, d], 4-bit levels two to a byte;
+- net boundaries: the final RMSNorm moves from `lm_head` into the last layer's block nets, and `lm_head`
+  ends in a top-1 on the chip (it returns the token id);
+- the levels of a quantized projection are passed as they are (`top.A16MatMul`), so a GPTQ, AWQ or
+  AutoRound checkpoint's levels, zero points and scales are what the chip multiplies by; act order's input
+  permutation stays a `top.Gather` on the activations. An 8-bit table only gathered (a tied, quantized
+  embedding) is dequantized in float32 here: the vendor has no quantized gather, and its BF16 lowering rounds
+  the table to the bf16 values the `.llmb` computes from the same levels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.func import FuncOp, ReturnOp
+from xdsl.ir import Operation, SSAValue
+
+from llmbuild.bmodel import vendor_ir as ir
+from llmbuild.dialects import common, top
+from llmbuild.importer.nets import ROPE_COS, ROPE_SIN
+
+# llmbuild's per-layer location suffixes -> the vendor's (after `model.layers.{i}.`, or absolute).
+_LAYER_LOCS = {
+    "input_norm": "input_layernorm",
+    "q_proj": "self_attn.q_proj", "k_proj": "self_attn.k_proj", "v_proj": "self_attn.v_proj",
+    "o_proj": "self_attn.o_proj",
+    "q_heads": "self_attn.q_proj.reshape", "k_heads": "self_attn.k_proj.reshape", "v_heads": "/v_cache",
+    "q_norm": "self_attn.q_norm", "k_norm": "self_attn.k_norm",
+    "q_rope": "/q_proj", "k_rope": "/k_cache",
+    "k_concat": "self_attn.k_proj.concat", "v_concat": "self_attn.v_proj.concat",
+    "attention": "fattention", "attn_residual": "self_attn.o_proj.add",
+    "post_norm": "post_attention_layernorm",
+    "gate_proj": "mlp.gate_proj", "up_proj": "mlp.up_proj", "down_proj": "mlp.down_proj",
+    "gate_silu": "mlp.gate_proj.silu", "gate_mul": "mlp.up_proj.mul",
+    "mlp_residual": "mlp.down_proj.add",
+}
+_INPUT_NAMES = {"hidden_states": "input_states"}  # block nets; lm_head keeps "hidden_states"
+_ROPE_KEYS = {ROPE_COS: ("rotary_cos.weight", "rotary_cos"), ROPE_SIN: ("rotary_sin.weight", "rotary_sin")}
+
+
+class ExportError(Exception):
+    """A net the vendor's top dialect cannot express as llmbuild compiled it; the message names the net."""
+
+
+@dataclass(frozen=True)
+class FinalNorm:
+    """The model's last RMSNorm, which the vendor computes at the end of the last layer's block nets."""
+
+    gamma: np.ndarray
+    eps: float
+
+
+def vendor_weight_key(name: str) -> str:
+    """llmbuild's canonical tensor name -> the HF name `llm_convert` uses as the npz key."""
+    if name == "lm_head.weight":
+        return name
+    return "model." + name
+
+
+def export_net(module: ModuleOp, weights: Mapping[str, np.ndarray], weight_file: str,
+               final_norm: FinalNorm | None = None) -> ir.VendorModule:
+    """`module`: one TopOp net as the layer or head step built it (canonicalized or not); `weights`: its
+    TopOp weights by name; `weight_file`: the npz path the module names. Returns the vendor module, whose
+    `weights` are the npz contents."""
+    fn = next(op for op in module.ops if isinstance(op, FuncOp))
+    net = module.attributes["top.net"].data  # type: ignore[attr-defined]
+    return _Exporter(net, weights, weight_file, final_norm).run(fn)
+
+
+class _Exporter:
+    def __init__(self, net: str, weights: Mapping[str, np.ndarray], weight_file: str,
+                 final_norm: FinalNorm | None):
+        self.net = net
+        self.weights = weights
+        self.final_norm = final_norm
+        self.out = ir.VendorModule(net, weight_file)
+        self.values: dict[SSAValue, ir.Value] = {}
+        self.is_block = net.startswith("block")
+        self.prefill = net.startswith(("block_", "block_kv_")) and not net.startswith("block_cache_")
+
+    def fail(self, message: str) -> ExportError:
+        return ExportError(f"net {self.net}: {message}")
+
+    def run(self, fn: FuncOp) -> ir.VendorModule:
+        for op in fn.body.block.ops:
+            if isinstance(op, ReturnOp):
+                self.outputs(list(op.operands))
+            elif not isinstance(op, top.WeightOp):  # weights are written where they are used
+                self.translate(op)
+        return self.out
+
+    # -- helpers -------------------------------------------------------------------------------------
+    def loc(self, op: Operation) -> str:
+        loc = op.attributes["loc"].data  # type: ignore[attr-defined]
+        if not self.is_block:
+            return loc
+        layer, _, suffix = loc.partition(".")[2].partition(".")
+        mapped = _LAYER_LOCS.get(suffix)
+        if suffix == "mlp_residual" and self.final_norm is None:
+            mapped = "/output_states"  # the block's result is named by the op that computes it
+        if not loc.startswith("layers.") or mapped is None:
+            raise self.fail(f"no vendor name for the op at {loc!r}")
+        return mapped[1:] if mapped.startswith("/") else f"model.layers.{layer}.{mapped}"
+
+    def array(self, value: SSAValue) -> tuple[str, np.ndarray]:
+        op = value.owner
+        if not isinstance(op, top.WeightOp):
+            raise self.fail(f"expected a weight operand, got {op.name}")
+        name = op.attributes["name"].data  # type: ignore[attr-defined]
+        if name not in self.weights:
+            raise self.fail(f"weight {name} was not supplied")
+        return name, np.asarray(self.weights[name])
+
+    def operand(self, value: SSAValue) -> ir.Value:
+        if value not in self.values:
+            raise self.fail(f"operand of {value.owner.name} was not translated")
+        return self.values[value]
+
+    def weight_value(self, value: SSAValue, shape: tuple[int, ...] | None = None, transpose: bool = False,
+                     key: str | None = None) -> ir.Value:
+        name, data = self.array(value)
+        if transpose:
+            data = data.T
+        if shape is not None:
+            data = data.reshape(shape)
+        return self.out.weight(key or vendor_weight_key(name), data)
+
+    def leading_ones(self, value: SSAValue, rank: int) -> ir.Value:
+        """A per-channel vector as the vendor declares it: [1, ..., 1, C] with the activation's rank."""
+        n = common.shape_of(value)[-1]
+        return self.weight_value(value, (1,) * (rank - 1) + (n,))
+
+    # -- ops -----------------------------------------------------------------------------------------
+    def translate(self, op: Operation) -> None:
+        handler = getattr(self, "op_" + op.name.split(".")[1], None)
+        if handler is None:
+            raise self.fail(f"op {op.name} has no vendor form")
+        result = handler(op)
+        if result is not None:
+            self.values[op.results[0]] = result
+
+    def op_Input(self, op: top.InputOp) -> ir.Value:
+        name = op.attributes["loc"].data  # type: ignore[attr-defined]
+        name = _INPUT_NAMES.get(name, name) if self.is_block else name
+        shape = common.shape_of(op.results[0])
+        element = ir.F32 if "f32" in str(op.results[0].type) else ir.SI32
+        return self.out.input(name, shape, element)
+
+    def op_RMSNorm(self, op: top.RMSNormOp) -> ir.Value:
+        x = op.operands[0]
+        if self.net == "lm_head":
+            return self.operand(x)  # the vendor's last block computes the final norm
+        gamma = self.leading_ones(op.operands[1], len(common.shape_of(x)))
+        attrs = {"eps": ir.f64(op.attributes["eps"].value.data), "weight_keep_f32": "false"}  # type: ignore[attr-defined]
+        return self.out.op("top.RMSNorm", [self.operand(x), gamma], common.shape_of(x), self.loc(op), attrs)
+
+    def op_MatMul(self, op: top.MatMulOp) -> ir.Value:
+        x, w = op.operands[0], op.operands[1]
+        bias = op.operands[2] if len(op.operands) > 2 else None
+        shape = common.shape_of(op.results[0])
+        if self.net == "lm_head":
+            # The vendor multiplies W[V, H] by x[1, H]ᵀ and reshapes, then takes the top-1 on the chip.
+            v = common.shape_of(w)[0]
+            table = self.weight_value(w, key="lm_head.weight")
+            attrs = {**ir.MATMUL, "right_transpose": "true"}
+            column = self.out.op("top.MatMul", [table, self.operand(x), self.out.none], (v, 1), "lm_head", attrs)
+            return self.out.op("top.Reshape", [column], (1, v), "lm_head.reshape", {"flatten_start_dim": ir.i64(-1)})
+        bias_value = self.leading_ones(bias, len(shape)) if bias is not None else self.out.none
+        weight = self.weight_value(w, transpose=True)
+        attrs = {**ir.MATMUL, "right_transpose": "false"}
+        return self.out.op("top.MatMul", [self.operand(x), weight, bias_value], shape, self.loc(op), attrs)
+
+    def op_A16MatMul(self, op: top.A16MatMulOp) -> ir.Value:
+        x, q, scales, zeros = op.operands[:4]
+        bias = op.operands[4] if len(op.operands) > 4 else None
+        bits = op.attributes["weight_bits"].value.data  # type: ignore[attr-defined]
+        group = op.attributes["q_group_size"].value.data  # type: ignore[attr-defined]
+        shape = common.shape_of(op.results[0])
+        qname, levels = self.array(q)
+        base = qname.removesuffix(".qweight")
+        key = "lm_head" if self.net == "lm_head" else vendor_weight_key(base)
+        bias_value = self.leading_ones(bias, len(shape)) if bias is not None else self.out.none
+        packed = pack_levels(levels, bits)
+        _, zp = self.array(zeros)
+        zp_levels = np.rint(zp)
+        if not np.array_equal(zp_levels, zp) or zp.min() < 0 or zp.max() > (1 << bits) - 1:
+            raise self.fail(f"{base}: zero points are not integers in [0, {(1 << bits) - 1}]; the vendor's "
+                            "A16MatMul takes unsigned integer zero points only")
+        qweight = self.out.weight(key + ".qweight", packed)
+        scale_value = self.out.weight(key + ".scales", np.asarray(self.array(scales)[1], np.float32))
+        zp_value = self.out.weight(key + ".qzeros", zp_levels.astype(np.uint8))
+        attrs = {"q_group_size": ir.i64(group), "right_transpose": "true", "weight_bits": ir.i64(bits)}
+        operands = [self.operand(x), qweight, scale_value, zp_value, bias_value]
+        loc = "lm_head" if self.net == "lm_head" else self.loc(op)
+        result = self.out.op("top.A16MatMul", operands, shape, loc, attrs)
+        if self.net == "lm_head":
+            return self.out.op("top.Reshape", [result], shape, "lm_head.reshape", {"flatten_start_dim": ir.i64(-1)})
+        return result
+
+    def op_Gather(self, op: top.GatherOp) -> ir.Value | None:
+        table, indices = op.operands
+        axis = op.attributes["axis"].value.data  # type: ignore[attr-defined]
+        if isinstance(table.owner, top.WeightOp):
+            name = table.owner.attributes["name"].data  # type: ignore[attr-defined]
+            if name in _ROPE_KEYS:
+                return self.rope_table(op, name)
+            if axis == 0 and not self.is_block:  # the embedding
+                weight = self.weight_value(table)
+                shape = common.shape_of(op.results[0])
+                attrs = {**ir.GATHER, "axis": ir.si32(0)}
+                return self.out.op("top.Gather", [weight, self.operand(indices)], shape, self.net, attrs)
+        if isinstance(indices.owner, top.WeightOp):  # act order: the input permuted to the levels' order
+            name, perm = self.array(indices)
+            index_weight = self.out.weight(vendor_weight_key(name), perm.astype(np.float32))
+            shape = common.shape_of(op.results[0])
+            attrs = {**ir.GATHER, "axis": ir.si32(axis)}
+            return self.out.op("top.Gather", [self.operand(table), index_weight], shape, self.loc(op), attrs)
+        raise self.fail(f"gather at {op.attributes['loc']} has no vendor form")
+
+    def rope_table(self, op: top.GatherOp, name: str) -> ir.Value | None:
+        """Gather(table[S, d], pos) then Reshape [1, n, 1, d] in TopOp; one Gather of [S, 1, d] here."""
+        key, loc = _ROPE_KEYS[name]
+        _, data = self.array(op.operands[0])
+        reshape = next(iter(op.results[0].uses)).operation
+        if not isinstance(reshape, top.ReshapeOp):
+            raise self.fail(f"{name} rows are used by {reshape.name}, expected a Reshape to heads")
+        table = self.out.weight(key, data.reshape(data.shape[0], 1, data.shape[1]))
+        attrs = {**ir.GATHER, "axis": ir.si32(0)}
+        shape = common.shape_of(reshape.results[0])
+        value = self.out.op("top.Gather", [table, self.operand(op.operands[1])], shape, loc, attrs)
+        self.values[reshape.results[0]] = value
+        return None
+
+    def op_Reshape(self, op: top.ReshapeOp) -> ir.Value | None:
+        if op.results[0] in self.values:  # a RoPE table's reshape, translated with its gather
+            return None
+        shape = common.shape_of(op.results[0])
+        attrs = {"flatten_start_dim": ir.i64(-1)}
+        if self.prefill and len(shape) == 4:
+            attrs["shape"] = ir.int_array((1, -1, *shape[2:]))
+        return self.out.op("top.Reshape", [self.operand(op.operands[0])], shape, self.loc(op), attrs)
+
+    def op_Rope(self, op: top.RopeOp) -> ir.Value:
+        x, cos, sin = (self.operand(v) for v in op.operands)
+        # The vendor's Rope takes (x, sin, cos): x * cos + rotate_half(x) * sin.
+        return self.out.op("top.Rope", [x, sin, cos], common.shape_of(op.results[0]), self.loc(op), ir.ROPE)
+
+    def op_FAttention(self, op: top.FAttentionOp) -> ir.Value:
+        q, k, v, mask = (self.operand(x) for x in op.operands[:4])
+        a = op.attributes
+        attrs = {**ir.FATTENTION, "scale": ir.f64(a["scale"].value.data)}  # type: ignore[attr-defined]
+        for key in ("batch", "dim", "kv_head", "mk", "mq", "q_head"):
+            attrs[key] = ir.i64(a[key].value.data)  # type: ignore[attr-defined]
+        return self.out.op("top.FAttention", [q, k, v, mask, self.out.none], common.shape_of(op.results[0]),
+                           self.loc(op), attrs)
+
+    def op_Concat(self, op: top.ConcatOp) -> ir.Value:
+        axis = op.attributes["axis"].value.data  # type: ignore[attr-defined]
+        attrs = {**ir.CONCAT, "axis": ir.si32(axis)}
+        return self.out.op("top.Concat", [self.operand(v) for v in op.operands], common.shape_of(op.results[0]),
+                           self.loc(op), attrs)
+
+    def _binary(self, name: str, op: Operation) -> ir.Value:
+        return self.out.op(name, [self.operand(v) for v in op.operands], common.shape_of(op.results[0]),
+                           self.loc(op), ir.ELEMENTWISE)
+
+    def op_Add(self, op: top.AddOp) -> ir.Value:
+        return self._binary("top.Add", op)
+
+    def op_Mul(self, op: top.MulOp) -> ir.Value:
+        return self._binary("top.Mul", op)
+
+    def op_SiLU(self, op: top.SiLUOp) -> ir.Value:
+        return self.out.op("top.SiLU", [self.operand(op.operands[0])], common.shape_of(op.results[0]), self.loc(op))
+
+    def op_A16Gather(self, op: top.A16GatherOp) -> ir.Value:
+        q, scales, zeros, ids = op.operands
+        group = op.attributes["q_group_size"].value.data  # type: ignore[attr-defined]
+        qname, levels = self.array(q)
+        table = dequantize(levels, self.array(scales)[1], self.array(zeros)[1], group)
+        key = vendor_weight_key(qname.removesuffix(".qweight") + ".weight")
+        weight = self.out.weight(key, table)
+        attrs = {**ir.GATHER, "axis": ir.si32(0)}
+        return self.out.op("top.Gather", [weight, self.operand(ids)], common.shape_of(op.results[0]), self.net, attrs)
+
+    # -- outputs -------------------------------------------------------------------------------------
+    def outputs(self, values: list[SSAValue]) -> None:
+        outs = [self.operand(v) for v in values]
+        if self.net == "lm_head":
+            self.out.output(self.out.topk_indices(outs[0], "token_value", "token_id"))
+            return
+        if self.is_block:
+            hidden = outs[0]
+            if self.final_norm is not None:
+                gamma = self.out.weight("model.norm.weight",
+                                        self.final_norm.gamma.reshape((1,) * (len(hidden.shape) - 1) + (-1,)))
+                attrs = {"eps": ir.f64(self.final_norm.eps), "weight_keep_f32": "false"}
+                hidden = self.out.op("top.RMSNorm", [hidden, gamma], hidden.shape, "output_states", attrs)
+            outs[0] = hidden
+        self.out.output(*outs)
+
+
+def pack_levels(levels: np.ndarray, bits: int) -> np.ndarray:
+    """[N, K] levels -> the vendor's qweight: 8-bit as they are, 4-bit two to a byte (even k in the low nibble)."""
+    levels = np.asarray(levels, dtype=np.uint8)
+    if bits == 8:
+        return levels
+    if bits != 4 or levels.shape[-1] % 2:
+        raise ExportError(f"{bits}-bit levels of width {levels.shape[-1]} cannot be packed for A16MatMul")
+    return (levels[:, 0::2] & 0x0F) | ((levels[:, 1::2] & 0x0F) << 4)
+
+
+def dequantize(levels: np.ndarray, scales: np.ndarray, zeros: np.ndarray, group: int) -> np.ndarray:
+    """(level - zero) * scale in float32, per group along the last axis."""
+    lv = np.asarray(levels, np.float32).reshape(levels.shape[0], -1, group)
+    out = (lv - np.asarray(zeros, np.float32)[..., None]) * np.asarray(scales, np.float32)[..., None]
+    return out.reshape(levels.shape)
+
+
+__all__ = ["ExportError", "FinalNorm", "export_net", "pack_levels", "vendor_weight_key"]
