@@ -16,6 +16,7 @@ include: "rules/quantize.smk"
 include: "rules/reference.smk"
 include: "rules/vision.smk"
 include: "rules/compile.smk"
+include: "rules/bmodel.smk"
 include: "rules/verify.smk"
 include: "rules/zoo.smk"
 

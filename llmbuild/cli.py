@@ -97,6 +97,30 @@ def cmd_vision(args: argparse.Namespace) -> None:
     build_vision(_recipe(args))
 
 
+def cmd_bmodel_net(args: argparse.Namespace) -> None:
+    from llmbuild.steps.bmodel import build_net
+
+    build_net(_recipe(args), args.net)
+
+
+def cmd_bmodel_combine(args: argparse.Namespace) -> None:
+    from llmbuild.steps.bmodel import combine_head, combine_layer, combine_model
+
+    recipe = _recipe(args)
+    if args.layer is not None:
+        combine_layer(recipe, args.layer)
+    elif args.head:
+        combine_head(recipe)
+    else:
+        combine_model(recipe)
+
+
+def cmd_bmodel_check(args: argparse.Namespace) -> None:
+    from llmbuild.verify.bmodel_checks import check_bmodel
+
+    check_bmodel(_recipe(args))
+
+
 def cmd_link(args: argparse.Namespace) -> None:
     from llmbuild.steps.link import link
 
@@ -223,6 +247,15 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--head", action="store_true")
     verb("vision", cmd_vision, "export, import, compile and check the vit net of a vision-language model")
     verb("link", cmd_link, "link every object into the deployable binary")
+    sp = verb("bmodel-net", cmd_bmodel_net, "export one net to TPU-MLIR's top dialect and compile it to a bmodel")
+    sp.add_argument("--net", required=True, help="block_I, block_kv_I, block_cache_I, embedding, embedding_cache "
+                    "or lm_head")
+    sp = verb("bmodel-combine", cmd_bmodel_combine, "combine compiled nets: a layer's, the head's, or the model")
+    which = sp.add_mutually_exclusive_group(required=True)
+    which.add_argument("--layer", type=int)
+    which.add_argument("--head", action="store_true")
+    which.add_argument("--model", action="store_true")
+    verb("bmodel-check", cmd_bmodel_check, "run the bmodel on the vendor's simulator against the reference")
     verb("e2e", cmd_e2e, "run the binary against transformers generate: e2e.json")
     verb("verify", cmd_verify, "apply the recipe's tolerances to every check: verify.json")
     sp = verb("zoo-recipe", cmd_zoo_recipe, "build one recipe for the zoo and record its outcome (never fails)")

@@ -81,6 +81,17 @@ class CheckpointQuant:
 class TargetConfig:
     chip: str = "bm1684x"
     device_memory_bytes: int | None = None  # None: the chip file's board default
+    bmodel: bool | None = None  # None: where the vendor supports the chip (builds_bmodel)
+
+
+# Chips TPU-MLIR's own code generator targets: a recipe for one of them builds a .bmodel by default.
+VENDOR_CHIPS = ("bm1684x", "bm1688")
+
+
+def builds_bmodel(recipe: Recipe) -> bool:
+    """Whether the recipe's build makes the vendor's .bmodel beside the .llmb."""
+    chosen = recipe.target.bmodel
+    return recipe.target.chip in VENDOR_CHIPS if chosen is None else chosen
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmbuild import LlmbuildError
+
 VERSION = "1.30.2"
 # Set to a `tpu_mlir` package directory (the one holding bin/ and lib/) to use another unpacked copy.
 ENV_VAR = "LLMBUILD_TPU_MLIR"
@@ -26,7 +28,7 @@ BUNDLED_GLIBC = ("libc.so.6", "libm.so.6", "libpthread.so.0")
 SYSTEM_TOOLS = ("cmake", "make", "gcc", "g++")
 
 
-class ToolchainError(Exception):
+class ToolchainError(LlmbuildError):
     """The vendor toolchain is absent or cannot run here; the message is one line saying what to do."""
 
 

@@ -83,6 +83,8 @@ rule verify:
         e2e=rules.e2e.output.e2e,
         head=rules.head_check.output.metrics,
         layers=lambda w: [f"{BUILD}/{w.recipe}/layers/{i}/metrics.json" for i in layer_ids(w)],
+        # The vendor's bmodel run on its simulator (rules/bmodel.smk), where the recipe builds one.
+        bmodel=lambda w: dag.when_bmodel(w.recipe, f"{BUILD}/{w.recipe}/bmodel.json"),
     output:
         report=report(f"{BUILD}/{{recipe}}/verify.json", caption="../report/verify.rst", category="{recipe}",
                       subcategory="verification"),

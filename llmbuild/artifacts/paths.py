@@ -79,6 +79,37 @@ class BuildPaths:
     def binary(self, name: str) -> Path:
         return self.root / f"{name}.llmb"
 
+    def bmodel(self, name: str) -> Path:
+        """The vendor's deployable binary (docs/bmodel.md)."""
+        return self.root / f"{name}.bmodel"
+
+    @property
+    def bmodel_dir(self) -> Path:
+        """The vendor's per-net compiles and the staged combine (temporary files), its JIT cache, the logs."""
+        return self.root / "bmodel"
+
+    def bmodel_net_dir(self, net: str) -> Path:
+        return self.bmodel_dir / "nets" / net
+
+    def bmodel_net(self, net: str) -> Path:
+        return self.bmodel_net_dir(net) / f"{net}.bmodel"
+
+    def bmodel_layer(self, layer: int) -> Path:
+        return self.bmodel_dir / "layers" / f"{layer}.bmodel"
+
+    @property
+    def bmodel_head(self) -> Path:
+        return self.bmodel_dir / "head.bmodel"
+
+    @property
+    def bmodel_jit(self) -> Path:
+        """The attention kernel's compile cache ($HOME/.ppl of TPU-MLIR's JIT), shared by a build's nets."""
+        return self.bmodel_dir / "jit"
+
+    @property
+    def bmodel_checks(self) -> Path:
+        return self.root / "bmodel.json"
+
     @property
     def verify(self) -> Path:
         return self.root / "verify.json"

@@ -26,6 +26,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Operation, SSAValue
 
+from llmbuild import LlmbuildError
 from llmbuild.bmodel import vendor_ir as ir
 from llmbuild.dialects import common, top
 from llmbuild.importer.nets import ROPE_COS, ROPE_SIN
@@ -49,7 +50,7 @@ _INPUT_NAMES = {"hidden_states": "input_states"}  # block nets; lm_head keeps "h
 _ROPE_KEYS = {ROPE_COS: ("rotary_cos.weight", "rotary_cos"), ROPE_SIN: ("rotary_sin.weight", "rotary_sin")}
 
 
-class ExportError(Exception):
+class ExportError(LlmbuildError):
     """A net the vendor's top dialect cannot express as llmbuild compiled it; the message names the net."""
 
 

@@ -13,10 +13,11 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmbuild import LlmbuildError
 from llmbuild.vendor_toolchain import Toolchain
 
 
-class VendorToolError(Exception):
+class VendorToolError(LlmbuildError):
     """A vendor tool failed; the message names the net and the log holding the tool's own output."""
 
 
@@ -94,9 +95,10 @@ def compile_net(chain: Toolchain, net_dir: Path, net: str, options: NetOptions, 
 def combine(chain: Toolchain, parts: list[Path], output: Path, log: Path) -> Path:
     """`model_tool --combine`: the nets of `parts` (single-net or combined bmodels) in one file, identical
     coefficient blobs stored once. Written to a temporary name and renamed, so no half-written file stays."""
+    output = output.resolve()
     partial = output.with_name(output.name + ".partial")
     partial.unlink(missing_ok=True)
-    command = [str(chain.model_tool), "--combine", *map(str, parts), "-o", str(partial)]
+    command = [str(chain.model_tool), "--combine", *(str(p.resolve()) for p in parts), "-o", str(partial)]
     env = chain.environment(output.parent, output.parent)
     with open(log, "a") as out:
         out.write("$ " + " ".join(command) + "\n")

@@ -33,6 +33,7 @@ from llmbuild.recipe_types import (
     StagesConfig,
     TargetConfig,
     VerifyConfig,
+    VENDOR_CHIPS,
     VisionConfig,
 )
 
@@ -388,6 +389,9 @@ def _check_rules(out: _Checked, top: Path) -> None:
     raw, given = out.raw, out.given
     _check_stages(out, top)
     _check_source_fields(out)
+    if raw["target"]["bmodel"] and raw["target"]["chip"] not in VENDOR_CHIPS:
+        raise _fail(given["target.bmodel"].loc, "target.bmodel", f"expected false for target.chip "
+                    f"{raw['target']['chip']} (TPU-MLIR compiles for {', '.join(VENDOR_CHIPS)}), got true")
     verify = raw["verify"]
     if verify["prompt"] is not None and verify["prompt_ids"] is not None:
         raise _fail(given["verify.prompt"].loc, "verify.prompt",

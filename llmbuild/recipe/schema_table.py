@@ -276,6 +276,10 @@ FIELDS: tuple[FieldSpec, ...] = (
               "Device memory the model may use, in bytes. Absent: the chip file's board default "
               "(bm1684x 12 GiB). `llmbuild estimate` and the build's memory check compare the model with it.",
               default=None, constraint=Positive()),
+    FieldSpec("target.bmodel", "boolean",
+              "Also build the vendor's deployable `.bmodel` (TPU-MLIR's own lowering and code generation, "
+              "docs/bmodel.md) beside the `.llmb`. Absent: built where the vendor's compiler supports the chip "
+              "(bm1684x, bm1688).", default=None, note="true needs a chip TPU-MLIR supports"),
     FieldSpec("stages", "section", "Shapes of the compiled stages.", required=True),
     FieldSpec("stages.seq_length", "integer", "S: KV-cache capacity in tokens.", required=True,
               constraint=Positive()),

@@ -15,6 +15,7 @@ from pathlib import Path
 from llmbuild.quant.scheme import recipe_scheme
 from llmbuild.recipe import load_recipe, section_digest
 from llmbuild.recipe_types import Recipe
+from llmbuild.vendor_toolchain import VERSION as VENDOR_VERSION
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
@@ -33,6 +34,11 @@ STEP_SECTIONS = {
     "check": _COMPILE_SECTIONS,  # and verify.check_tokens (digest), not the tolerances
     "verify": ("verify",),
     "quantize": ("source", "architecture", "quantization"),
+    # The vendor's bmodel: every net from the same TopOp and weights as the .llmb's; its checks run the
+    # prompt the reference ran (the tolerances are applied by verify).
+    "bmodel_net": _COMPILE_SECTIONS,
+    "bmodel_combine": _COMPILE_SECTIONS,
+    "bmodel_check": _COMPILE_SECTIONS,
 }
 # The code each step runs: the modules its command imports, followed through every `import` of the
 # llmbuild package (function-level ones included), plus the data files it reads. A step reruns when that
@@ -52,6 +58,9 @@ STEP_ENTRY = {
     "check": ("llmbuild.verify.checks",),
     "e2e": ("llmbuild.verify.e2e",),
     "verify": ("llmbuild.verify.verdict",),
+    "bmodel_net": ("llmbuild.steps.bmodel",),
+    "bmodel_combine": ("llmbuild.steps.bmodel",),
+    "bmodel_check": ("llmbuild.verify.bmodel_checks",),
 }
 STEP_DATA = {
     "plan": ("chips/data",),
@@ -215,6 +224,36 @@ def digest(name: str, step: str) -> str:
         text = Path(r.quantization.calibration).read_bytes()  # the data, wherever the file lives
         d = hashlib.sha256(d.encode() + hashlib.sha256(text).digest()).hexdigest()
     return d[:16]
+
+
+def builds_bmodel(name: str) -> bool:
+    """Whether the recipe's build makes the vendor's .bmodel (recipe field `target.bmodel`, unless this run's
+    configuration says `bmodel: false`)."""
+    from llmbuild.recipe_types import builds_bmodel as recipe_builds_bmodel
+    from llmbuild.steps.workflow_config import bmodel_allowed
+
+    return bmodel_allowed() and recipe_builds_bmodel(recipe(name))
+
+
+def when_bmodel(name: str, *files: str) -> list[str]:
+    """`files` (with `{recipe}` in them) for a recipe that builds the bmodel, else none."""
+    return [f.replace("{recipe}", name) for f in files] if builds_bmodel(name) else []
+
+
+BMODEL_HEAD_NETS = ("embedding", "embedding_cache", "lm_head")
+TOOLCHAIN_VERSION = VENDOR_VERSION
+
+
+def bmodel_layer_nets(layer: int | str) -> list[str]:
+    return [f"block_{layer}", f"block_kv_{layer}", f"block_cache_{layer}"]
+
+
+@cache
+def bmodel_resources(name: str, job: str, net: str = ""):
+    """mem_mb and runtime of a bmodel job (`net`, `combine` or `check`) from the model's shapes."""
+    from llmbuild.steps.resources import bmodel_resources as resources_of
+
+    return resources_of(recipe(name), recipe_spec(name), job, net)
 
 
 def uses_quantize_step(name: str) -> bool:

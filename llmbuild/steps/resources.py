@@ -241,3 +241,31 @@ def step_resources(recipe: Recipe, spec: ModelSpec, step: str, faithful: bool = 
         mb = BASE_MB["light"]
         minutes = 2
     return Resources(int(math.ceil(mb)), int(math.ceil(minutes)))
+
+
+# The vendor's tools, measured at DeepSeek-R1-Distill-Qwen-1.5B's shape (docs/bmodel.md): a w4 block net
+# 0.40 GB, a BF16 vocabulary net (151936 x 1536) 2.8 GB, that is about three float32 copies of its table.
+VENDOR_BASE_MB = 400
+
+
+def bmodel_resources(recipe: Recipe, spec: ModelSpec, job: str, net: str = "") -> Resources:
+    """`job`: `net` (export and compile one net; `net` names it), `combine` or `check` (the cmodel run)."""
+    size = model_size(spec)
+    origin = _origin(recipe)
+    billions = (size.layer * size.layers + size.vocab_table * size.tables) / 1e9
+    if job == "net":
+        if net.startswith("block"):
+            # The layer's TopOp weights (rounded in the job, or levels read), their float32 npz, the tpu npz.
+            mb = VENDOR_BASE_MB + (COMPILE_BYTES[origin] + 6) * size.layer / MB
+            minutes = 2 + billions
+        else:
+            mb = VENDOR_BASE_MB + 3 * 4 * size.vocab_table / MB
+            minutes = 2 + billions
+    elif job == "combine":
+        mb, minutes = 300, 2 + billions
+    else:
+        # The cmodel's device memory holds the whole combined binary and the tiny recipes' activations.
+        weights_bytes = (size.layer * size.layers) * (0.6 if recipe.quantization.mode.startswith("w4") else 2.1)
+        mb = 1500 + (weights_bytes + 2 * size.vocab_table * size.tables) / MB
+        minutes = 10 + billions * 20
+    return Resources(int(mb), int(math.ceil(minutes)))

@@ -1,0 +1,172 @@
+"""The vendor's `.bmodel`, built from the same TopOp nets and the same weights as the `.llmb`:
+
+- `llmbuild bmodel-net RECIPE --net NET`: one net (`block_i`, `block_kv_i`, `block_cache_i`, `embedding`,
+  `embedding_cache`, `lm_head`) imported as TopOp exactly as the layer and head steps import it, exported to
+  the vendor's top dialect with its weights (bmodel/top_export.py), compiled by TPU-MLIR's `tpuc-opt`
+  (bmodel/vendor_compile.py) into `bmodel/nets/NET/NET.bmodel`; the vendor's intermediate files (float32
+  npz, tpu modules) are deleted once the bmodel is written.
+- `llmbuild bmodel-combine RECIPE --layer I | --head | --model`: `model_tool --combine` in stages: a layer's
+  nets (one copy of its weights for its three stages), the head nets, then every part into `<recipe>.bmodel`.
+
+Each net is a job of its own, so a change that touches one net recompiles that net, and the nets of a
+real-size model compile in parallel, each holding one layer's weights.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp
+
+from llmbuild import LlmbuildError
+from llmbuild.artifacts.head_weights import head_weights
+from llmbuild.artifacts.layer_weights import layer_weights, tensor_source
+from llmbuild.artifacts.paths import BuildPaths, read_spec, shapes_of
+from llmbuild.bmodel.top_export import FinalNorm, export_net
+from llmbuild.bmodel.vendor_compile import NetOptions, combine, compile_net
+from llmbuild.frontend.spec import ModelSpec
+from llmbuild.importer.nets import ROPE_COS, ROPE_SIN, STAGES, block_net_name, head_nets
+from llmbuild.importer.rope import rope_tables
+from llmbuild.numerics.stored import materialize
+from llmbuild.passes import run_passes
+from llmbuild.passes.canonicalize import Canonicalize
+from llmbuild.quant.scheme import head_scheme, recipe_scheme
+from llmbuild.recipe_types import Recipe
+from llmbuild.vendor_toolchain import locate
+
+HEAD_NETS = ("embedding", "embedding_cache", "lm_head")
+_BLOCK = re.compile(r"^(block|block_kv|block_cache)_(\d+)$")
+# The vendor's mode word for an activation type.
+_ACTIVATION = {"f32": "F32", "bf16": "BF16", "f16": "F16"}
+
+
+def net_names(spec: ModelSpec) -> list[str]:
+    """Every net of the recipe's bmodel: per layer its three stages, then the head nets."""
+    return [block_net_name(i, stage) for i in range(spec.num_layers) for stage in STAGES] + list(HEAD_NETS)
+
+
+def layer_net_names(layer: int) -> list[str]:
+    return [block_net_name(layer, stage) for stage in STAGES]
+
+
+def activation_type(recipe: Recipe) -> str:
+    mode = recipe.quantization.mode
+    return mode[-4:] if mode.startswith("w") else mode
+
+
+def net_options(recipe: Recipe, net: str, bits: int | None, group: int) -> NetOptions:
+    """How TPU-MLIR compiles `net`: the recipe's activation type, W<bits> where the net multiplies by levels,
+    the decode nets' KV cache addressed apart (LLM-TPU writes the new row into it), lm_head's output (the
+    token id) left unconverted."""
+    act = _ACTIVATION[activation_type(recipe)]
+    mode = f"W{bits}{act}" if bits else act
+    return NetOptions(chip=recipe.target.chip, mode=mode, q_group_size=group if bits else 0,
+                      io_alone=net.startswith("block_cache_"), quant_output=net != "lm_head")
+
+
+@dataclass
+class NetSource:
+    """A net's TopOp module and the weights it names (TopOp's: levels unpacked, float32 scales)."""
+
+    module: ModuleOp
+    weights: Mapping[str, np.ndarray]
+    final_norm: FinalNorm | None
+
+
+def net_source(recipe: Recipe, paths: BuildPaths, spec: ModelSpec, net: str) -> NetSource:
+    shapes = shapes_of(recipe)
+    match = _BLOCK.match(net)
+    if match:
+        from llmbuild.importer.nets import build_block
+
+        layer = int(match.group(2))
+        if layer >= spec.num_layers:
+            raise LlmbuildError(f"net {net}: the model has {spec.num_layers} layers")
+        stage = {"block": "prefill", "block_kv": "prefill_kv", "block_cache": "decode"}[match.group(1)]
+        module = build_block(spec, layer, stage, shapes, recipe_scheme(recipe.quantization))
+        weights = dict(layer_weights(recipe, paths, spec, layer)[0])
+        weights[ROPE_COS], weights[ROPE_SIN] = rope_tables(spec, shapes.seq_length)
+        final = None
+        if layer == spec.num_layers - 1:
+            gamma = tensor_source(recipe, paths).tensor("norm.weight")
+            final = FinalNorm(np.asarray(gamma, np.float32), spec.rms_norm_eps)
+        return NetSource(module, weights, final)
+    if net in HEAD_NETS:
+        module = head_nets(spec, shapes, head_scheme(recipe.quantization))[net]
+        top_weights, _ = head_weights(recipe, paths, spec, shapes)
+        return NetSource(module, _LazyWeights(top_weights), None)
+    raise LlmbuildError(f"net {net!r}: expected block_I, block_kv_I, block_cache_I or one of {', '.join(HEAD_NETS)}")
+
+
+class _LazyWeights(dict):
+    """Head weights read only when the exported net asks (a table read by rows is materialized then)."""
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        return np.asarray(materialize(super().__getitem__(key)))
+
+
+def build_net(recipe: Recipe, net: str) -> None:
+    chain = locate()  # first: a missing toolchain is one line before any weight is read
+    paths = BuildPaths.of(recipe)
+    spec = read_spec(paths.spec)
+    source = net_source(recipe, paths, spec, net)
+    run_passes(source.module, [Canonicalize()])
+    out_dir = paths.bmodel_net_dir(net)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    out_dir.mkdir(parents=True)
+    weight_file = f"{net}_top_weights.npz"
+    vendor = export_net(source.module, source.weights, weight_file, source.final_norm)
+    (out_dir / f"{net}.mlir").write_text(vendor.text())
+    np.savez(out_dir / weight_file, **vendor.weights)
+    bits, group = _quantized(source.module)
+    options = net_options(recipe, net, bits, group)
+    try:
+        compile_net(chain, out_dir, net, options, paths.bmodel_jit, out_dir / "tpuc.log")
+    finally:
+        _remove_intermediates(out_dir, net)
+
+
+def _quantized(module: ModuleOp) -> tuple[int | None, int]:
+    """The weight bits and group of the net's A16MatMul ops (one scheme per net), or (None, 0)."""
+    for op in module.walk():
+        if op.name == "top.A16MatMul":
+            return op.attributes["weight_bits"].value.data, op.attributes["q_group_size"].value.data  # type: ignore[attr-defined]
+    return None, 0
+
+
+def _remove_intermediates(out_dir, net: str) -> None:
+    """Keep the bmodel, the vendor-dialect module a person can open, and the log; the rest is the vendor's
+    scratch (float32 npz of the weights, tpu modules, layer-group caches, profiles)."""
+    keep = {f"{net}.bmodel", f"{net}.mlir", "tpuc.log"}
+    for path in out_dir.iterdir():
+        if path.name not in keep:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
+def combine_layer(recipe: Recipe, layer: int) -> None:
+    paths = BuildPaths.of(recipe)
+    target = paths.bmodel_layer(layer)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    combine(locate(), [paths.bmodel_net(n) for n in layer_net_names(layer)], target,
+            target.with_suffix(".log"))
+
+
+def combine_head(recipe: Recipe) -> None:
+    paths = BuildPaths.of(recipe)
+    combine(locate(), [paths.bmodel_net(n) for n in HEAD_NETS], paths.bmodel_head,
+            paths.bmodel_head.with_suffix(".log"))
+
+
+def combine_model(recipe: Recipe) -> None:
+    paths = BuildPaths.of(recipe)
+    spec = read_spec(paths.spec)
+    parts = [paths.bmodel_head, *(paths.bmodel_layer(i) for i in range(spec.num_layers))]
+    combine(locate(), parts, paths.bmodel(recipe.name), paths.bmodel_dir / "combine.log")
+
+
+__all__ = ["HEAD_NETS", "build_net", "combine_head", "combine_layer", "combine_model", "net_names",
+           "net_options"]

@@ -1,0 +1,107 @@
+# The vendor's deployable .bmodel (docs/bmodel.md): each net exported from TopOp and compiled by TPU-MLIR's
+# own tools in a job of its own, then combined in stages (a layer's three nets, the head's, the model), then
+# run on the vendor's simulator against the reference. Built for recipes whose `target.bmodel` holds (by
+# default, the chips TPU-MLIR supports); the .llmb steps do not depend on any of it.
+
+wildcard_constraints:
+    net="(block|block_kv|block_cache)_[0-9]+|embedding|embedding_cache|lm_head",
+
+
+def _bmodel_params(step):
+    return {
+        "recipe_digest": lambda w: dag.digest(w.recipe, step),
+        "code": dag.code_digest(step),
+        "toolchain": dag.TOOLCHAIN_VERSION,  # a new TPU-MLIR recompiles every net
+    }
+
+
+rule bmodel_net:
+    input:
+        spec=rules.prepare.output.spec,
+        quantized=quantized_input,
+    output:
+        # Read once by its combine job, then deleted: the build keeps the combined binary only.
+        bmodel=temp(f"{BUILD}/{{recipe}}/bmodel/nets/{{net}}/{{net}}.bmodel"),
+    params:
+        **_bmodel_params("bmodel_net"),
+    priority: dag.PRIORITY["compile"]
+    resources:
+        mem_mb=lambda w: dag.bmodel_resources(w.recipe, "net", w.net).mem_mb,
+        runtime=lambda w: dag.bmodel_resources(w.recipe, "net", w.net).runtime_min,
+    benchmark:
+        f"{BUILD}/{{recipe}}/benchmarks/bmodel_{{net}}.tsv"
+    log:
+        f"{BUILD}/{{recipe}}/logs/bmodel_{{net}}.log",
+    shell:
+        "llmbuild bmodel-net {wildcards.recipe} --net {wildcards.net} > {log:q} 2>&1"
+
+
+rule bmodel_layer:
+    input:
+        nets=lambda w: [f"{BUILD}/{w.recipe}/bmodel/nets/{n}/{n}.bmodel" for n in dag.bmodel_layer_nets(w.layer)],
+    output:
+        bmodel=temp(f"{BUILD}/{{recipe}}/bmodel/layers/{{layer}}.bmodel"),
+    params:
+        **_bmodel_params("bmodel_combine"),
+    resources:
+        mem_mb=lambda w: dag.bmodel_resources(w.recipe, "combine").mem_mb,
+        runtime=lambda w: dag.bmodel_resources(w.recipe, "combine").runtime_min,
+    log:
+        f"{BUILD}/{{recipe}}/logs/bmodel_layer_{{layer}}.log",
+    shell:
+        "llmbuild bmodel-combine {wildcards.recipe} --layer {wildcards.layer} > {log:q} 2>&1"
+
+
+rule bmodel_head:
+    input:
+        nets=[f"{BUILD}/{{recipe}}/bmodel/nets/{n}/{n}.bmodel" for n in dag.BMODEL_HEAD_NETS],
+    output:
+        bmodel=temp(f"{BUILD}/{{recipe}}/bmodel/head.bmodel"),
+    params:
+        **_bmodel_params("bmodel_combine"),
+    resources:
+        mem_mb=lambda w: dag.bmodel_resources(w.recipe, "combine").mem_mb,
+        runtime=lambda w: dag.bmodel_resources(w.recipe, "combine").runtime_min,
+    log:
+        f"{BUILD}/{{recipe}}/logs/bmodel_head.log",
+    shell:
+        "llmbuild bmodel-combine {wildcards.recipe} --head > {log:q} 2>&1"
+
+
+rule bmodel:
+    input:
+        head=rules.bmodel_head.output.bmodel,
+        layers=lambda w: [f"{BUILD}/{w.recipe}/bmodel/layers/{i}.bmodel" for i in layer_ids(w)],
+    output:
+        bmodel=f"{BUILD}/{{recipe}}/{{recipe}}.bmodel",
+    params:
+        **_bmodel_params("bmodel_combine"),
+    resources:
+        mem_mb=lambda w: dag.bmodel_resources(w.recipe, "combine").mem_mb,
+        runtime=lambda w: dag.bmodel_resources(w.recipe, "combine").runtime_min,
+    benchmark:
+        f"{BUILD}/{{recipe}}/benchmarks/bmodel.tsv"
+    log:
+        f"{BUILD}/{{recipe}}/logs/bmodel.log",
+    shell:
+        "llmbuild bmodel-combine {wildcards.recipe} --model > {log:q} 2>&1"
+
+
+rule bmodel_check:
+    input:
+        bmodel=rules.bmodel.output.bmodel,
+        reference=rules.reference.output.reference,
+    output:
+        checks=report(f"{BUILD}/{{recipe}}/bmodel.json", caption="../report/bmodel.rst", category="{recipe}",
+                      subcategory="verification"),
+    params:
+        **_bmodel_params("bmodel_check"),
+    resources:
+        mem_mb=lambda w: dag.bmodel_resources(w.recipe, "check").mem_mb,
+        runtime=lambda w: dag.bmodel_resources(w.recipe, "check").runtime_min,
+    benchmark:
+        f"{BUILD}/{{recipe}}/benchmarks/bmodel_check.tsv"
+    log:
+        f"{BUILD}/{{recipe}}/logs/bmodel_check.log",
+    shell:
+        "llmbuild bmodel-check {wildcards.recipe} > {log:q} 2>&1"
