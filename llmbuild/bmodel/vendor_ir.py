@@ -125,6 +125,15 @@ class VendorModule:
         out = tensor_type(data.shape, element)
         return self._emit(f'"top.Weight"() : () -> {out}', out, data.shape, key)
 
+    def placeholder(self, key: str, array: np.ndarray) -> Value:
+        """A weight this net declares but does not use (LLM-TPU's decode nets name the prefill nets' mask so
+        that a layer's nets keep one weight layout and share one copy on the device). Its data is still in
+        the npz: the vendor reads every declared weight (the incumbent's nets share one npz per layer)."""
+        data = np.ascontiguousarray(array, dtype=np.float32)
+        self.weights[key] = data
+        out = tensor_type(data.shape)
+        return self._emit(f'"top.Weight"() {{placeholder = "F32"}} : () -> {out}', out, data.shape, key)
+
     def op(self, name: str, operands: Sequence[Value], shape: Sequence[int], loc: str,
            attrs: dict[str, str] | None = None) -> Value:
         out = tensor_type(shape)

@@ -27,6 +27,7 @@ from llmbuild.recipe import schema_table as st
 from llmbuild.recipe.sandbox import BoundedSandbox
 from llmbuild.recipe.tolerances import default_image_cosine, default_tolerances
 from llmbuild.recipe_types import (
+    BmodelConfig,
     QuantConfig,
     Recipe,
     SourceConfig,
@@ -389,9 +390,13 @@ def _check_rules(out: _Checked, top: Path) -> None:
     raw, given = out.raw, out.given
     _check_stages(out, top)
     _check_source_fields(out)
-    if raw["target"]["bmodel"] and raw["target"]["chip"] not in VENDOR_CHIPS:
-        raise _fail(given["target.bmodel"].loc, "target.bmodel", f"expected false for target.chip "
-                    f"{raw['target']['chip']} (TPU-MLIR compiles for {', '.join(VENDOR_CHIPS)}), got true")
+    chip = raw["target"]["chip"]
+    if raw["bmodel"]["build"] and chip not in VENDOR_CHIPS:
+        raise _fail(given["bmodel.build"].loc, "bmodel.build", f"expected false for target.chip {chip} "
+                    f"(TPU-MLIR compiles for {', '.join(VENDOR_CHIPS)}), got true")
+    if raw["bmodel"]["cores"] == 2 and chip != "bm1688":
+        raise _fail(given["bmodel.cores"].loc, "bmodel.cores", f"expected 1 for target.chip {chip} (two "
+                    "cores are the BM1688's), got 2")
     verify = raw["verify"]
     if verify["prompt"] is not None and verify["prompt_ids"] is not None:
         raise _fail(given["verify.prompt"].loc, "verify.prompt",
@@ -757,6 +762,7 @@ def _build(name: str, path: Path, raw: dict[str, Any], checkpoint: Path | None,
         stages=StagesConfig(**raw["stages"]),
         verify=VerifyConfig(**{**verify, **_absent_tolerances(verify, quant["mode"]), "prompt_ids": prompt_ids}),
         build=raw["build"],
+        bmodel=BmodelConfig(**raw["bmodel"]),
         vision=_vision(raw["vision"], quant["mode"]),
         raw=raw,
     )

@@ -276,10 +276,6 @@ FIELDS: tuple[FieldSpec, ...] = (
               "Device memory the model may use, in bytes. Absent: the chip file's board default "
               "(bm1684x 12 GiB). `llmbuild estimate` and the build's memory check compare the model with it.",
               default=None, constraint=Positive()),
-    FieldSpec("target.bmodel", "boolean",
-              "Also build the vendor's deployable `.bmodel` (TPU-MLIR's own lowering and code generation, "
-              "docs/bmodel.md) beside the `.llmb`. Absent: built where the vendor's compiler supports the chip "
-              "(bm1684x, bm1688).", default=None, note="true needs a chip TPU-MLIR supports"),
     FieldSpec("stages", "section", "Shapes of the compiled stages.", required=True),
     FieldSpec("stages.seq_length", "integer", "S: KV-cache capacity in tokens.", required=True,
               constraint=Positive()),
@@ -312,6 +308,18 @@ FIELDS: tuple[FieldSpec, ...] = (
               "Absent: the activation dtype's default, derived from measured margins like the verify "
               "tolerances (llmbuild/recipe/tolerances.py): 0.99999 in f32, 0.9996 in bf16 and f16.",
               default=None, constraint=_TOL),
+    FieldSpec("bmodel", "section", "The vendor's deployable `.bmodel`, built beside the `.llmb` by TPU-MLIR's own "
+              "lowering and code generation (docs/bmodel.md).", default={}),
+    FieldSpec("bmodel.build", "boolean",
+              "Build it. Absent: where TPU-MLIR supports `target.chip` (bm1684x, bm1688).", default=None,
+              note="true needs a chip TPU-MLIR supports"),
+    FieldSpec("bmodel.history", "boolean",
+              "Add `block_kv_i` (prefill on top of a kept KV cache) in the form LLM-TPU's runtime drives for a "
+              "multi-turn conversation (`llm_convert --use_history_kv`): prefill nets with dynamic lengths and "
+              "no mask input. False: static prefill with a mask input, `llm_convert`'s default.",
+              default=False),
+    FieldSpec("bmodel.cores", "integer", "Cores each net runs on: 1, or 2 on the BM1688.", default=1,
+              constraint=OneOf(lambda: [1, 2]), note="2 needs bm1688"),
     FieldSpec("verify", "section", "Acceptance thresholds of the verification steps.", default={}),
     FieldSpec("verify.top_cosine", "number",
               "Cosine similarity of the numpy TOP interpretation against transformers, per layer "

@@ -105,6 +105,11 @@ class _BmDeviceMem(ctypes.Structure):
                 ("flags", ctypes.c_uint32), ("size", ctypes.c_uint32)]
 
 
+class _BmTensor(ctypes.Structure):
+    # bm_data_type_t dtype; bm_shape_t shape; bm_device_mem_t device_mem; bm_store_mode_t st_mode; -> 72 bytes
+    _fields_ = [("dtype", ctypes.c_int), ("shape", _BmShape), ("device_mem", _BmDeviceMem), ("st_mode", ctypes.c_int)]
+
+
 class _BmStageInfo(ctypes.Structure):
     _fields_ = [("input_shapes", ctypes.POINTER(_BmShape)), ("output_shapes", ctypes.POINTER(_BmShape)),
                 ("input_mems", ctypes.POINTER(_BmDeviceMem)), ("output_mems", ctypes.POINTER(_BmDeviceMem))]
@@ -290,9 +295,13 @@ class _Libs:
         rt.bmrt_get_network_names.restype = None
         rt.bmrt_get_network_info.argtypes = [vp, cp]
         rt.bmrt_get_network_info.restype = ctypes.POINTER(_BmNetInfo)
-        rt.bmrt_launch_data.argtypes = [vp, cp, ctypes.POINTER(vp), ctypes.POINTER(_BmShape), i,
-                                        ctypes.POINTER(vp), ctypes.POINTER(_BmShape), i, ctypes.c_bool]
-        rt.bmrt_launch_data.restype = ctypes.c_bool
+        rt.bmrt_launch_tensor_ex.argtypes = [vp, cp, ctypes.POINTER(_BmTensor), i, ctypes.POINTER(_BmTensor), i,
+                                             ctypes.c_bool, ctypes.c_bool]
+        rt.bmrt_launch_tensor_ex.restype = ctypes.c_bool
+        u = ctypes.c_uint
+        lib.bm_memcpy_s2d_partial.argtypes, lib.bm_memcpy_s2d_partial.restype = [vp, _BmDeviceMem, vp, u], i
+        lib.bm_memcpy_d2s_partial.argtypes, lib.bm_memcpy_d2s_partial.restype = [vp, vp, _BmDeviceMem, u], i
+        lib.bm_thread_sync.argtypes, lib.bm_thread_sync.restype = [vp], i
         self.libc = ctypes.CDLL(None)
         self.libc.free.argtypes, self.libc.free.restype = [vp], None
 
@@ -352,8 +361,12 @@ class CmodelRuntime:
     `lib_dir` is the TPU-MLIR package's `lib/` (read only, never modified); `chip` is 'bm1684x' or
     'bm1688'. Use as a context manager, or call `close()`; an `atexit` hook closes whatever is left open.
 
-    `launch` takes host arrays and returns host arrays (`bmrt_launch_data`: blocking, the runtime copies in
-    and out of the device memory). With `convert=True` (the default) float inputs are converted to each
+    `launch` takes host arrays and returns host arrays. It runs a net the way LLM-TPU's chat.cpp does: the
+    inputs are copied into the stage's own input memories and the net launched on its own output memories
+    (`bmrt_launch_tensor_ex` with user memory). `bmrt_launch_data`, which lets the runtime place the
+    buffers, is *not* equivalent: `block_kv_i` concatenates its history input with the new K/V by memory
+    placement (a Concat with only_merge), and with launch_data's buffers the history is silently ignored.
+    With `convert=True` (the default) float inputs are converted to each
     input's dtype (bfloat16 by round-to-nearest-even) and float outputs come back as float32; with
     `convert=False` buffers travel as raw bits (uint16 for bfloat16, float16 for float16), which is what
     chains nets bit-exactly, as the device does.
@@ -374,6 +387,7 @@ class CmodelRuntime:
         self._handle = ctypes.c_void_p()
         self._bmrt: int | None = None
         self._infos: dict[str, NetInfo] = {}
+        self._raw: dict[str, _BmNetInfo] = {}  # the runtime's own structs (valid while it lives)
         self._loaded: list[Path] = []
         self.launch_seconds: dict[str, list[float]] = {}  # wall time of each launch, per net
 
@@ -413,6 +427,7 @@ class CmodelRuntime:
                 self._bmrt = None
                 self._handle = ctypes.c_void_p()
             self._infos.clear()
+            self._raw.clear()
         _OPEN.discard(self)
 
     @property
@@ -452,6 +467,7 @@ class CmodelRuntime:
             names = self.net_names()
             for n in set(names) - before:
                 self._infos.pop(n, None)
+                self._raw.pop(n, None)
             return names
 
     def net_names(self) -> list[str]:
@@ -480,6 +496,7 @@ class CmodelRuntime:
                                   f"(nets: {', '.join(self.net_names()) or 'none'})")
             info = _read_net_info(name, ptr.contents)
             self._infos[name] = info
+            self._raw[name] = ptr.contents
             return info
 
     # -- running -------------------------------------------------------------------------------------------
@@ -502,41 +519,43 @@ class CmodelRuntime:
         bufs = [_prepare_input(name, t, np.asarray(a), stage, info.is_dynamic, convert)
                 for t, a in zip(info.inputs, inputs, strict=True)]
 
-        n_in, n_out = len(bufs), len(info.outputs)
-        in_ptrs = (ctypes.c_void_p * n_in)(*[b.ctypes.data for b in bufs])
-        in_shapes = (_BmShape * n_in)()
-        for k, b in enumerate(bufs):
-            _fill_shape(in_shapes[k], b.shape)
-        outs: list[np.ndarray] = []
-        for t in info.outputs:
-            if info.is_dynamic:
-                nbytes = max(t.max_bytes, int(np.prod(t.shapes[stage])) * t.np_dtype.itemsize)
-                outs.append(np.zeros(-(-nbytes // t.np_dtype.itemsize), dtype=t.np_dtype))
-            else:
-                outs.append(np.zeros(t.shapes[stage], dtype=t.np_dtype))
-        out_ptrs = (ctypes.c_void_p * n_out)(*[o.ctypes.data for o in outs])
-        out_shapes = (_BmShape * n_out)()
-
         with self._lock:
             bmrt = self._need_open()
+            raw = self._raw[name]
+            st = raw.stages[stage]
+            n_in, n_out = len(bufs), len(info.outputs)
+            ins, outs = (_BmTensor * n_in)(), (_BmTensor * n_out)()
+            lib = self._libs.bmlib
             t0 = time.perf_counter()
             with self._sim_fp:
-                ok = self._libs.bmrt.bmrt_launch_data(bmrt, name.encode(), in_ptrs, in_shapes, n_in,
-                                                      out_ptrs, out_shapes, n_out, True)
+                for k, (t, b) in enumerate(zip(info.inputs, bufs, strict=True)):
+                    mem = st.input_mems[k]
+                    if b.nbytes > mem.size:
+                        raise CmodelError(f"net {name!r}: input {t.name!r} needs {b.nbytes} bytes, its device "
+                                          f"memory has {mem.size}")
+                    if lib.bm_memcpy_s2d_partial(self._handle, mem, b.ctypes.data, b.nbytes) != 0:
+                        raise CmodelError(f"net {name!r}: copying input {t.name!r} to the device failed")
+                    ins[k].dtype, ins[k].device_mem, ins[k].st_mode = raw.input_dtypes[k], mem, 0
+                    _fill_shape(ins[k].shape, b.shape)
+                for k in range(n_out):
+                    outs[k].dtype, outs[k].shape = raw.output_dtypes[k], st.output_shapes[k]
+                    outs[k].device_mem, outs[k].st_mode = st.output_mems[k], 0
+                ok = self._libs.bmrt.bmrt_launch_tensor_ex(bmrt, name.encode(), ins, n_in, outs, n_out, True, False)
+                ok = ok and lib.bm_thread_sync(self._handle) == 0
+                if not ok:
+                    raise CmodelError(f"net {name!r}: launch failed on the {self.chip} cmodel "
+                                      f"(input shapes {[b.shape for b in bufs]})")
+                results: list[np.ndarray] = []
+                for k, t in enumerate(info.outputs):
+                    shape = _read_shape(name, outs[k].shape)
+                    o = np.empty(shape, dtype=t.np_dtype)
+                    if o.nbytes > st.output_mems[k].size:
+                        raise CmodelError(f"net {name!r}: output {t.name!r} came back with shape {shape}, "
+                                          f"larger than its device memory")
+                    if lib.bm_memcpy_d2s_partial(self._handle, o.ctypes.data, st.output_mems[k], o.nbytes) != 0:
+                        raise CmodelError(f"net {name!r}: copying output {t.name!r} from the device failed")
+                    results.append(_convert_output(t, o) if convert else o)
             self.launch_seconds.setdefault(name, []).append(time.perf_counter() - t0)
-        if not ok:
-            raise CmodelError(f"net {name!r}: bmrt_launch_data failed on the {self.chip} cmodel "
-                              f"(input shapes {[b.shape for b in bufs]})")
-
-        results: list[np.ndarray] = []
-        for t, o, s in zip(info.outputs, outs, out_shapes, strict=True):
-            if info.is_dynamic:
-                shape = tuple(s.dims[d] for d in range(s.num_dims))
-                if not 0 < s.num_dims <= _BM_MAX_DIMS or int(np.prod(shape)) > o.size:
-                    raise CmodelError(f"net {name!r}: output {t.name!r} came back with an impossible shape "
-                                      f"{shape}")
-                o = o[: int(np.prod(shape))].reshape(shape)
-            results.append(_convert_output(t, o) if convert else o)
         return results
 
 

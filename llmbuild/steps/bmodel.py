@@ -26,8 +26,9 @@ from llmbuild import LlmbuildError
 from llmbuild.artifacts.head_weights import head_weights
 from llmbuild.artifacts.layer_weights import layer_weights, tensor_source
 from llmbuild.artifacts.paths import BuildPaths, read_spec, shapes_of
-from llmbuild.bmodel.top_export import FinalNorm, export_net
+from llmbuild.bmodel.top_export import DynamicPrefill, FinalNorm, export_net
 from llmbuild.bmodel.vendor_compile import NetOptions, combine, compile_net
+from llmbuild.chips import load_chip
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.importer.nets import ROPE_COS, ROPE_SIN, STAGES, block_net_name, head_nets
 from llmbuild.importer.rope import rope_tables
@@ -44,13 +45,22 @@ _BLOCK = re.compile(r"^(block|block_kv|block_cache)_(\d+)$")
 _ACTIVATION = {"f32": "F32", "bf16": "BF16", "f16": "F16"}
 
 
-def net_names(spec: ModelSpec) -> list[str]:
-    """Every net of the recipe's bmodel: per layer its three stages, then the head nets."""
-    return [block_net_name(i, stage) for i in range(spec.num_layers) for stage in STAGES] + list(HEAD_NETS)
+def net_names(recipe: Recipe, spec: ModelSpec) -> list[str]:
+    """Every net of the recipe's bmodel: per layer its stages, then the head nets."""
+    return [n for i in range(spec.num_layers) for n in layer_net_names(recipe, i)] + list(HEAD_NETS)
 
 
-def layer_net_names(layer: int) -> list[str]:
-    return [block_net_name(layer, stage) for stage in STAGES]
+def layer_net_names(recipe: Recipe, layer: int) -> list[str]:
+    """A layer's nets: prefill and decode, and prefill on a history in the history form (`bmodel.history`)."""
+    stages = STAGES if recipe.bmodel.history else tuple(s for s in STAGES if s != "prefill_kv")
+    return [block_net_name(layer, stage) for stage in stages]
+
+
+def dynamic_prefill(recipe: Recipe) -> DynamicPrefill | None:
+    """The history form's mask size: the vendor's, four rows per lane of the chip."""
+    if not recipe.bmodel.history:
+        return None
+    return DynamicPrefill(4 * load_chip(recipe.target.chip).npu_lanes)
 
 
 def activation_type(recipe: Recipe) -> str:
@@ -61,11 +71,13 @@ def activation_type(recipe: Recipe) -> str:
 def net_options(recipe: Recipe, net: str, bits: int | None, group: int) -> NetOptions:
     """How TPU-MLIR compiles `net`: the recipe's activation type, W<bits> where the net multiplies by levels,
     the decode nets' KV cache addressed apart (LLM-TPU writes the new row into it), lm_head's output (the
-    token id) left unconverted."""
+    token id) left unconverted, the history form's prefill nets with run-time lengths."""
     act = _ACTIVATION[activation_type(recipe)]
     mode = f"W{bits}{act}" if bits else act
+    prefill = net.startswith(("block_", "block_kv_")) and not net.startswith("block_cache_")
     return NetOptions(chip=recipe.target.chip, mode=mode, q_group_size=group if bits else 0,
-                      io_alone=net.startswith("block_cache_"), quant_output=net != "lm_head")
+                      io_alone=net.startswith("block_cache_"), quant_output=net != "lm_head",
+                      num_core=recipe.bmodel.cores, dynamic=prefill and recipe.bmodel.history)
 
 
 @dataclass
@@ -119,7 +131,9 @@ def build_net(recipe: Recipe, net: str) -> None:
     shutil.rmtree(out_dir, ignore_errors=True)
     out_dir.mkdir(parents=True)
     weight_file = f"{net}_top_weights.npz"
-    vendor = export_net(source.module, source.weights, weight_file, source.final_norm)
+    if net.startswith("block_kv_") and not recipe.bmodel.history:
+        raise LlmbuildError(f"net {net}: the recipe's bmodel has no history nets (bmodel.history is false)")
+    vendor = export_net(source.module, source.weights, weight_file, source.final_norm, dynamic_prefill(recipe))
     (out_dir / f"{net}.mlir").write_text(vendor.text())
     np.savez(out_dir / weight_file, **vendor.weights)
     bits, group = _quantized(source.module)
@@ -151,7 +165,7 @@ def combine_layer(recipe: Recipe, layer: int) -> None:
     paths = BuildPaths.of(recipe)
     target = paths.bmodel_layer(layer)
     target.parent.mkdir(parents=True, exist_ok=True)
-    combine(locate(), [paths.bmodel_net(n) for n in layer_net_names(layer)], target,
+    combine(locate(), [paths.bmodel_net(n) for n in layer_net_names(recipe, layer)], target,
             target.with_suffix(".log"))
 
 

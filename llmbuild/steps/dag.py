@@ -36,9 +36,9 @@ STEP_SECTIONS = {
     "quantize": ("source", "architecture", "quantization"),
     # The vendor's bmodel: every net from the same TopOp and weights as the .llmb's; its checks run the
     # prompt the reference ran (the tolerances are applied by verify).
-    "bmodel_net": _COMPILE_SECTIONS,
-    "bmodel_combine": _COMPILE_SECTIONS,
-    "bmodel_check": _COMPILE_SECTIONS,
+    "bmodel_net": (*_COMPILE_SECTIONS, "bmodel"),
+    "bmodel_combine": (*_COMPILE_SECTIONS, "bmodel"),
+    "bmodel_check": (*_COMPILE_SECTIONS, "bmodel"),
 }
 # The code each step runs: the modules its command imports, followed through every `import` of the
 # llmbuild package (function-level ones included), plus the data files it reads. A step reruns when that
@@ -244,8 +244,10 @@ BMODEL_HEAD_NETS = ("embedding", "embedding_cache", "lm_head")
 TOOLCHAIN_VERSION = VENDOR_VERSION
 
 
-def bmodel_layer_nets(layer: int | str) -> list[str]:
-    return [f"block_{layer}", f"block_kv_{layer}", f"block_cache_{layer}"]
+def bmodel_layer_nets(name: str, layer: int | str) -> list[str]:
+    """A layer's nets in the recipe's bmodel (steps/bmodel.py: block_kv_i only in the history form)."""
+    kv = [f"block_kv_{layer}"] if recipe(name).bmodel.history else []
+    return [f"block_{layer}", *kv, f"block_cache_{layer}"]
 
 
 @cache

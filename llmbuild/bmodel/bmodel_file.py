@@ -1,0 +1,55 @@
+"""What llmbuild reads and writes of a `.bmodel` file itself: its header, and its creation time.
+
+A bmodel starts with a 64-byte header (magic 0xFF55AAEE, header size, flatbuffer size, binary size), then
+the flatbuffer describing the nets, then the coefficients and instructions. The flatbuffer holds the time
+the vendor's tool wrote it, as `ctime()` text: the only part of a static net's bmodel that differs between
+two compiles of the same net. The build pins it to the Unix epoch (the reproducible-builds convention), so
+the same recipe and inputs give byte-identical binaries; the text keeps its length, so no offset moves.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from pathlib import Path
+
+from llmbuild import LlmbuildError
+
+MAGIC = 0xFF55AAEE
+HEADER = struct.Struct("<IIII")  # magic, header size, flatbuffer size, binary size
+PINNED_TIME = b"Thu Jan  1 00:00:00 1970\n"
+_CTIME = re.compile(rb"[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}\n")
+
+
+def header(data: bytes, origin: str) -> tuple[int, int, int]:
+    """(header size, flatbuffer size, binary size); LlmbuildError naming `origin` when it is no bmodel."""
+    if len(data) < HEADER.size:
+        raise LlmbuildError(f"{origin}: {len(data)} bytes, expected a bmodel header of {HEADER.size}")
+    magic, head, flat, binary = HEADER.unpack_from(data)
+    if magic != MAGIC or head < HEADER.size or head + flat > len(data):
+        raise LlmbuildError(f"{origin}: expected a bmodel (magic {MAGIC:#x}), got magic {magic:#x}")
+    return head, flat, binary
+
+
+def pin_creation_time(path: Path) -> None:
+    """Rewrite the creation time in `path`'s flatbuffer as the epoch, in place."""
+    data = bytearray(path.read_bytes())
+    head, flat, _ = header(bytes(data), str(path))
+    found = list(_CTIME.finditer(bytes(data[head:head + flat])))
+    if len(found) != 1:
+        raise LlmbuildError(f"{path}: expected one creation time in the bmodel's description, found {len(found)}")
+    start = head + found[0].start()
+    data[start:start + len(PINNED_TIME)] = PINNED_TIME
+    path.write_bytes(bytes(data))
+
+
+def creation_time_span(data: bytes) -> tuple[int, int] | None:
+    """Where the creation time text lies (to compare two bmodels apart from it), or None."""
+    head, flat, _ = header(data, "<bytes>")
+    found = list(_CTIME.finditer(data[head:head + flat]))
+    if len(found) != 1:
+        return None
+    return head + found[0].start(), head + found[0].end()
+
+
+__all__ = ["PINNED_TIME", "creation_time_span", "header", "pin_creation_time"]
