@@ -23,7 +23,10 @@ rule bmodel_net:
         # Read once by its combine job, then deleted: the build keeps the combined binary only.
         bmodel=temp(f"{BUILD}/{{recipe}}/bmodel/nets/{{net}}/{{net}}.bmodel"),
     params:
-        **_bmodel_params("bmodel_net"),
+        # Per net: an edit recompiles the nets that read the field it changes (steps/dag.py).
+        recipe_digest=lambda w: dag.bmodel_net_digest(w.recipe, w.net),
+        code=dag.code_digest("bmodel_net"),
+        toolchain=dag.TOOLCHAIN_VERSION,
     priority: dag.PRIORITY["compile"]
     resources:
         mem_mb=lambda w: dag.bmodel_resources(w.recipe, "net", w.net).mem_mb,

@@ -126,7 +126,10 @@ class _Exporter:
         if not self.is_block:
             return loc
         layer, _, suffix = loc.partition(".")[2].partition(".")
+        suffix, act_order, _ = suffix.partition("_act_order")  # a projection's input permutation
         mapped = _LAYER_LOCS.get(suffix)
+        if act_order and mapped is not None:
+            mapped += ".act_order"
         if suffix == "mlp_residual" and self.final_norm is None:
             mapped = "/output_states"  # the block's result is named by the op that computes it
         if not loc.startswith("layers.") or mapped is None:

@@ -548,10 +548,10 @@ class CmodelRuntime:
                 results: list[np.ndarray] = []
                 for k, t in enumerate(info.outputs):
                     shape = _read_shape(name, outs[k].shape)
-                    o = np.empty(shape, dtype=t.np_dtype)
-                    if o.nbytes > st.output_mems[k].size:
+                    if int(np.prod(shape, dtype=np.int64)) * t.np_dtype.itemsize > st.output_mems[k].size:
                         raise CmodelError(f"net {name!r}: output {t.name!r} came back with shape {shape}, "
                                           f"larger than its device memory")
+                    o = np.empty(shape, dtype=t.np_dtype)
                     if lib.bm_memcpy_d2s_partial(self._handle, o.ctypes.data, st.output_mems[k], o.nbytes) != 0:
                         raise CmodelError(f"net {name!r}: copying output {t.name!r} from the device failed")
                     results.append(_convert_output(t, o) if convert else o)

@@ -332,3 +332,65 @@ class BmodelLM:
             self.reset()  # a half-written cache is no conversation to continue
             raise
         return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Command line: one process per chip (a process can hold only one simulator), JSON out for tests and reports
+
+
+def _ids(text: str) -> list[int]:
+    return [int(t) for t in text.replace(",", " ").split()]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m llmbuild.runtime.bmodel_generate BMODEL --prompt 1,2,3 [--turn 4,5] ...`: greedy ids as JSON."""
+    import argparse
+    import json
+    import sys
+
+    from llmbuild.runtime.bmodel_cmodel import bmodel_chip, find_toolchain_lib
+
+    ap = argparse.ArgumentParser(prog="python -m llmbuild.runtime.bmodel_generate", description=main.__doc__)
+    ap.add_argument("bmodel")
+    ap.add_argument("--lib", help="TPU-MLIR's lib/ directory (default: $LLMBUILD_TPUMLIR_LIB or $TPUC_ROOT/lib)")
+    ap.add_argument("--chip", choices=("bm1684x", "bm1688"), help="default: the chip the bmodel was built for")
+    ap.add_argument("--prompt", type=_ids, required=True, help="token ids, comma or space separated")
+    ap.add_argument("--turn", type=_ids, action="append", default=[], help="a later turn's ids (repeatable)")
+    ap.add_argument("--max-new-tokens", type=int, default=8)
+    ap.add_argument("--eos", type=_ids, default=[])
+    args = ap.parse_args(argv)
+
+    lib = find_toolchain_lib(args.lib)
+    chip = args.chip or bmodel_chip(args.bmodel)
+    try:
+        if lib is None:
+            raise CmodelError("no TPU-MLIR lib/ directory: pass --lib or set LLMBUILD_TPUMLIR_LIB")
+        if chip is None:
+            raise CmodelError(f"{args.bmodel}: cannot tell its chip; pass --chip")
+        with CmodelRuntime(lib, chip) as rt:
+            rt.load(args.bmodel)
+            lm = BmodelLM(rt)
+            turns = []
+            for prompt in [args.prompt, *args.turn]:
+                ids = lm.generate(prompt, args.max_new_tokens, args.eos)
+                turns.append({"prompt": prompt, "tokens": ids, "prefill_s": lm.stats.prefill_s,
+                              "decode_s": lm.stats.decode_s})
+            report = {
+                "chip": chip, "bmodel": str(args.bmodel), "conversation": lm.conversation, "turns": turns,
+                "sizes": {"layers": lm.num_layers, "max_input_length": lm.max_input_length, "seqlen": lm.seqlen,
+                          "hidden": lm.hidden, "kv_shape": list(lm.kv_shape), "mask_dtype": lm.mask_dtype,
+                          "history_kv": lm.has_history_kv, "dynamic_prefill": lm.is_dynamic},
+                "launch_seconds": {n: {"count": len(v), "median": float(np.median(v)), "total": float(np.sum(v))}
+                                   for n, v in rt.launch_seconds.items()},
+            }
+    except CmodelError as exc:
+        print(f"bmodel_generate: error: {exc}", file=sys.stderr)
+        return 2
+    # The simulator prints to stdout; the JSON goes last, on one line of its own.
+    sys.stdout.flush()
+    print("\n" + json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

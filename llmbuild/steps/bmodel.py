@@ -65,7 +65,7 @@ def dynamic_prefill(recipe: Recipe) -> DynamicPrefill | None:
 
 def activation_type(recipe: Recipe) -> str:
     mode = recipe.quantization.mode
-    return mode[-4:] if mode.startswith("w") else mode
+    return mode[2:] if mode.startswith("w") else mode  # w4bf16 -> bf16, w8f16 -> f16
 
 
 def net_options(recipe: Recipe, net: str, bits: int | None, group: int) -> NetOptions:

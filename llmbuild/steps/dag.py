@@ -230,7 +230,7 @@ def builds_bmodel(name: str) -> bool:
     """Whether the recipe's build makes the vendor's .bmodel (recipe field `target.bmodel`, unless this run's
     configuration says `bmodel: false`)."""
     from llmbuild.recipe_types import builds_bmodel as recipe_builds_bmodel
-    from llmbuild.steps.workflow_config import bmodel_allowed
+    from llmbuild.locations import bmodel_allowed
 
     return bmodel_allowed() and recipe_builds_bmodel(recipe(name))
 
@@ -248,6 +248,25 @@ def bmodel_layer_nets(name: str, layer: int | str) -> list[str]:
     """A layer's nets in the recipe's bmodel (steps/bmodel.py: block_kv_i only in the history form)."""
     kv = [f"block_kv_{layer}"] if recipe(name).bmodel.history else []
     return [f"block_{layer}", *kv, f"block_cache_{layer}"]
+
+
+# What each bmodel net reads beyond the model and its weights: the head nets know nothing of the KV cache or
+# the history form, lm_head and embedding_cache nothing of the prefill length either. A recipe edit then
+# recompiles the nets it changes (seq_length: the block nets; prefill_length: those and `embedding`).
+_BMODEL_HEAD_FIELDS = {"embedding": ("stages.prefill_length", "bmodel.cores"),
+                       "embedding_cache": ("bmodel.cores",), "lm_head": ("bmodel.cores",)}
+
+
+def bmodel_net_digest(name: str, net: str) -> str:
+    """The rerun digest of one bmodel net: the model's sections, plus the fields `net` reads."""
+    r = recipe(name)
+    base = section_digest(r, "source", "architecture", "quantization", "target")
+    if net in _BMODEL_HEAD_FIELDS:
+        fields = {f: r.raw[f.split(".")[0]][f.split(".")[1]] for f in _BMODEL_HEAD_FIELDS[net]}
+        extra = json.dumps(fields, sort_keys=True)
+    else:
+        extra = section_digest(r, "stages", "bmodel")
+    return hashlib.sha256((base + extra).encode()).hexdigest()[:16]
 
 
 @cache

@@ -12,15 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmbuild import LlmbuildError
-from llmbuild.locations import BUILD_DIR_ENV
+from llmbuild.locations import BMODEL_ENV, BUILD_DIR_ENV
 from llmbuild.recipe.loader import MODELS_ENV, RECIPES_ENV
 
 # config key -> (environment variable, default when neither is set)
 _KEYS = {"build_dir": (BUILD_DIR_ENV, "build"), "recipes_dir": (RECIPES_ENV, "recipes"),
          "models_dir": (MODELS_ENV, None)}
-# `bmodel: false` builds no vendor binary in this run (a machine without TPU-MLIR, or a quick run); null or
-# true: each recipe's `target.bmodel`.
-BMODEL_ENV = "LLMBUILD_BMODEL"
+
 
 
 @dataclass(frozen=True)
@@ -39,15 +37,10 @@ def apply_workflow_config(config: Mapping[str, Any]) -> WorkflowConfig:
             os.environ[env] = str(value)
         values[key] = value
     if config.get("bmodel") is not None:
-        os.environ[BMODEL_ENV] = "1" if config["bmodel"] else "0"
+        os.environ[BMODEL_ENV] = "0" if config["bmodel"] in (False, "false") else "1"
     recipes = config.get("recipes")
     return WorkflowConfig(build_dir=str(values["build_dir"]), recipes_dir=str(values["recipes_dir"]),
                           models_dir=values["models_dir"], recipes=tuple(recipes) if recipes is not None else None)
-
-
-def bmodel_allowed() -> bool:
-    """False when this run's configuration (or $LLMBUILD_BMODEL=0) turns the vendor binary off."""
-    return os.environ.get(BMODEL_ENV, "1") != "0"
 
 
 def selected(config: WorkflowConfig, buildable: list[str]) -> list[str]:

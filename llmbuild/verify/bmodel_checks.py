@@ -1,0 +1,212 @@
+"""`llmbuild bmodel-check RECIPE`: the vendor's `.bmodel` run on the vendor's own simulator (the cmodel of
+the recipe's chip, through `libbmrt`: runtime/bmodel_cmodel.py) against the transformers reference the build
+already streamed (reference.safetensors), writing bmodel.json; `llmbuild verify` applies the tolerances.
+
+- Nets: a layer's prefill net on the reference's first rows (its hidden states in, its hidden states, keys
+  and values out), its decode net on the next row with the reference's keys and values of the rows before
+  as the history, and in the history form its history-prefill net on a chunk after a history; `lm_head`
+  on the last hidden state (the token id against the reference's top-1), the embedding nets against the
+  table. Every net of a small model; at real size the decode net of the sampled layers (the first, middle
+  and last: the cmodel takes tens of seconds per decode block of a 1.5B) and the head.
+- End to end, for small models: the greedy ids LLM-TPU's runtime contract gives on the cmodel
+  (runtime/bmodel_generate.py) against transformers' `generate` in the reference.
+
+The vendor's last block also applies the model's final norm (bmodel/top_export.py), so the last layer's
+output is compared with the reference's output after that norm, computed here in float64.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+from safetensors import safe_open
+
+from llmbuild import LlmbuildError
+from llmbuild.artifacts.layer_weights import tensor_source
+from llmbuild.artifacts.paths import BuildPaths, read_spec, write_json
+from llmbuild.cost.chip_estimate import param_count
+from llmbuild.frontend.spec import ModelSpec
+from llmbuild.recipe_types import Recipe
+from llmbuild.runtime.bmodel_cmodel import CmodelRuntime
+from llmbuild.runtime.bmodel_generate import MASK_VALUE, BmodelLM
+from llmbuild.verify.layer_check_policy import faithful_layers
+from llmbuild.verify.similarity import similarity
+from llmbuild.vendor_toolchain import locate
+
+# Up to this size every net is checked and the model generates end to end on the cmodel (SmolLM2-135M is
+# inside; a 1.5B's decode block alone takes 24-38 s there).
+SMALL_MODEL_PARAMS = 2e8
+E2E_TOKENS = 16
+
+
+def check_bmodel(recipe: Recipe) -> dict:
+    paths = BuildPaths.of(recipe)
+    spec = read_spec(paths.spec)
+    chain = locate()
+    started = time.perf_counter()
+    small = param_count(spec) <= SMALL_MODEL_PARAMS
+    with safe_open(str(paths.reference), "np") as ref, CmodelRuntime(chain.lib, recipe.target.chip) as rt:
+        rt.load(paths.bmodel(recipe.name))
+        checker = _NetChecks(recipe, paths, spec, ref, rt)
+        nets = checker.run(small)
+        e2e = _end_to_end(recipe, spec, ref, rt) if small else None
+        launches = {name: round(float(np.mean(t)), 3) for name, t in rt.launch_seconds.items()}
+    report = {
+        "recipe": recipe.name,
+        "binary": paths.bmodel(recipe.name).name,
+        "simulator": f"TPU-MLIR {chain.root.parent.name.removeprefix('tpu-mlir-') or ''} cmodel, {recipe.target.chip}",
+        "coverage": "every net" if small else "decode of the sampled layers and the head",
+        "nets": nets,
+        "end_to_end": e2e,
+        "launch_seconds": launches,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    write_json(paths.bmodel_checks, report)
+    return report
+
+
+class _NetChecks:
+    def __init__(self, recipe: Recipe, paths: BuildPaths, spec: ModelSpec, ref, rt: CmodelRuntime):
+        self.recipe, self.paths, self.spec, self.ref, self.rt = recipe, paths, spec, ref, rt
+        self.ids = ref.get_tensor("ids").astype(np.int64)
+        self.S, self.L = recipe.stages.seq_length, recipe.stages.prefill_length
+        self.history = recipe.bmodel.history
+        mask_dtype = rt.net_info("embedding_cache").outputs[0].dtype
+        self.mask_value = MASK_VALUE.get(mask_dtype, -10000.0)
+        self.n = min(self.L, len(self.ids) - 1)  # prefill rows; the next row is the decode check's
+
+    def run(self, small: bool) -> dict[str, dict]:
+        out: dict[str, dict] = {}
+        layers = range(self.spec.num_layers) if small else sorted(faithful_layers(self.spec.num_layers))
+        for i in layers:
+            if small:
+                out[f"block_{i}"] = self.prefill(i)
+                if self.history:
+                    out[f"block_kv_{i}"] = self.prefill_kv(i)
+            out[f"block_cache_{i}"] = self.decode(i)
+        out.update(self.head(small))
+        return out
+
+    def expected(self, layer: int, rows: slice) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        r = self.ref
+        hidden = r.get_tensor(f"layers.{layer}.output")[rows]
+        if layer == self.spec.num_layers - 1:
+            hidden = self.final_norm(hidden)
+        return hidden, r.get_tensor(f"layers.{layer}.k")[rows], r.get_tensor(f"layers.{layer}.v")[rows]
+
+    def final_norm(self, hidden: np.ndarray) -> np.ndarray:
+        gamma = np.asarray(tensor_source(self.recipe, self.paths).tensor("norm.weight"), np.float64)
+        x = hidden.astype(np.float64)
+        return (x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.spec.rms_norm_eps) * gamma)
+
+    def compare(self, net: str, got: list[np.ndarray], want: tuple[np.ndarray, ...]) -> dict:
+        names = ("hidden_states", "k", "v")
+        outputs = {name: similarity(np.asarray(g, np.float32).reshape(w.shape), w.astype(np.float32))
+                   for name, g, w in zip(names, got, want, strict=True)}
+        return {"outputs": outputs}
+
+    def prefill(self, layer: int) -> dict:
+        net, n = f"block_{layer}", self.n
+        x = self.ref.get_tensor(f"layers.{layer}.input")[:n]
+        info = self.rt.net_info(net)
+        rows = n if info.is_dynamic else self.L
+        hidden = np.zeros((1, rows, self.spec.hidden_size), np.float32)
+        hidden[0, :n] = x
+        pos = np.zeros((1, rows), np.int32)
+        pos[0, :n] = np.arange(n)
+        inputs = [hidden, pos]
+        if len(info.inputs) > 2:
+            mask = np.full((1, 1, rows, rows), self.mask_value, np.float32)
+            mask[0, 0, :n, :n] = np.where(np.tril(np.ones((n, n), bool)), 0.0, self.mask_value)
+            inputs.append(mask)
+        out = self.rt.launch(net, inputs)
+        got = [out[0][0, :n], out[1][0, :n], out[2][0, :n]]
+        return self.compare(net, got, self.expected(layer, slice(0, n)))
+
+    def history_cache(self, layer: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
+        kvh, d = self.spec.num_kv_heads, self.spec.head_dim
+        k = np.zeros((1, self.S, kvh, d), np.float32)
+        v = np.zeros((1, self.S, kvh, d), np.float32)
+        k[0, :rows] = self.ref.get_tensor(f"layers.{layer}.k")[:rows]
+        v[0, :rows] = self.ref.get_tensor(f"layers.{layer}.v")[:rows]
+        return k, v
+
+    def decode(self, layer: int) -> dict:
+        """The token at position n with the reference's keys and values of rows 0..n-1 as its history."""
+        net, p = f"block_cache_{layer}", self.n
+        x = self.ref.get_tensor(f"layers.{layer}.input")[p:p + 1].reshape(1, 1, -1)
+        mask = np.full((1, 1, 1, self.S + 1), self.mask_value, np.float32)
+        mask[..., :p] = 0.0
+        mask[..., self.S] = 0.0
+        k, v = self.history_cache(layer, p)
+        out = self.rt.launch(net, [x, np.array([[p]], np.int32), mask, k, v])
+        return self.compare(net, [out[0][0], out[1][0], out[2][0]], self.expected(layer, slice(p, p + 1)))
+
+    def prefill_kv(self, layer: int) -> dict:
+        """A chunk after a history (the history form's dynamic net: real lengths, no mask input)."""
+        net = f"block_kv_{layer}"
+        a = self.n // 2
+        c = self.n - a
+        x = self.ref.get_tensor(f"layers.{layer}.input")[a:a + c][None]
+        k, v = self.history_cache(layer, a)
+        pos = np.arange(a, a + c, dtype=np.int32)[None]
+        out = self.rt.launch(net, [x, pos, k[:, :a], v[:, :a]])
+        got = [out[0][0, :c], out[1][0, :c], out[2][0, :c]]
+        return self.compare(net, got, self.expected(layer, slice(a, a + c)))
+
+    def head(self, small: bool) -> dict[str, dict]:
+        out: dict[str, dict] = {}
+        last = self.spec.num_layers - 1
+        # The last row of the reference's sequence, whose logits the reference keeps.
+        hidden = self.final_norm(self.ref.get_tensor(f"layers.{last}.output")[-1:])
+        token = int(self.rt.launch("lm_head", [hidden.astype(np.float32)])[0].reshape(-1)[0])
+        logits = self.ref.get_tensor("logits")
+        first, second = np.argsort(logits)[::-1][:2]
+        out["lm_head"] = {"token": token, "reference_token": int(first),
+                          "reference_top2_gap": round(float(logits[first] - logits[second]), 6),
+                          "reference_logit_scale": round(float(np.max(np.abs(logits))), 6)}
+        if small:
+            # Against what transformers' own embedding gave (the first layer's input): the dequantized table
+            # where a quantized lm_head is tied to it.
+            ids, want = self.ids[:self.n], self.ref.get_tensor("layers.0.input")[:self.n]
+            padded = np.zeros((1, self.L), np.int32)
+            padded[0, :self.n] = ids
+            emb = self.rt.launch("embedding", [padded])[0][0, :self.n]
+            out["embedding"] = {"outputs": {"hidden_states": similarity(emb, want)}}
+            one = self.rt.launch("embedding_cache", [np.array([[ids[-1]]], np.int32)])[0].reshape(1, -1)
+            out["embedding_cache"] = {"outputs": {"hidden_states": similarity(one, want[-1:])}}
+        return out
+
+
+def _end_to_end(recipe: Recipe, spec: ModelSpec, ref, rt: CmodelRuntime) -> dict:
+    prompt = [int(i) for i in ref.get_tensor("generate.prompt_ids")]
+    want = [int(i) for i in ref.get_tensor("generate.ids")]
+    logits = ref.get_tensor("generate.logits")
+    count = min(E2E_TOKENS, len(want))
+    lm = BmodelLM(rt)
+    started = time.perf_counter()
+    got = lm.generate(prompt, count, eos_ids=spec.eos_token_ids)
+    seconds = time.perf_counter() - started
+    want = want[:count]
+    first = next((k for k, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), None)
+    if first is None and len(got) != len(want):
+        first = min(len(got), len(want))
+    gap = scale = None
+    if first is not None and first < len(logits):
+        top = np.sort(logits[first])[::-1]
+        gap = round(float(top[0] - top[1]), 6)
+        scale = round(float(np.max(np.abs(logits[first]))), 6)
+    return {"ids": got, "reference_ids": want, "tokens_equal": first is None, "first_difference": first,
+            "reference_top2_gap_at_difference": gap, "reference_logit_scale": scale, "seconds": round(seconds, 1)}
+
+
+def read_checks(path: Path) -> dict:
+    if not path.is_file():
+        raise LlmbuildError(f"{path}: missing; `llmbuild bmodel-check` writes it")
+    return json.loads(path.read_text())
+
+
+__all__ = ["check_bmodel", "read_checks"]
