@@ -20,7 +20,9 @@ rule bmodel_net:
         spec=rules.prepare.output.spec,
         quantized=quantized_input,
     output:
-        # Read once by its combine job, then deleted: the build keeps the combined binary only.
+        # Read once by its layer's (or the head's) combine, then deleted: a net's bmodel carries its layer's
+        # weights whole, so keeping them would hold each layer twice more. The build directory keeps the
+        # layers' and the head's combined files and the binary: twice the binary.
         bmodel=temp(f"{BUILD}/{{recipe}}/bmodel/nets/{{net}}/{{net}}.bmodel"),
     params:
         # Per net: an edit recompiles the nets that read the field it changes (steps/dag.py).
@@ -43,9 +45,12 @@ rule bmodel_layer:
     input:
         nets=lambda w: [f"{BUILD}/{w.recipe}/bmodel/nets/{n}/{n}.bmodel" for n in dag.bmodel_layer_nets(w.recipe, w.layer)],
     output:
-        bmodel=temp(f"{BUILD}/{{recipe}}/bmodel/layers/{{layer}}.bmodel"),
+        # Kept (one copy of the layer's weights): an edit that leaves a layer alone does not recompile it.
+        bmodel=f"{BUILD}/{{recipe}}/bmodel/layers/{{layer}}.bmodel",
     params:
-        **_bmodel_params("bmodel_combine"),
+        recipe_digest=lambda w: dag.bmodel_parts_digest(w.recipe, dag.bmodel_layer_nets(w.recipe, w.layer)),
+        code=dag.code_digest("bmodel_combine"),
+        toolchain=dag.TOOLCHAIN_VERSION,
     resources:
         mem_mb=lambda w: dag.bmodel_resources(w.recipe, "combine").mem_mb,
         runtime=lambda w: dag.bmodel_resources(w.recipe, "combine").runtime_min,
@@ -59,9 +64,11 @@ rule bmodel_head:
     input:
         nets=[f"{BUILD}/{{recipe}}/bmodel/nets/{n}/{n}.bmodel" for n in dag.BMODEL_HEAD_NETS],
     output:
-        bmodel=temp(f"{BUILD}/{{recipe}}/bmodel/head.bmodel"),
+        bmodel=f"{BUILD}/{{recipe}}/bmodel/head.bmodel",
     params:
-        **_bmodel_params("bmodel_combine"),
+        recipe_digest=lambda w: dag.bmodel_parts_digest(w.recipe, list(dag.BMODEL_HEAD_NETS)),
+        code=dag.code_digest("bmodel_combine"),
+        toolchain=dag.TOOLCHAIN_VERSION,
     resources:
         mem_mb=lambda w: dag.bmodel_resources(w.recipe, "combine").mem_mb,
         runtime=lambda w: dag.bmodel_resources(w.recipe, "combine").runtime_min,

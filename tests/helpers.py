@@ -49,9 +49,10 @@ def build_tiny_internvl_dir(tmp_path: Path, directory: Path, name: str) -> Path:
     return build
 
 
-def planned_jobs(build: Path, target: str, recipes: Path | None = None, models: Path | None = None) -> dict[str, int]:
+def planned_jobs(build: Path, target: str, recipes: Path | None = None, models: Path | None = None,
+                 config: tuple[str, ...] = ()) -> dict[str, int]:
     """The jobs a dry run would execute, by rule (from Snakemake's job-stats table)."""
-    return job_stats(snakemake(build, "-n", target, recipes=recipes, models=models).stdout)
+    return job_stats(snakemake(build, "-n", target, *config, recipes=recipes, models=models).stdout)
 
 
 def job_stats(out: str) -> dict[str, int]:

@@ -61,6 +61,7 @@ _BM_DTYPES: dict[int, tuple[str, np.dtype]] = {
 _FLOAT_TYPES = ("float32", "float16", "bfloat16")
 
 _BM_MAX_DIMS = 8
+_BM_RUNTIME_SHARE_MEM = 1  # bm_runtime_flag_t: neuron memory shared between nets (LLM-TPU always sets it)
 _SANE_COUNT = 4096  # more inputs, outputs or stages than this means the struct layout was misread
 
 
@@ -289,6 +290,7 @@ class _Libs:
         lib.bm_dev_free.argtypes, lib.bm_dev_free.restype = [vp], None
         rt.bmrt_create.argtypes, rt.bmrt_create.restype = [vp], vp
         rt.bmrt_destroy.argtypes, rt.bmrt_destroy.restype = [vp], None
+        rt.bmrt_set_flags.argtypes, rt.bmrt_set_flags.restype = [vp, ctypes.c_uint32], None
         rt.bmrt_load_bmodel.argtypes, rt.bmrt_load_bmodel.restype = [vp, cp], ctypes.c_bool
         rt.bmrt_get_network_number.argtypes, rt.bmrt_get_network_number.restype = [vp], i
         rt.bmrt_get_network_names.argtypes = [vp, ctypes.POINTER(ctypes.POINTER(cp))]
@@ -412,6 +414,11 @@ class CmodelRuntime:
                 self._libs.bmlib.bm_dev_free(self._handle)
         if not bmrt:
             raise CmodelError(f"bmrt_create failed on the {chip} cmodel")
+        with self._sim_fp:
+            # As chat.cpp does, before any load: the nets' stage memories are then real, shared allocations.
+            # Without it, writing a static net's outputs into its stage memory (the user-memory launch below)
+            # corrupts what dynamic nets later read: their output shapes come back wrong, and runs hang.
+            self._libs.bmrt.bmrt_set_flags(bmrt, _BM_RUNTIME_SHARE_MEM)
         self._bmrt = bmrt
         _OPEN.add(self)
 

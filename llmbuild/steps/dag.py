@@ -269,6 +269,11 @@ def bmodel_net_digest(name: str, net: str) -> str:
     return hashlib.sha256((base + extra).encode()).hexdigest()[:16]
 
 
+def bmodel_parts_digest(name: str, nets: list[str]) -> str:
+    """A combine's rerun digest: its nets' (the head's combine does not rerun for a change of the blocks)."""
+    return hashlib.sha256("".join(bmodel_net_digest(name, n) for n in nets).encode()).hexdigest()[:16]
+
+
 @cache
 def bmodel_resources(name: str, job: str, net: str = ""):
     """mem_mb and runtime of a bmodel job (`net`, `combine` or `check`) from the model's shapes."""

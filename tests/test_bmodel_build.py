@@ -1,0 +1,164 @@
+"""The vendor's bmodel as the build makes it: one Snakemake job per net, the staged combine, the checks on
+the vendor's cmodel in verify.json, reruns per net, byte-identical rebuilds, and the one-line errors of a
+missing or failing toolchain. Needs TPU-MLIR's tools (scripts/install.sh installs them)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+from helpers import ROOT, llmbuild, planned_jobs, snakemake
+
+from llmbuild.vendor_toolchain import ToolchainError, locate
+
+try:
+    locate()
+    HAVE_TOOLCHAIN = True
+except ToolchainError as exc:
+    HAVE_TOOLCHAIN, WHY = False, str(exc)
+
+pytestmark = pytest.mark.skipif(not HAVE_TOOLCHAIN, reason="TPU-MLIR is not installed (scripts/install.sh)")
+
+BMODEL = ("--config", "bmodel=true")
+
+
+def recipes_with(tmp_path: Path, **extra: str) -> Path:
+    recipes = tmp_path / "recipes"
+    shutil.copytree(ROOT / "recipes", recipes)
+    for name, text in extra.items():
+        (recipes / f"{name}.yaml").write_text(text)
+    return recipes
+
+
+def test_tiny_bf16_bmodel_is_built_checked_on_the_cmodel_and_verified(build_root):
+    snakemake(build_root, "qwen2_tiny_bf16", *BMODEL)
+    build = build_root / "qwen2_tiny_bf16"
+    verdict = json.loads((build / "verify.json").read_text())
+    assert verdict["passed"] and verdict["bmodel"]["coverage"] == "every net"
+    checks = json.loads((build / "bmodel.json").read_text())
+    assert set(checks["nets"]) == {f"block_{i}" for i in range(4)} | {f"block_cache_{i}" for i in range(4)} | {
+        "embedding", "embedding_cache", "lm_head"}
+    assert checks["nets"]["lm_head"]["token"] == checks["nets"]["lm_head"]["reference_token"]
+    e2e = checks["end_to_end"]
+    assert e2e["ids"][:2] == e2e["reference_ids"][:2]
+    # the per-net bmodels were read by their combine and deleted: the binary, its layers and its head stay
+    kept = sorted(str(p.relative_to(build)) for p in build.rglob("*.bmodel"))
+    assert kept == ["bmodel/head.bmodel", *(f"bmodel/layers/{i}.bmodel" for i in range(4)), "qwen2_tiny_bf16.bmodel"]
+    size = sum(p.stat().st_size for p in (build / "bmodel").rglob("*.bmodel"))
+    assert size <= 1.1 * (build / "qwen2_tiny_bf16.bmodel").stat().st_size + 5 * (6 << 20)  # + a kernel module each
+    assert (build / "bmodel" / "nets" / "block_0" / "block_0.mlir").is_file()  # the vendor module, to read
+
+
+def test_gptq_act_order_bmodel_matches_the_reference(build_root):
+    """GPTQ with act order (gptqmodel in the build), 4-bit tied lm_head: the levels and the permutation go to
+    the vendor as they are (the incumbent ignores g_idx)."""
+    snakemake(build_root, "qwen2_tiny_w4", *BMODEL)
+    checks = json.loads((build_root / "qwen2_tiny_w4" / "bmodel.json").read_text())
+    worst = min(s["cosine"] for n in checks["nets"].values() for s in n.get("outputs", {}).values())
+    assert worst > 0.999
+    assert json.loads((build_root / "qwen2_tiny_w4" / "verify.json").read_text())["passed"]
+
+
+def test_f32_on_the_bm1688_gives_transformers_greedy_ids(tmp_path):
+    recipes = recipes_with(tmp_path, llama_tiny_bm1688="base: llama_tiny_f32\ntarget:\n  chip: bm1688\n")
+    build = tmp_path / "build"
+    snakemake(build, "llama_tiny_bm1688", *BMODEL, recipes=recipes)
+    checks = json.loads((build / "llama_tiny_bm1688" / "bmodel.json").read_text())
+    assert "bm1688" in checks["simulator"]
+    e2e = checks["end_to_end"]
+    assert e2e["tokens_equal"] and len(e2e["ids"]) == 16, e2e
+    llmb = json.loads((build / "llama_tiny_bm1688" / "e2e.json").read_text())
+    assert llmb["ids"][:16] == e2e["ids"]
+
+
+def test_a_field_edit_recompiles_the_nets_that_read_it(build_root, tmp_path):
+    snakemake(build_root, f"{build_root}/qwen2_tiny_bf16/qwen2_tiny_bf16.bmodel", *BMODEL)
+    recipes = recipes_with(tmp_path)
+    path = recipes / "qwen2_tiny_f32.yaml"  # qwen2_tiny_bf16's base
+    shutil.copy(ROOT / "recipes" / "qwen2_tiny_bf16.yaml", recipes / "qwen2_tiny_bf16.yaml")
+    text = (ROOT / "recipes" / "_tiny_common.yaml").read_text()
+    (recipes / "_tiny_common.yaml").write_text(text.replace("seq_length: 64", "seq_length: 48"))
+    target = f"{build_root}/qwen2_tiny_bf16/qwen2_tiny_bf16.bmodel"
+    jobs = planned_jobs(build_root, target, recipes=recipes, config=BMODEL)
+    # seq_length: the block nets (their KV cache and RoPE tables), not the head nets
+    assert jobs.get("bmodel_net") == 8, jobs
+    assert path.is_file()
+    (recipes / "_tiny_common.yaml").write_text(text.replace("prefill_length: 16", "prefill_length: 8"))
+    # prefill_length: those and `embedding`, with the head's other two nets to combine it again (a net's own
+    # bmodel is deleted once combined)
+    jobs = planned_jobs(build_root, target, recipes=recipes, config=BMODEL)
+    assert jobs.get("bmodel_net") == 11 and jobs.get("bmodel_head") == 1, jobs
+
+
+def test_two_clean_builds_give_the_same_bytes(tmp_path):
+    first, second = tmp_path / "a", tmp_path / "b"
+    for build in (first, second):
+        snakemake(build, f"{build}/llama_tiny_f16/llama_tiny_f16.bmodel", *BMODEL)
+    a = (first / "llama_tiny_f16" / "llama_tiny_f16.bmodel").read_bytes()
+    assert a == (second / "llama_tiny_f16" / "llama_tiny_f16.bmodel").read_bytes()
+    assert b"Thu Jan  1 00:00:00 1970" in a[:4096]  # the creation time, pinned
+
+
+def test_missing_toolchain_is_one_line_and_leaves_no_bmodel(build_root):
+    snakemake(build_root, "qwen2_tiny_bf16")
+    done = llmbuild(build_root, "bmodel-net", "qwen2_tiny_bf16", "--net", "block_0",
+                    env={"LLMBUILD_TPU_MLIR": str(build_root / "nowhere")})
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "TPU-MLIR 1.30.2 is not installed" in lines[0] and "scripts/install.sh" in lines[0]
+    assert not (build_root / "qwen2_tiny_bf16" / "bmodel" / "nets" / "block_0" / "block_0.bmodel").exists()
+
+
+def fake_toolchain(root: Path, script: str) -> Path:
+    """A toolchain whose tpuc-opt runs `script` (the real one's libraries beside it)."""
+    real = locate().root
+    fake = root / "tpu_mlir"
+    (fake / "bin").mkdir(parents=True)
+    (fake / "lib").symlink_to(real / "lib")
+    (fake / "cross_toolchains").symlink_to(real / "cross_toolchains")
+    tool = fake / "bin" / "tpuc-opt"
+    tool.write_text("#!/bin/sh\n" + script)
+    tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    (fake / "bin" / "model_tool").symlink_to(real / "bin" / "model_tool")
+    return fake
+
+
+@pytest.mark.parametrize("script, says", [
+    ("echo 'error: the vendor cannot lower this' >&2; exit 1\n", "tpuc-opt failed (exit 1) at --processor-assign"),
+    ("kill -SEGV $$\n", "tpuc-opt failed (signal 11) at --processor-assign"),
+])
+def test_a_failing_tpuc_opt_names_the_net_and_its_log(build_root, tmp_path, script, says):
+    snakemake(build_root, "qwen2_tiny_bf16")
+    net_dir = build_root / "qwen2_tiny_bf16" / "bmodel" / "nets" / "block_cache_1"
+    if net_dir.exists():
+        shutil.rmtree(net_dir)
+    done = llmbuild(build_root, "bmodel-net", "qwen2_tiny_bf16", "--net", "block_cache_1",
+                    env={"LLMBUILD_TPU_MLIR": str(fake_toolchain(tmp_path, script))})
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("llmbuild: error: net block_cache_1: ") and says in line
+    log = Path(line.rsplit("see ", 1)[1])
+    assert log.is_file() and "tpuc-opt" in log.read_text()
+    assert [p.name for p in net_dir.iterdir() if p.suffix == ".bmodel"] == []
+
+
+def test_a_failing_net_fails_the_build_naming_it(tmp_path):
+    """Through Snakemake: the step's one line reaches the terminal, and the binary is not made."""
+    build = tmp_path / "build"
+    fake = fake_toolchain(tmp_path, "exit 3\n")
+    env_before = os.environ.get("LLMBUILD_TPU_MLIR")
+    os.environ["LLMBUILD_TPU_MLIR"] = str(fake)
+    try:
+        done = snakemake(build, f"{build}/llama_tiny_f16/llama_tiny_f16.bmodel", *BMODEL, check=False)
+    finally:
+        if env_before is None:
+            del os.environ["LLMBUILD_TPU_MLIR"]
+        else:
+            os.environ["LLMBUILD_TPU_MLIR"] = env_before
+    assert done.returncode != 0
+    assert "tpuc-opt failed (exit 3)" in done.stderr and "see " in done.stderr
+    assert not (build / "llama_tiny_f16" / "llama_tiny_f16.bmodel").exists()
