@@ -48,6 +48,10 @@ def cmd_compile(args: argparse.Namespace) -> None:
         group_size=args.group_size, cores=args.cores,
     ))
     print(f"{binary} (recipe beside it); run it with: llmbuild run {shlex.quote(args.output)} --prompt 'Hello'")
+    bmodel = binary.with_suffix(".bmodel")
+    if bmodel.is_file():
+        print(f"{bmodel}: the vendor's binary for the board (verified on TPU-MLIR's cmodel); try it with: "
+              f"llmbuild run {shlex.quote(str(bmodel))} --prompt 'Hello'")
 
 
 def cmd_quantize(args: argparse.Namespace) -> None:
@@ -147,6 +151,11 @@ def cmd_verify(args: argparse.Namespace) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> None:
+    if args.bmodel or args.target.endswith(".bmodel"):
+        from llmbuild.runtime.bmodel_run import run_bmodel
+
+        run_bmodel(args)
+        return
     from llmbuild.runtime.cli_runtime import run_command
 
     run_command(args)
@@ -165,6 +174,11 @@ def cmd_estimate(args: argparse.Namespace) -> None:
 
 
 def cmd_inspect(args: argparse.Namespace) -> None:
+    if args.target.endswith(".bmodel"):
+        from llmbuild.runtime.bmodel_inspect import inspect_bmodel
+
+        print(inspect_bmodel(args.target, as_json=args.json))
+        return
     from llmbuild.runtime import resolve_binary
     from llmbuild.runtime.inspect_binary import format_report, inspect_binary
 
@@ -275,7 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
               recipe=False)
     add_estimate_arguments(sp)
     sp = verb("inspect", cmd_inspect, "nets, stages, memory map and weight bytes of a binary", recipe=False)
-    sp.add_argument("target", help="recipe name, build directory or .llmb file")
+    sp.add_argument("target", help="recipe name, build directory, .llmb or .bmodel file")
     sp.add_argument("--json", action="store_true")
     from llmbuild.runtime.cli_runtime import add_chat_arguments, add_run_arguments  # argparse only
 

@@ -162,3 +162,51 @@ def test_a_failing_net_fails_the_build_naming_it(tmp_path):
     assert done.returncode != 0
     assert "tpuc-opt failed (exit 3)" in done.stderr and "see " in done.stderr
     assert not (build / "llama_tiny_f16" / "llama_tiny_f16.bmodel").exists()
+
+
+def test_gptqmodel_act_order_checkpoint_compiled_auto_picks_what_gptqmodel_dequantized_picks(tmp_path):
+    """A checkpoint gptqmodel wrote with act order (real g_idx), through `llmbuild compile --quantize auto`:
+    in the context of transformers' own greedy continuation on gptqmodel's dequantization of it (its
+    `TorchLinear.dequantize_weight`, kept in the fixture), the bmodel picks transformers' token at every step
+    but near ties of the float model (w4bf16 computes in bf16)."""
+    import subprocess
+    import sys
+
+    import numpy as np
+    import torch
+    from safetensors.numpy import load_file, save_file
+    from transformers import AutoModelForCausalLM
+
+    from llmbuild.runtime.bmodel_cmodel import CmodelRuntime
+    from llmbuild.runtime.bmodel_generate import BmodelLM
+
+    fixture = ROOT / "tests" / "fixtures" / "quant" / "gptq_asym_actorder_g32"
+    out = tmp_path / "gptq_act"
+    done = subprocess.run([sys.executable, "-m", "llmbuild.cli", "compile", str(fixture), "--quantize", "auto",
+                           "--seq-length", "64", "-o", str(out)], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    # transformers on gptqmodel's own dequantization of the same checkpoint
+    float_dir = tmp_path / "dequantized"
+    shutil.copytree(fixture, float_dir)
+    tensors = {k: v for k, v in load_file(fixture / "model.safetensors").items()
+               if not k.endswith((".qweight", ".qzeros", ".scales", ".g_idx"))}
+    tensors.update(load_file(fixture / "reference_dequant.safetensors"))
+    save_file(tensors, float_dir / "model.safetensors")
+    (float_dir / "reference_dequant.safetensors").unlink()
+    config = json.loads((float_dir / "config.json").read_text())
+    config.pop("quantization_config")
+    (float_dir / "config.json").write_text(json.dumps(config))
+    model = AutoModelForCausalLM.from_pretrained(float_dir, dtype=torch.float32).eval()
+    prompt = [3, 14, 15, 92, 65, 35, 89, 79]
+    with torch.no_grad():
+        ids = model.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False, pad_token_id=0)[0]
+        logits = model(ids[None]).logits[0, len(prompt) - 1:-1].numpy()
+    want = ids[len(prompt):].tolist()
+    with CmodelRuntime(locate().lib, "bm1684x") as rt:
+        rt.load(out / "gptq_act.bmodel")
+        picks = BmodelLM(rt).teacher_forced(prompt, want)
+    for k, (pick, token) in enumerate(zip(picks, want, strict=True)):
+        top = np.sort(logits[k])[::-1]
+        # bf16 activations: a different pick only where the float model's top two are within 1% of its scale
+        assert pick == token or top[0] - top[1] < 0.01 * np.abs(logits[k]).max(), (k, pick, token, top[:2])
+    assert sum(p == t for p, t in zip(picks, want, strict=True)) >= len(want) - 2

@@ -108,9 +108,9 @@ def equal_apart_from_time(net: str, ours: bytes, theirs: bytes) -> bool:
 
 
 def info(toolchain, path: Path) -> str:
-    from llmbuild.bmodel.vendor_compile import model_info
+    from llmbuild.runtime.bmodel_inspect import model_info
 
-    return re.sub(r"create time: .*", "", model_info(toolchain, path))
+    return re.sub(r"create time: .*", "", model_info(path))
 
 
 def combined_like_incumbent(toolchain, nets_dir: Path, incumbent: Path, out: Path) -> Path:

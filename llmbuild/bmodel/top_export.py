@@ -87,20 +87,22 @@ def vendor_weight_key(name: str) -> str:
 
 
 def export_net(module: ModuleOp, weights: Mapping[str, np.ndarray], weight_file: str,
-               final_norm: FinalNorm | None = None, dynamic: DynamicPrefill | None = None) -> ir.VendorModule:
+               final_norm: FinalNorm | None = None, dynamic: DynamicPrefill | None = None,
+               explicit_attention: bool = False) -> ir.VendorModule:
     """`module`: one TopOp net as the layer or head step built it (canonicalized or not); `weights`: its
     TopOp weights by name; `weight_file`: the npz path the module names; `dynamic`: the history form of the
     block nets (else static nets with a mask input). Returns the vendor module, whose `weights` are the npz
-    contents."""
+    contents. `explicit_attention`: attention as its products and softmax (f32 nets: `attention_ops`)."""
     fn = next(op for op in module.ops if isinstance(op, FuncOp))
     net = module.attributes["top.net"].data  # type: ignore[attr-defined]
-    return _Exporter(net, weights, weight_file, final_norm, dynamic).run(fn)
+    return _Exporter(net, weights, weight_file, final_norm, dynamic, explicit_attention).run(fn)
 
 
 class _Exporter:
     def __init__(self, net: str, weights: Mapping[str, np.ndarray], weight_file: str,
-                 final_norm: FinalNorm | None, dynamic: DynamicPrefill | None):
+                 final_norm: FinalNorm | None, dynamic: DynamicPrefill | None, explicit_attention: bool):
         self.net = net
+        self.explicit_attention = explicit_attention
         self.weights = weights
         self.final_norm = final_norm
         self.dynamic = dynamic
@@ -113,12 +115,47 @@ class _Exporter:
         return ExportError(f"net {self.net}: {message}")
 
     def run(self, fn: FuncOp) -> ir.VendorModule:
+        """Ops in TopOp's order, but for two moves that give the incumbent's order (its converter writes the
+        q, k and v reshapes after the three projections, and a gate's SiLU right after the gate), so that the
+        vendor's passes see the op sequence `llm_convert` gives them and the bmodel is the same."""
+        deferred: list[Operation] = []  # q/k/v reshapes, written when the projections are done
         for op in fn.body.block.ops:
+            if isinstance(op, top.WeightOp):
+                continue  # weights are written where they are used
+            if deferred and not self.part_of_projections(op):
+                for reshape in deferred:
+                    self.translate(reshape)
+                deferred.clear()
             if isinstance(op, ReturnOp):
                 self.outputs(list(op.operands))
-            elif not isinstance(op, top.WeightOp):  # weights are written where they are used
+            elif self.is_head_reshape(op):
+                deferred.append(op)
+            elif op.results and op.results[0] in self.values:
+                continue  # written early (a SiLU after its gate)
+            else:
                 self.translate(op)
+                self.pull_activation(op)
         return self.out
+
+    def suffix(self, op: Operation) -> str:
+        loc = op.attributes["loc"].data if "loc" in op.attributes else ""  # type: ignore[attr-defined]
+        return loc.partition(".")[2].partition(".")[2] if self.is_block else ""
+
+    def is_head_reshape(self, op: Operation) -> bool:
+        return isinstance(op, top.ReshapeOp) and self.suffix(op) in ("q_heads", "k_heads", "v_heads")
+
+    def part_of_projections(self, op: Operation) -> bool:
+        suffix = self.suffix(op)
+        return self.is_head_reshape(op) or suffix in ("q_proj", "k_proj", "v_proj") or suffix.endswith("_act_order")
+
+    def pull_activation(self, op: Operation) -> None:
+        """A projection whose one use is a SiLU: the SiLU is written right after it."""
+        uses = list(op.results[0].uses) if op.results else []
+        if len(uses) != 1:
+            return
+        user = uses[0].operation
+        if isinstance(user, top.SiLUOp):
+            self.translate(user)
 
     # -- helpers -------------------------------------------------------------------------------------
     def loc(self, op: Operation) -> str:
@@ -282,6 +319,8 @@ class _Exporter:
         return self.out.op("top.Rope", [x, sin, cos], common.shape_of(op.results[0]), self.loc(op), ir.ROPE)
 
     def op_FAttention(self, op: top.FAttentionOp) -> ir.Value:
+        if self.explicit_attention:
+            return self.attention_ops(op)
         q, k, v = (self.operand(x) for x in op.operands[:3])
         a = op.attributes
         attrs = {**ir.FATTENTION, "scale": ir.f64(a["scale"].value.data)}  # type: ignore[attr-defined]
@@ -296,6 +335,43 @@ class _Exporter:
             attrs[key] = ir.i64(a[key].value.data)  # type: ignore[attr-defined]
         return self.out.op("top.FAttention", [q, k, v, mask, self.out.none], common.shape_of(op.results[0]),
                            self.loc(op), attrs)
+
+    def attention_ops(self, op: top.FAttentionOp) -> ir.Value:
+        """Attention as products, a softmax and permutes: the vendor's fused `FAttention` gives NaN in F32 (its
+        own interpreter too: the kernel is for 16-bit types), so f32 nets spell it out. Query heads are
+        grouped by the KV head they read, so one batched product per KV head serves its G query heads."""
+        q, k, v = (self.operand(x) for x in op.operands[:3])
+        mask = self.operand(op.operands[3])
+        a = op.attributes
+        nh, kvh, d = (a[key].value.data for key in ("q_head", "kv_head", "dim"))  # type: ignore[attr-defined]
+        n, mk = a["mq"].value.data, a["mk"].value.data  # type: ignore[attr-defined]
+        scale = a["scale"].value.data  # type: ignore[attr-defined]
+        g = nh // kvh
+        base = self.loc(op)
+        out = self.out
+
+        def permute(x: ir.Value, order: tuple[int, ...], loc: str) -> ir.Value:
+            shape = tuple(x.shape[i] for i in order)
+            return out.op("top.Permute", [x], shape, loc, {"order": ir.int_array(order)})
+
+        def reshape(x: ir.Value, shape: tuple[int, ...], loc: str) -> ir.Value:
+            return out.op("top.Reshape", [x], shape, loc, {"flatten_start_dim": ir.i64(-1)})
+
+        qh = reshape(permute(q, (0, 2, 1, 3), base + ".q_heads"), (1, kvh, g * n, d), base + ".q_groups")
+        kt = permute(k, (0, 2, 3, 1), base + ".k_transposed")
+        vh = permute(v, (0, 2, 1, 3), base + ".v_heads")
+        matmul = {**ir.MATMUL, "right_transpose": "false"}
+        scores = out.op("top.MatMul", [qh, kt, out.none], (1, kvh, g * n, mk), base + ".scores", matmul)
+        scores = reshape(scores, (1, nh, n, mk), base + ".scores_heads")
+        scaled = out.op("top.MulConst", [scores], (1, nh, n, mk), base + ".scaled",
+                        {"const_val": ir.f64(scale), **ir.ELEMENTWISE})
+        masked = out.op("top.Add", [scaled, mask], (1, nh, n, mk), base + ".masked", ir.ELEMENTWISE)
+        probs = out.op("top.Softmax", [masked], (1, nh, n, mk), base + ".softmax",
+                       {"axis": ir.si32(3), "log": "false", "beta": ir.f64(1.0)})
+        probs = reshape(probs, (1, kvh, g * n, mk), base + ".probs_groups")
+        ctx = out.op("top.MatMul", [probs, vh, out.none], (1, kvh, g * n, d), base + ".context", matmul)
+        ctx = permute(reshape(ctx, (1, nh, n, d), base + ".context_heads"), (0, 2, 1, 3), base + ".context_rows")
+        return reshape(ctx, (1, n, nh * d), base)
 
     def op_Concat(self, op: top.ConcatOp) -> ir.Value:
         axis = op.attributes["axis"].value.data  # type: ignore[attr-defined]

@@ -117,17 +117,8 @@ def combine(chain: Toolchain, parts: list[Path], output: Path, log: Path) -> Pat
     return output
 
 
-def model_info(chain: Toolchain, bmodel: Path) -> str:
-    """`model_tool --info`: nets, shapes and device memory, as the vendor prints them."""
-    done = subprocess.run([str(chain.model_tool), "--info", str(bmodel)], capture_output=True, text=True,
-                          env=chain.environment(bmodel.parent, bmodel.parent), check=False)
-    if done.returncode != 0:
-        raise VendorToolError(f"model_tool --info {bmodel.name} failed: {done.stderr.strip()[:200]}")
-    return done.stdout
-
-
 def _quote(arg: str) -> str:
     return f'"{arg}"' if " " in arg else arg
 
 
-__all__ = ["NetOptions", "VendorToolError", "combine", "compile_net", "model_info", "tpuc_commands"]
+__all__ = ["NetOptions", "VendorToolError", "combine", "compile_net", "tpuc_commands"]

@@ -60,14 +60,11 @@ def build_block(spec: ModelSpec, layer: int, stage: str, shapes: Shapes, quant: 
         history = (g.arg("history_k", (1, S, kvh, d)), g.arg("history_v", (1, S, kvh, d)))
 
     x = g.rms_norm(hidden, g.weight(p + "input_layernorm.weight", (H,)), spec.rms_norm_eps, p + "input_norm")
-    # The three projections, then their reshapes (the incumbent's order, so the exported vendor net is the
-    # same op sequence as `llm_convert`'s: bmodel/top_export.py).
-    counts = {"q": nh, "k": kvh, "v": kvh}
-    projected = {}
-    for proj, count in counts.items():
+    heads = {}
+    for proj, count in (("q", nh), ("k", kvh), ("v", kvh)):
         b = g.weight(f"{p}self_attn.{proj}_proj.bias", (count * d,)) if spec.qkv_bias else None
-        projected[proj] = linear(x, f"self_attn.{proj}_proj", count * d, H, b, f"{p}{proj}_proj")
-    heads = {proj: g.reshape(y, (1, n, counts[proj], d), f"{p}{proj}_heads") for proj, y in projected.items()}
+        y = linear(x, f"self_attn.{proj}_proj", count * d, H, b, f"{p}{proj}_proj")
+        heads[proj] = g.reshape(y, (1, n, count, d), f"{p}{proj}_heads")
     if spec.qk_norm:
         for proj in ("q", "k"):
             gamma = g.weight(f"{p}self_attn.{proj}_norm.weight", (d,))
@@ -87,9 +84,9 @@ def build_block(spec: ModelSpec, layer: int, stage: str, shapes: Shapes, quant: 
 
     x = g.rms_norm(h, g.weight(p + "post_attention_layernorm.weight", (H,)), spec.rms_norm_eps, p + "post_norm")
     F = spec.intermediate_size
-    gate = g.silu(linear(x, "mlp.gate_proj", F, H, None, p + "gate_proj"), p + "gate_silu")
+    gate = linear(x, "mlp.gate_proj", F, H, None, p + "gate_proj")
     up = linear(x, "mlp.up_proj", F, H, None, p + "up_proj")
-    act = g.mul(gate, up, p + "gate_mul")
+    act = g.mul(g.silu(gate, p + "gate_silu"), up, p + "gate_mul")
     down = linear(act, "mlp.down_proj", H, F, None, p + "down_proj")
     out = g.add(h, down, p + "mlp_residual")
     return g.finish([out, k, v], ["hidden_states", "present_k", "present_v"])

@@ -27,6 +27,7 @@ from llmbuild.recipe import schema_table as st
 from llmbuild.recipe.sandbox import BoundedSandbox
 from llmbuild.recipe.tolerances import default_image_cosine, default_tolerances
 from llmbuild.recipe_types import (
+    VENDOR_CHIPS,
     BmodelConfig,
     QuantConfig,
     Recipe,
@@ -34,7 +35,6 @@ from llmbuild.recipe_types import (
     StagesConfig,
     TargetConfig,
     VerifyConfig,
-    VENDOR_CHIPS,
     VisionConfig,
 )
 

@@ -18,11 +18,18 @@ and `bmlib_runtime.h` (`bm_shape_t`, `bm_device_mem_t`, `bm_stage_info_t`, `bm_n
 fields up to `addr_mode` are read; every value read is sanity-checked so that a layout mismatch fails with
 a message instead of garbage.
 
-`bmrt_destroy` and `bm_dev_free` must run before the interpreter tears down (the simulator's threads
-otherwise crash the exit): `CmodelRuntime` is a context manager and also registers its cleanup with
-`atexit`.
+Nets run the way chat.cpp runs them: inputs copied into each stage's own device memories, the net launched
+on its own output memories (`bmrt_launch_tensor_ex`), outputs copied back; see `CmodelRuntime.launch` for
+why `bmrt_launch_data` is not used. As in chat.cpp, `BM_RUNTIME_SHARE_MEM` is set before loading: without it
+those stage memories are not safe to write (dynamic nets then report wrong output shapes, and runs hang).
 
-This module is part of the runtime: stdlib and numpy only.
+The simulator switches the calling thread to flush-to-zero / denormals-are-zero when the device opens; the
+runtime keeps that floating-point environment to its own calls and restores the caller's (see `_FpEnv`).
+
+`bmrt_destroy` and `bm_dev_free` must run before the interpreter tears down (the simulator's threads
+otherwise crash the exit): `CmodelRuntime` is a context manager and an `atexit` hook closes what is left.
+
+This module is part of the runtime: stdlib, numpy and llmbuild's error base only.
 """
 
 from __future__ import annotations
@@ -332,8 +339,7 @@ def _libs_for(lib_dir: Path, chip: str) -> _Libs:
     global _LIBS
     with _LIBS_LOCK:
         if _LIBS is None:
-            _LIBS = _Libs(lib_dir, chip)
-            atexit.register(_LIBS.cleanup)
+            _LIBS = _Libs(lib_dir, chip)  # its private directory is removed by _close_all at exit
         elif _LIBS.chip != chip or _LIBS.lib_dir != lib_dir:
             raise CmodelError(
                 f"this process already runs the {_LIBS.chip} cmodel from {_LIBS.lib_dir}; one chip per "
@@ -368,10 +374,10 @@ class CmodelRuntime:
     (`bmrt_launch_tensor_ex` with user memory). `bmrt_launch_data`, which lets the runtime place the
     buffers, is *not* equivalent: `block_kv_i` concatenates its history input with the new K/V by memory
     placement (a Concat with only_merge), and with launch_data's buffers the history is silently ignored.
-    With `convert=True` (the default) float inputs are converted to each
-    input's dtype (bfloat16 by round-to-nearest-even) and float outputs come back as float32; with
-    `convert=False` buffers travel as raw bits (uint16 for bfloat16, float16 for float16), which is what
-    chains nets bit-exactly, as the device does.
+
+    With `convert=True` (the default) float inputs are converted to each input's dtype (bfloat16 by
+    round-to-nearest-even) and float outputs come back as float32; with `convert=False` buffers travel as raw
+    bits (uint16 for bfloat16, float16 for float16), which is what chains nets bit-exactly, as the device does.
     """
 
     def __init__(self, lib_dir: str | os.PathLike[str], chip: str, *, device_id: int = 0) -> None:
@@ -390,7 +396,7 @@ class CmodelRuntime:
         self._bmrt: int | None = None
         self._infos: dict[str, NetInfo] = {}
         self._raw: dict[str, _BmNetInfo] = {}  # the runtime's own structs (valid while it lives)
-        self._loaded: list[Path] = []
+        self.loaded: list[Path] = []  # bmodel files loaded, in order
         self.launch_seconds: dict[str, list[float]] = {}  # wall time of each launch, per net
 
         caller_env = _FPENV.save()
@@ -438,6 +444,12 @@ class CmodelRuntime:
         _OPEN.discard(self)
 
     @property
+    def simulator(self) -> Path | None:
+        """The simulator library this process really mapped (from /proc/self/maps; None when unreadable)."""
+        mapped = self._libs.mapped_cmodels()
+        return next(iter(mapped)) if len(mapped) == 1 else None
+
+    @property
     def closed(self) -> bool:
         return self._bmrt is None
 
@@ -454,13 +466,16 @@ class CmodelRuntime:
 
     # -- models --------------------------------------------------------------------------------------------
 
-    def load(self, path: str | os.PathLike[str]) -> list[str]:
-        """Load a bmodel file (its nets join those already loaded); returns the names of all nets."""
+    def load(self, path: str | os.PathLike[str], *, check_chip: bool = True) -> list[str]:
+        """Load a bmodel file (its nets join those already loaded); returns the names of all nets.
+
+        `check_chip=False` skips the header check and lets the runtime itself judge the chip (it refuses a
+        bmodel of another chip with only a log line, "runtime arch[...] is not the same with bmodel arch")."""
         p = Path(path)
         if not p.is_file():
             raise CmodelError(f"{p}: no such bmodel file")
         built_for = bmodel_chip(p)
-        if built_for is not None and built_for != self.chip:
+        if check_chip and built_for is not None and built_for != self.chip:
             raise CmodelError(f"{p}: a bmodel for {built_for}; this runtime simulates {self.chip}")
         with self._lock:
             bmrt = self._need_open()
@@ -470,7 +485,7 @@ class CmodelRuntime:
             if not ok:
                 raise CmodelError(f"{p}: bmrt_load_bmodel failed on the {self.chip} cmodel "
                                   f"(a bmodel for another chip, or a corrupt file; see the runtime's log above)")
-            self._loaded.append(p)
+            self.loaded.append(p)
             names = self.net_names()
             for n in set(names) - before:
                 self._infos.pop(n, None)
@@ -572,8 +587,12 @@ _OPEN: weakref.WeakSet[CmodelRuntime] = weakref.WeakSet()
 
 @atexit.register
 def _close_all() -> None:
+    """At interpreter exit: every runtime still open is closed (the simulator's teardown must run before
+    Python's), then the private library directory goes."""
     for rt in list(_OPEN):
         rt.close()
+    if _LIBS is not None:
+        _LIBS.cleanup()
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Greedy, multi-turn generation with a vendor LLM bmodel, following LLM-TPU's runtime contract.
 
-The contract is what LLM-TPU's `models/Qwen3/python_demo/chat.cpp` does with the nets that `llm_convert`
-writes (see docs in /work/shared/reference/bmodel.md):
+The contract is what LLM-TPU's `models/Qwen3/python_demo/chat.cpp` does with the nets that the vendor's
+`llm_convert` writes:
 
 - nets by name: `embedding` (input_ids [1,L] i32 -> [1,L,H]), `embedding_cache` ([1,1] -> [1,1,H]),
   `lm_head` ([1,H] -> token id [1,1] i32 when it ends in top-1, else logits), optional `greedy_head`,
@@ -14,7 +14,9 @@ writes (see docs in /work/shared/reference/bmodel.md):
   hidden state of row L-1;
 - decode of the token at position p (= history length - 1): position id p, a [1,1,1,SEQLEN+1] mask that is
   0 at 0..p-1 and at index SEQLEN (the token itself) and the mask value at p..SEQLEN-1; each block gets the
-  whole [1,SEQLEN,KV,d] history and its new k/v row is written at position p;
+  whole [1,SEQLEN,KV,d] history and its new k/v row is written at position p (stage 0 of a multi-stage
+  `block_cache_i`, the full SEQLEN, as chat.cpp does; the shorter stages of `--use_history_kv` builds are
+  not used);
 - the mask value follows `embedding_cache`'s output dtype: float16 -> 0xF0E2 (-10000), bfloat16 -> 0xC61C
   (-9984); any other dtype is refused, as chat.cpp does;
 - generation stops at an EOS id or when the history reaches SEQLEN (the last token's K/V is never needed).
@@ -27,7 +29,9 @@ tokens are the last generated token (whose K/V was never computed) followed by t
 - with `block_kv_i` nets (`llm_convert --use_history_kv`) they are prefilled against the kept cache, in
   chunks of the max input length, positions continuing from the history (the exact continuation). chat.cpp
   instead starts the new chunk after a cache slot it never filled (the last generated token's), so its
-  second turn attends to one zero K/V row; this runner computes that row instead.
+  second turn attends to one zero K/V row; this runner computes that row instead. (chat.cpp's forward_next
+  also writes a later turn's decode K/V at row `token_length - 1`, counted from the new chunk only, while
+  its position id and mask count the whole history; here row and position are the same p.)
 - without them the whole conversation is prefilled again from position 0 (what LLM-TPU's pipeline.py does
   by re-sending the history), and any part beyond the max input length is fed through decode steps.
 """
@@ -52,6 +56,9 @@ from llmbuild.runtime.bmodel_cmodel import (
 # Raw bits of the attention mask's "minus infinity" in chat.cpp, by the dtype of embedding_cache's output.
 MASK_BITS = {"float16": 0xF0E2, "bfloat16": 0xC61C}
 MASK_VALUE = {"float16": -10000.0, "bfloat16": -9984.0}
+# llmbuild's f32 recipes build float32 nets, which LLM-TPU's demos do not take; this runner masks them with
+# the same -10000 (any value whose exponential vanishes next to the visible scores would do).
+F32_MASK_VALUE = -10000.0
 
 
 @dataclass
@@ -126,11 +133,11 @@ class BmodelLM:
         self.prefill_kv_length = self.blocks_kv[0].inputs[3].shapes[0][1] if self.has_history_kv else 0
 
         mask_dtype = self.embed_cache.outputs[0].dtype
-        if mask_dtype not in MASK_BITS:
+        if mask_dtype not in MASK_BITS and mask_dtype != "float32":
             raise CmodelError(f"net 'embedding_cache': output dtype {mask_dtype}; the LLM-TPU contract takes "
                               f"float16 or bfloat16 (the attention mask value depends on it)")
         self.mask_dtype = mask_dtype
-        self.mask_value = MASK_VALUE[mask_dtype]
+        self.mask_value = MASK_VALUE.get(mask_dtype, F32_MASK_VALUE)
         self._check_layout()
 
         self._k = [np.zeros(self.kv_shape, self.blocks_cache[i].inputs[3].np_dtype) for i in range(self.num_layers)]
@@ -258,9 +265,9 @@ class BmodelLM:
         self._cached.extend(tokens)
         return self._lm_head(hidden[:, n - 1], src)
 
-    def _decode(self, token: int) -> int:
+    def _decode(self, token: int, *, head: bool = True) -> int:
         """chat.cpp forward_next: `token` at position p = len(cached) through block_cache_i; its K/V go to
-        cache row p; returns the next token."""
+        cache row p; returns the next token (-1 with head=False: feeding known tokens skips lm_head)."""
         p, s = len(self._cached), self.seqlen
         if p >= s:
             raise CmodelError(f"net 'block_cache_0': position {p} is past SEQLEN {s}")
@@ -277,13 +284,13 @@ class BmodelLM:
             self._v[i][:, p] = _recast(v[:, 0], net.outputs[2], net.inputs[4])
             x, src = out, net.outputs[0]
         self._cached.append(token)
-        return self._lm_head(x, src)
+        return self._lm_head(x, src) if head else -1
 
     # -- generation ----------------------------------------------------------------------------------------
 
     def _feed(self, tokens: list[int]) -> int:
         """Put `tokens` after the cached conversation; returns the greedy token that follows them."""
-        if self.has_history_kv or not self._cached:
+        if self.has_history_kv:
             nxt = -1
             for start in range(0, len(tokens), self.max_input_length):
                 chunk = tokens[start:start + self.max_input_length]
@@ -291,10 +298,22 @@ class BmodelLM:
             return nxt
         # No history prefill: the whole conversation again from position 0, the rest through decode steps.
         whole = self._cached + tokens
+        rest = whole[self.max_input_length:]
         nxt = self._prefill_fresh(whole[: self.max_input_length])
-        for t in whole[self.max_input_length:]:
-            nxt = self._decode(t)
+        for k, t in enumerate(rest):
+            nxt = self._decode(t, head=k == len(rest) - 1)
         return nxt
+
+    def teacher_forced(self, prompt_ids: Sequence[int], forced: Sequence[int]) -> list[int]:
+        """The bmodel's top-1 after `prompt_ids` and after each prefix of `forced` (len(forced) predictions):
+        what it would pick at every step of a given continuation, not only until its first different pick.
+        Starts a new conversation."""
+        self.reset()
+        predictions = [self._feed([int(t) for t in prompt_ids])]
+        for token in forced[:-1]:
+            predictions.append(self._decode(int(token)))
+        self.reset()
+        return predictions
 
     def generate(self, prompt_ids: Iterable[int], max_new_tokens: int, eos_ids: Iterable[int] = ()) -> list[int]:
         """Greedy continuation of the conversation with `prompt_ids`; returns the new ids (an EOS id that
@@ -358,6 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--turn", type=_ids, action="append", default=[], help="a later turn's ids (repeatable)")
     ap.add_argument("--max-new-tokens", type=int, default=8)
     ap.add_argument("--eos", type=_ids, default=[])
+    ap.add_argument("--json", dest="json_path", help="write the report here (the simulator also prints to stdout)")
     args = ap.parse_args(argv)
 
     lib = find_toolchain_lib(args.lib)
@@ -386,9 +406,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CmodelError as exc:
         print(f"bmodel_generate: error: {exc}", file=sys.stderr)
         return 2
-    # The simulator prints to stdout; the JSON goes last, on one line of its own.
-    sys.stdout.flush()
-    print("\n" + json.dumps(report))
+    if args.json_path:
+        with open(args.json_path, "w") as f:
+            json.dump(report, f, indent=1)
+    else:
+        print(json.dumps(report), flush=True)
     return 0
 
 

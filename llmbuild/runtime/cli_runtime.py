@@ -35,6 +35,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--image", action="append", default=[], metavar="PATH",
                    help="an image for a vision-language binary, before the prompt (repeat for several)")
     p.add_argument("--json", action="store_true", help='print {"ids", "text", "logits"} (logits of every step)')
+    p.add_argument("--bmodel", action="store_true",
+                   help="run the recipe's vendor .bmodel on TPU-MLIR's cmodel (greedy) instead of the .llmb")
     p.add_argument("--timing", action="store_true",
                    help="also report the host's first-token latency and decode tokens/s (in the JSON with --json)")
 

@@ -133,7 +133,11 @@ def build_net(recipe: Recipe, net: str) -> None:
     weight_file = f"{net}_top_weights.npz"
     if net.startswith("block_kv_") and not recipe.bmodel.history:
         raise LlmbuildError(f"net {net}: the recipe's bmodel has no history nets (bmodel.history is false)")
-    vendor = export_net(source.module, source.weights, weight_file, source.final_norm, dynamic_prefill(recipe))
+    if recipe.quantization.mode == "f32" and recipe.bmodel.history:
+        raise LlmbuildError(f"net {net}: the history form's prefill needs the vendor's fused attention, which "
+                            "has no f32 form: set bmodel.history false, or a 16-bit mode")
+    vendor = export_net(source.module, source.weights, weight_file, source.final_norm, dynamic_prefill(recipe),
+                        explicit_attention=recipe.quantization.mode == "f32")
     (out_dir / f"{net}.mlir").write_text(vendor.text())
     np.savez(out_dir / weight_file, **vendor.weights)
     bits, group = _quantized(source.module)

@@ -229,8 +229,8 @@ def digest(name: str, step: str) -> str:
 def builds_bmodel(name: str) -> bool:
     """Whether the recipe's build makes the vendor's .bmodel (recipe field `target.bmodel`, unless this run's
     configuration says `bmodel: false`)."""
-    from llmbuild.recipe_types import builds_bmodel as recipe_builds_bmodel
     from llmbuild.locations import bmodel_allowed
+    from llmbuild.recipe_types import builds_bmodel as recipe_builds_bmodel
 
     return bmodel_allowed() and recipe_builds_bmodel(recipe(name))
 

@@ -135,7 +135,7 @@ RECIPE_CASES: tuple[RecipeCase, ...] = (
                "architecture: expected one of"),
     RecipeCase("unknown_section", "quantisation:\n  mode: f32\n",
                "quantisation: expected one of the keys base, description, build, architecture, source, "
-               "quantization, target, stages, vision, verify, got unknown key 'quantisation' (did you mean "
+               "quantization, target, stages, vision, bmodel, verify, got unknown key 'quantisation' (did you mean "
                "'quantization'?)"),
     RecipeCase("unknown_stage_key", ("  prefill_length: 16", "  prefill_length: 16\n  seq_len: 64"),
                "stages.seq_len: expected one of the keys seq_length, prefill_length, got unknown key "
