@@ -68,7 +68,9 @@ class Measured:
     scratch_peak_gib: float = 0.0
     final_dir_gib: float = 0.0
     binary_mib: float = 0.0
+    bmodel_mib: float = 0.0  # llmbuild's .bmodel beside the .llmb (0: none built)
     verified: bool | None = None
+    bmodel_verified: bool | None = None  # its checks on the vendor's cmodel passed (part of `verified`)
     rules: dict[str, dict] = field(default_factory=dict)  # rule -> jobs, seconds, max RSS, declared mem_mb
     run: dict = field(default_factory=dict)  # llmbuild run: first token, tokens/s, peak RSS, ids
     note: str = ""
@@ -200,8 +202,11 @@ def build_llmbuild(case: Case, models: Path, build: Path, logs: Path) -> Measure
     m.final_dir_gib = _dir_bytes(out) / 2**30 if out.exists() else 0.0
     binary = out / f"{case.recipe}.llmb"
     m.binary_mib = binary.stat().st_size / 2**20 if binary.exists() else 0.0
+    bmodel = out / f"{case.recipe}.bmodel"
+    m.bmodel_mib = bmodel.stat().st_size / 2**20 if bmodel.exists() else 0.0
     verify = out / "verify.json"
     m.verified = json.loads(verify.read_text())["passed"] if verify.exists() else False
+    m.bmodel_verified = (m.verified and "bmodel" in json.loads(verify.read_text())) if bmodel.exists() else None
     m.rules = rule_table(case.recipe, out, env)
     if m.ok:
         m.run = run_binary(case, env, logs, out / "vision" / "test_image.png" if case.image else None)
@@ -218,7 +223,9 @@ def rule_table(recipe: str, out: Path, env: dict[str, str]) -> dict[str, dict]:
 
     rows: dict[str, dict] = {}
     for tsv in sorted((out / "benchmarks").glob("*.tsv")):
-        rule = "head_check" if tsv.stem == "head_check" else tsv.stem.split("_")[0]
+        rule = tsv.stem if tsv.stem in ("head_check", "bmodel_check", "bmodel") else tsv.stem.split("_")[0]
+        if rule == "bmodel" and tsv.stem != "bmodel":
+            rule = "bmodel_net"  # bmodel_<net>.tsv: one per net
         with tsv.open() as f:
             for rec in csv.DictReader(f, delimiter="\t"):
                 row = rows.setdefault(rule, {"jobs": 0, "seconds": 0.0, "max_s": 0.0, "max_rss_mib": 0.0})
@@ -230,6 +237,10 @@ def rule_table(recipe: str, out: Path, env: dict[str, str]) -> dict[str, dict]:
     for rule, row in rows.items():
         step = {"layers": "layer", "checks": "check", "head": "head"}.get(rule, rule)
         try:
+            if rule.startswith("bmodel"):
+                job = {"bmodel_net": "net", "bmodel": "combine", "bmodel_check": "check"}[rule]
+                row["declared_mem_mb"] = dag.bmodel_resources(recipe, job, "lm_head" if job == "net" else "").mem_mb
+                continue
             row["declared_mem_mb"] = dag.resources(recipe, step).mem_mb
         except Exception:  # noqa: BLE001 (a step without declared resources)
             row["declared_mem_mb"] = None
@@ -274,14 +285,15 @@ def build_incumbent(case: Case, models: Path, env_sh: Path, scratch: Path, logs:
 
 def table(results: dict[str, list[Measured]]) -> str:
     lines = [f"{'case':<20} {'tool':<9} {'ok':<3} {'wall s':>8} {'tree MiB':>9} {'job MiB':>8} {'scratch GiB':>11} "
-             f"{'binary MiB':>10} {'final dir':>9} {'verified':>8} {'run 1st s':>9} {'tok/s':>6} {'run MiB':>8}"]
+             f"{'binary MiB':>10} {'bmodel MiB':>10} {'final dir':>9} {'verified':>8} {'run 1st s':>9} {'tok/s':>6} "
+             f"{'run MiB':>8}"]
     for case, ms in results.items():
         for m in ms:
             run = m.run or {}
             lines.append(
                 f"{case:<20} {m.tool:<9} {'yes' if m.ok else 'NO':<3} {m.wall_s:>8.1f} {m.tree_peak_mib:>9.0f} "
-                f"{m.job_peak_mib:>8.0f} {m.scratch_peak_gib:>11.2f} {m.binary_mib:>10.1f} "
-                f"{m.final_dir_gib / max(m.binary_mib / 1024, 1e-9):>8.2f}x "
+                f"{m.job_peak_mib:>8.0f} {m.scratch_peak_gib:>11.2f} {m.binary_mib:>10.1f} {m.bmodel_mib:>10.1f} "
+                f"{m.final_dir_gib / max((m.binary_mib + m.bmodel_mib) / 1024, 1e-9):>8.2f}x "
                 f"{'' if m.verified is None else str(m.verified):>8} {run.get('first_token_s', ''):>9} "
                 f"{run.get('tokens_per_s', ''):>6} {run.get('peak_rss_mib', 0):>8.0f}")
         by = {m.tool: m for m in ms}
@@ -292,7 +304,8 @@ def table(results: dict[str, list[Measured]]) -> str:
                          f"{ours.tree_peak_mib / theirs.tree_peak_mib:>9.2f} "
                          f"{ours.job_peak_mib / theirs.job_peak_mib:>8.2f}")
     lines.append("")
-    lines.append("final dir: the build directory after the build (source checkpoint aside), in binaries")
+    lines.append("final dir: the build directory after the build (source checkpoint aside), in binaries (llmbuild: the "
+                 ".llmb and the .bmodel together; llm_convert's binary is its bmodel)")
     lines.append(f"{'case':<20} {'rule':<10} {'jobs':>4} {'total s':>8} {'max s':>7} {'max RSS MiB':>11} "
                  f"{'declared':>8} {'ratio':>6}")
     for case, ms in results.items():
