@@ -23,6 +23,7 @@ import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
 from llmbuild import LlmbuildError
+from llmbuild.allocator import release_freed_memory
 from llmbuild.artifacts.head_weights import head_weights
 from llmbuild.artifacts.layer_weights import layer_weights, tensor_source
 from llmbuild.artifacts.paths import BuildPaths, read_spec, shapes_of
@@ -142,6 +143,10 @@ def build_net(recipe: Recipe, net: str) -> None:
     np.savez(out_dir / weight_file, **vendor.weights)
     bits, group = _quantized(source.module)
     options = net_options(recipe, net, bits, group)
+    # The weights are in the npz now: freed before tpuc-opt reads them again (a 7B's lm_head table is 2.2 GB
+    # in float32, which the job would otherwise hold twice).
+    del vendor, source
+    release_freed_memory()
     try:
         compile_net(chain, out_dir, net, options, paths.bmodel_jit, out_dir / "tpuc.log")
     finally:
