@@ -14,10 +14,14 @@ real-size model compile in parallel, each holding one layer's weights.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 import shutil
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
@@ -148,9 +152,20 @@ def build_net(recipe: Recipe, net: str) -> None:
     del vendor, source
     release_freed_memory()
     try:
-        compile_net(chain, out_dir, net, options, paths.bmodel_jit, out_dir / "tpuc.log")
+        compile_net(chain, out_dir, net, options, jit_cache(paths), out_dir / "tpuc.log")
     finally:
         _remove_intermediates(out_dir, net)
+
+
+def jit_cache(paths: BuildPaths) -> Path:
+    """The attention kernel's JIT cache: in the build directory, shared by its nets. The vendor's JIT builds
+    with cmake and make, which cannot take a path with a space or a shell character: such a build directory
+    gets its cache under the system's temporary directory instead, one per build directory."""
+    cache = paths.bmodel_jit.resolve()
+    if re.fullmatch(r"[A-Za-z0-9_./+-]+", str(cache)):
+        return cache
+    digest = hashlib.sha256(str(cache).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"llmbuild-ppl-jit-{os.getuid()}-{digest}"
 
 
 def _quantized(module: ModuleOp) -> tuple[int | None, int]:
