@@ -52,8 +52,8 @@ rule bmodel_layer:
         code=dag.code_digest("bmodel_combine"),
         toolchain=dag.TOOLCHAIN_VERSION,
     resources:
-        mem_mb=lambda w: dag.bmodel_resources(w.recipe, "combine").mem_mb,
-        runtime=lambda w: dag.bmodel_resources(w.recipe, "combine").runtime_min,
+        mem_mb=lambda w: dag.bmodel_resources(w.recipe, "combine", "layer").mem_mb,
+        runtime=lambda w: dag.bmodel_resources(w.recipe, "combine", "layer").runtime_min,
     log:
         f"{BUILD}/{{recipe}}/logs/bmodel_layer_{{layer}}.log",
     shell:
@@ -70,8 +70,8 @@ rule bmodel_head:
         code=dag.code_digest("bmodel_combine"),
         toolchain=dag.TOOLCHAIN_VERSION,
     resources:
-        mem_mb=lambda w: dag.bmodel_resources(w.recipe, "combine").mem_mb,
-        runtime=lambda w: dag.bmodel_resources(w.recipe, "combine").runtime_min,
+        mem_mb=lambda w: dag.bmodel_resources(w.recipe, "combine", "head").mem_mb,
+        runtime=lambda w: dag.bmodel_resources(w.recipe, "combine", "head").runtime_min,
     log:
         f"{BUILD}/{{recipe}}/logs/bmodel_head.log",
     shell:
@@ -99,6 +99,8 @@ rule bmodel:
 
 rule bmodel_check:
     input:
+        # The binary itself (its parts loaded one by one into one runtime make the BM1684X cmodel assert on an
+        # f32 net's alignment: not what a board loads).
         bmodel=rules.bmodel.output.bmodel,
         reference=rules.reference.output.reference,
     output:

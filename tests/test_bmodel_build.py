@@ -66,13 +66,15 @@ def test_gptq_act_order_bmodel_matches_the_reference(build_root):
 def test_f32_on_the_bm1688_gives_transformers_greedy_ids(tmp_path):
     recipes = recipes_with(tmp_path, llama_tiny_bm1688="base: llama_tiny_f32\ntarget:\n  chip: bm1688\n")
     build = tmp_path / "build"
-    snakemake(build, "llama_tiny_bm1688", *BMODEL, recipes=recipes)
+    # the bmodel's checks alone (the reference and the bmodel jobs): the .llmb's own tests are elsewhere
+    snakemake(build, f"{build}/llama_tiny_bm1688/bmodel.json", *BMODEL, recipes=recipes)
     checks = json.loads((build / "llama_tiny_bm1688" / "bmodel.json").read_text())
     assert "bm1688" in checks["simulator"]
     e2e = checks["end_to_end"]
     assert e2e["tokens_equal"] and len(e2e["ids"]) == 16, e2e
-    llmb = json.loads((build / "llama_tiny_bm1688" / "e2e.json").read_text())
-    assert llmb["ids"][:16] == e2e["ids"]
+    assert not e2e["teacher_forced_differing"]
+    worst = min(s["euclid"] for n in checks["nets"].values() for s in n.get("outputs", {}).values())
+    assert worst > 0.9999  # f32: the vendor's arithmetic within float32 rounding of the reference
 
 
 def test_a_field_edit_recompiles_the_nets_that_read_it(build_root, tmp_path):

@@ -43,12 +43,21 @@ SMALL_MODEL_PARAMS = 2e8
 E2E_TOKENS = 16
 
 
+def is_small(spec: ModelSpec) -> bool:
+    return param_count(spec) <= SMALL_MODEL_PARAMS
+
+
+def checked_layers(spec: ModelSpec) -> list[int]:
+    """Every layer of a small model; the first, middle and last of a real-size one."""
+    return list(range(spec.num_layers)) if is_small(spec) else sorted(faithful_layers(spec.num_layers))
+
+
 def check_bmodel(recipe: Recipe) -> dict:
     paths = BuildPaths.of(recipe)
     spec = read_spec(paths.spec)
     chain = locate()
     started = time.perf_counter()
-    small = param_count(spec) <= SMALL_MODEL_PARAMS
+    small = is_small(spec)
     with quiet_simulator(), safe_open(str(paths.reference), "np") as ref, \
             CmodelRuntime(chain.lib, recipe.target.chip) as rt:
         rt.load(paths.bmodel(recipe.name))
