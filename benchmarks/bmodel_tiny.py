@@ -72,7 +72,7 @@ def gptq_rows(work: Path, incumbent: Path | None) -> list[str]:
     sys.path.insert(0, str(ROOT / "tests"))
     import numpy as np
     import torch
-    from safetensors.numpy import load_file, save_file
+    from safetensors.torch import load_file, save_file
     from transformers import AutoModelForCausalLM
 
     from llmbuild.runtime.bmodel_cmodel import CmodelRuntime

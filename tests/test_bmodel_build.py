@@ -176,7 +176,7 @@ def test_gptqmodel_act_order_checkpoint_compiled_auto_picks_what_gptqmodel_dequa
 
     import numpy as np
     import torch
-    from safetensors.numpy import load_file, save_file
+    from safetensors.torch import load_file, save_file
     from transformers import AutoModelForCausalLM
 
     from llmbuild.runtime.bmodel_cmodel import CmodelRuntime
@@ -192,6 +192,7 @@ def test_gptqmodel_act_order_checkpoint_compiled_auto_picks_what_gptqmodel_dequa
     shutil.copytree(fixture, float_dir)
     tensors = {k: v for k, v in load_file(fixture / "model.safetensors").items()
                if not k.endswith((".qweight", ".qzeros", ".scales", ".g_idx"))}
+    # gptqmodel's dequantization is float32; the checkpoint's other tensors keep their dtype
     tensors.update(load_file(fixture / "reference_dequant.safetensors"))
     save_file(tensors, float_dir / "model.safetensors")
     (float_dir / "reference_dequant.safetensors").unlink()
