@@ -71,9 +71,7 @@ def gptq_rows(work: Path, incumbent: Path | None) -> list[str]:
     """The act-order checkpoint through `llmbuild compile --quantize auto`, and through llm_convert."""
     sys.path.insert(0, str(ROOT / "tests"))
     import numpy as np
-    import torch
-    from safetensors.torch import load_file, save_file
-    from transformers import AutoModelForCausalLM
+    from helpers import library_dequantized_greedy
 
     from llmbuild.runtime.bmodel_cmodel import CmodelRuntime
     from llmbuild.runtime.bmodel_generate import BmodelLM
@@ -82,22 +80,8 @@ def gptq_rows(work: Path, incumbent: Path | None) -> list[str]:
     out = work / "gptq_act"
     subprocess.run([sys.executable, "-m", "llmbuild.cli", "compile", str(FIXTURE), "--quantize", "auto",
                     "--seq-length", "64", "-o", str(out)], check=True, capture_output=True)
-    float_dir = work / "dequantized"
-    shutil.copytree(FIXTURE, float_dir, dirs_exist_ok=True)
-    tensors = {k: v for k, v in load_file(FIXTURE / "model.safetensors").items()
-               if not k.endswith((".qweight", ".qzeros", ".scales", ".g_idx"))}
-    tensors.update(load_file(FIXTURE / "reference_dequant.safetensors"))
-    save_file(tensors, float_dir / "model.safetensors")
-    (float_dir / "reference_dequant.safetensors").unlink()
-    config = json.loads((float_dir / "config.json").read_text())
-    config.pop("quantization_config")
-    (float_dir / "config.json").write_text(json.dumps(config))
-    model = AutoModelForCausalLM.from_pretrained(float_dir, dtype=torch.float32).eval()
     prompt = [3, 14, 15, 92, 65, 35, 89, 79]
-    with torch.no_grad():
-        ids = model.generate(torch.tensor([prompt]), max_new_tokens=16, do_sample=False, pad_token_id=0)[0]
-        logits = model(ids[None]).logits[0, len(prompt) - 1:-1].numpy()
-    want = ids[len(prompt):].tolist()
+    want, logits = library_dequantized_greedy(FIXTURE, work / "dequantized", prompt, 16)
     gaps = [float(np.sort(row)[-1] - np.sort(row)[-2]) for row in logits]
     binaries = [("llmbuild", out / "gptq_act.bmodel")]
     if incumbent is not None:

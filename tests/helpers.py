@@ -121,3 +121,30 @@ def random_net_inputs(module, vocab: int, prefill_length: int, seq_length: int, 
         else:
             out[name] = rng.standard_normal(shape).astype(np.float32)
     return out
+
+
+def library_dequantized_greedy(fixture: Path, out: Path, prompt: list[int], steps: int) -> tuple[list[int], np.ndarray]:
+    """transformers' greedy ids after `prompt` on a quantized fixture's own library dequantization (its
+    `reference_dequant.safetensors`, tests/fixtures/quant/README.md) written as a float checkpoint in `out`,
+    and its logits at each step (teacher-forced on those ids)."""
+    import json
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoModelForCausalLM
+
+    shutil.copytree(fixture, out, dirs_exist_ok=True)
+    tensors = {k: v for k, v in load_file(fixture / "model.safetensors").items()
+               if not k.endswith((".qweight", ".qzeros", ".scales", ".g_idx"))}
+    tensors.update(load_file(fixture / "reference_dequant.safetensors"))  # float32, the library's code
+    save_file(tensors, out / "model.safetensors")
+    (out / "reference_dequant.safetensors").unlink()
+    config = json.loads((out / "config.json").read_text())
+    config.pop("quantization_config")
+    (out / "config.json").write_text(json.dumps(config))
+    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    with torch.no_grad():
+        ids = model.generate(torch.tensor([prompt]), max_new_tokens=steps, do_sample=False, pad_token_id=0)[0]
+        logits = model(ids[None]).logits[0, len(prompt) - 1:-1].numpy()
+    return ids[len(prompt):].tolist(), logits

@@ -175,9 +175,7 @@ def test_gptqmodel_act_order_checkpoint_compiled_auto_picks_what_gptqmodel_dequa
     import sys
 
     import numpy as np
-    import torch
-    from safetensors.torch import load_file, save_file
-    from transformers import AutoModelForCausalLM
+    from helpers import library_dequantized_greedy
 
     from llmbuild.runtime.bmodel_cmodel import CmodelRuntime
     from llmbuild.runtime.bmodel_generate import BmodelLM
@@ -188,23 +186,8 @@ def test_gptqmodel_act_order_checkpoint_compiled_auto_picks_what_gptqmodel_dequa
                            "--seq-length", "64", "-o", str(out)], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     # transformers on gptqmodel's own dequantization of the same checkpoint
-    float_dir = tmp_path / "dequantized"
-    shutil.copytree(fixture, float_dir)
-    tensors = {k: v for k, v in load_file(fixture / "model.safetensors").items()
-               if not k.endswith((".qweight", ".qzeros", ".scales", ".g_idx"))}
-    # gptqmodel's dequantization is float32; the checkpoint's other tensors keep their dtype
-    tensors.update(load_file(fixture / "reference_dequant.safetensors"))
-    save_file(tensors, float_dir / "model.safetensors")
-    (float_dir / "reference_dequant.safetensors").unlink()
-    config = json.loads((float_dir / "config.json").read_text())
-    config.pop("quantization_config")
-    (float_dir / "config.json").write_text(json.dumps(config))
-    model = AutoModelForCausalLM.from_pretrained(float_dir, dtype=torch.float32).eval()
     prompt = [3, 14, 15, 92, 65, 35, 89, 79]
-    with torch.no_grad():
-        ids = model.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False, pad_token_id=0)[0]
-        logits = model(ids[None]).logits[0, len(prompt) - 1:-1].numpy()
-    want = ids[len(prompt):].tolist()
+    want, logits = library_dequantized_greedy(fixture, tmp_path / "dequantized", prompt, 12)
     with CmodelRuntime(locate().lib, "bm1684x") as rt:
         rt.load(out / "gptq_act.bmodel")
         picks = BmodelLM(rt).teacher_forced(prompt, want)
