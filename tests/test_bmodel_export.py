@@ -11,12 +11,14 @@ import subprocess
 import numpy as np
 import pytest
 
+from llmbuild import LlmbuildError
 from llmbuild.bmodel import vendor_ir
-from llmbuild.bmodel.top_export import DynamicPrefill, ExportError, FinalNorm, export_net, pack_levels
+from llmbuild.bmodel.top_export import DynamicPrefill, ExportError, FinalNorm, export_net
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.importer.nets import build_block, head_nets
 from llmbuild.importer.rope import rope_tables
 from llmbuild.importer.shapes import Shapes
+from llmbuild.quant.pack import pack_levels
 from llmbuild.quant.scheme import QuantScheme
 
 SPEC = ModelSpec("qwen2", 64, 2, 4, 2, 16, 128, 512, 1e-6, 10000.0, True, True, False, 256)
@@ -152,9 +154,9 @@ def test_history_form_has_no_mask_input_and_one_weight_layout():
 
 
 def test_pack_levels_rejects_what_it_cannot_pack():
-    with pytest.raises(ExportError):
-        pack_levels(np.zeros((2, 3), np.uint8), 4)
-    np.testing.assert_array_equal(pack_levels(np.array([[1, 2, 15, 0]], np.uint8), 4), [[0x21, 0x0F]])
+    with pytest.raises(LlmbuildError):
+        pack_levels(np.zeros((2, 3), np.uint8), 4, "test")
+    np.testing.assert_array_equal(pack_levels(np.array([[1, 2, 15, 0]], np.uint8), 4, "test"), [[0x21, 0x0F]])
 
 
 def test_f64_attributes_round_trip_and_refuse_nan():

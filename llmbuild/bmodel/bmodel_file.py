@@ -10,25 +10,22 @@ the same recipe and inputs give byte-identical binaries; the text keeps its leng
 from __future__ import annotations
 
 import re
-import struct
 from pathlib import Path
 
 from llmbuild import LlmbuildError
+from llmbuild.runtime.bmodel_cmodel import BMODEL_HEADER_BYTES, BMODEL_MAGIC, bmodel_header
 
-MAGIC = 0xFF55AAEE
-HEADER = struct.Struct("<IIII")  # magic, header size, flatbuffer size, binary size
 PINNED_TIME = b"Thu Jan  1 00:00:00 1970\n"
 _CTIME = re.compile(rb"[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}\n")
 
 
 def header(data: bytes, origin: str) -> tuple[int, int, int]:
     """(header size, flatbuffer size, binary size); LlmbuildError naming `origin` when it is no bmodel."""
-    if len(data) < HEADER.size:
-        raise LlmbuildError(f"{origin}: {len(data)} bytes, expected a bmodel header of {HEADER.size}")
-    magic, head, flat, binary = HEADER.unpack_from(data)
-    if magic != MAGIC or head < HEADER.size or head + flat > len(data):
-        raise LlmbuildError(f"{origin}: expected a bmodel (magic {MAGIC:#x}), got magic {magic:#x}")
-    return head, flat, binary
+    found = bmodel_header(data[:BMODEL_HEADER_BYTES])
+    if found is None or found[0] + found[1] > len(data):
+        raise LlmbuildError(f"{origin}: expected a bmodel (magic {BMODEL_MAGIC:#x}, a header and its description "
+                            f"within the file's {len(data)} bytes)")
+    return found
 
 
 def pin_creation_time(path: Path) -> None:

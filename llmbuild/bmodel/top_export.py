@@ -30,6 +30,8 @@ from llmbuild import LlmbuildError
 from llmbuild.bmodel import vendor_ir as ir
 from llmbuild.dialects import common, top
 from llmbuild.importer.nets import ROPE_COS, ROPE_SIN
+from llmbuild.numerics.kernels import dequantize_uncached
+from llmbuild.quant.pack import device_zero_points, pack_levels
 
 # llmbuild's per-layer location suffixes -> the vendor's (after `model.layers.{i}.`, or absolute).
 _LAYER_LOCS = {
@@ -253,15 +255,16 @@ class _Exporter:
         base = qname.removesuffix(".qweight")
         key = "lm_head" if self.net == "lm_head" else vendor_weight_key(base)
         bias_value = self.leading_ones(bias, len(shape)) if bias is not None else self.out.none
-        packed = pack_levels(levels, bits)
-        _, zp = self.array(zeros)
-        zp_levels = np.rint(zp)
-        if not np.array_equal(zp_levels, zp) or zp.min() < 0 or zp.max() > (1 << bits) - 1:
-            raise self.fail(f"{base}: zero points are not integers in [0, {(1 << bits) - 1}]; the vendor's "
-                            "A16MatMul takes unsigned integer zero points only")
+        # The vendor's A16MatMul takes the .llmb device's layout (the incumbent's format): quant/pack.py's.
+        where = f"net {self.net}: {base}"
+        try:
+            zp = device_zero_points(self.array(zeros)[1], bits, where)
+            packed = pack_levels(np.asarray(levels, np.uint8), bits, where)
+        except LlmbuildError as exc:
+            raise ExportError(str(exc)) from None
         qweight = self.out.weight(key + ".qweight", packed)
         scale_value = self.out.weight(key + ".scales", np.asarray(self.array(scales)[1], np.float32))
-        zp_value = self.out.weight(key + ".qzeros", zp_levels.astype(np.uint8))
+        zp_value = self.out.weight(key + ".qzeros", zp)
         attrs = {"q_group_size": ir.i64(group), "right_transpose": "true", "weight_bits": ir.i64(bits)}
         operands = [self.operand(x), qweight, scale_value, zp_value, bias_value]
         loc = "lm_head" if self.net == "lm_head" else self.loc(op)
@@ -396,7 +399,9 @@ class _Exporter:
         q, scales, zeros, ids = op.operands
         group = op.attributes["q_group_size"].value.data  # type: ignore[attr-defined]
         qname, levels = self.array(q)
-        table = dequantize(levels, self.array(scales)[1], self.array(zeros)[1], group)
+        # (level - zero) * scale in float32, by the op's specification kernel (no dequant_dtype: unrounded)
+        table = dequantize_uncached({"q_group_size": group}, np.asarray(levels, np.uint8), self.array(scales)[1],
+                                    self.array(zeros)[1])
         key = vendor_weight_key(qname.removesuffix(".qweight") + ".weight")
         weight = self.out.weight(key, table)
         attrs = {**ir.GATHER, "axis": ir.si32(0)}
@@ -419,21 +424,4 @@ class _Exporter:
         self.out.output(*outs)
 
 
-def pack_levels(levels: np.ndarray, bits: int) -> np.ndarray:
-    """[N, K] levels -> the vendor's qweight: 8-bit as they are, 4-bit two to a byte (even k in the low nibble)."""
-    levels = np.asarray(levels, dtype=np.uint8)
-    if bits == 8:
-        return levels
-    if bits != 4 or levels.shape[-1] % 2:
-        raise ExportError(f"{bits}-bit levels of width {levels.shape[-1]} cannot be packed for A16MatMul")
-    return (levels[:, 0::2] & 0x0F) | ((levels[:, 1::2] & 0x0F) << 4)
-
-
-def dequantize(levels: np.ndarray, scales: np.ndarray, zeros: np.ndarray, group: int) -> np.ndarray:
-    """(level - zero) * scale in float32, per group along the last axis."""
-    lv = np.asarray(levels, np.float32).reshape(levels.shape[0], -1, group)
-    out = (lv - np.asarray(zeros, np.float32)[..., None]) * np.asarray(scales, np.float32)[..., None]
-    return out.reshape(levels.shape)
-
-
-__all__ = ["DynamicPrefill", "ExportError", "FinalNorm", "export_net", "pack_levels", "vendor_weight_key"]
+__all__ = ["DynamicPrefill", "ExportError", "FinalNorm", "export_net", "vendor_weight_key"]

@@ -54,22 +54,33 @@ def act_order_permutation(ql: QuantizedLinear) -> np.ndarray | None:
     return np.argsort(g_idx, kind="stable").astype(np.int32)
 
 
+def device_zero_points(zero: np.ndarray, bits: int, what: str) -> np.ndarray:
+    """Zero points as the device's uint8 zp; LlmbuildError (`what`: who asks) unless integers in range."""
+    zero = np.asarray(zero, dtype=np.float32)
+    top = (1 << bits) - 1
+    if np.any(zero != np.round(zero)) or zero.min(initial=0) < 0 or zero.max(initial=0) > top:
+        raise LlmbuildError(f"{what}: zero points must be integers in [0, {top}] for the device's uint8 zp")
+    return zero.astype(np.uint8)
+
+
+def pack_levels(q: np.ndarray, bits: int, what: str) -> np.ndarray:
+    """[N, K] levels -> the device's bytes: 4-bit two to a byte, even k in the low nibble, odd k in the high
+    one; 8-bit as they are (the inverse of numerics.kernels.unpack_nibbles)."""
+    if bits == 4 and q.shape[-1] % 2:
+        raise LlmbuildError(f"{what}: 4-bit needs an even in_features, got {q.shape[-1]}")
+    weight = (q[:, 0::2] | (q[:, 1::2] << 4)) if bits == 4 else q.copy()
+    return np.ascontiguousarray(weight, dtype=np.uint8)
+
+
 def pack(ql: QuantizedLinear) -> DeviceQuantWeights:
     """QuantizedLinear -> device layout (permuting K for act order; no level, scale or zero changes)."""
-    zero = np.asarray(ql.zero, dtype=np.float32)
-    top = (1 << ql.bits) - 1
-    if np.any(zero != np.round(zero)) or zero.min(initial=0) < 0 or zero.max(initial=0) > top:
-        raise LlmbuildError(f"pack: zero points must be integers in [0, {top}] for the device's uint8 zp")
+    zp = device_zero_points(ql.zero, ql.bits, "pack")
     perm = act_order_permutation(ql)
     q = ql.q if perm is None else ql.q[:, perm]
-    if ql.bits == 4 and ql.in_features % 2:
-        raise LlmbuildError(f"pack: 4-bit needs an even in_features, got {ql.in_features}")
-    # 4-bit: even k in the low nibble, odd k in the high one.
-    weight = (q[:, 0::2] | (q[:, 1::2] << 4)) if ql.bits == 4 else q.copy()
     return DeviceQuantWeights(
-        weight=np.ascontiguousarray(weight, dtype=np.uint8),
+        weight=pack_levels(q, ql.bits, "pack"),
         scale=np.asarray(ql.scale, dtype=np.float32).copy(),
-        zp=zero.astype(np.uint8),
+        zp=zp,
         bits=ql.bits,
         group_size=ql.group_size,
         in_features=ql.in_features,

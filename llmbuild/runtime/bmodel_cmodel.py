@@ -29,7 +29,7 @@ runtime keeps that floating-point environment to its own calls and restores the 
 `bmrt_destroy` and `bm_dev_free` must run before the interpreter tears down (the simulator's threads
 otherwise crash the exit): `CmodelRuntime` is a context manager and an `atexit` hook closes what is left.
 
-This module is part of the runtime: stdlib, numpy and llmbuild's error base only.
+This module is part of the runtime: stdlib, numpy and the runtime's own numerics (bf16 bits) only.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from llmbuild import LlmbuildError, one_line
+from llmbuild.numerics.formats import bf16_bits_to_f32, f32_to_bf16_bits
 
 CHIPS = ("bm1684x", "bm1688")
 
@@ -74,27 +75,6 @@ _SANE_COUNT = 4096  # more inputs, outputs or stages than this means the struct 
 
 class CmodelError(LlmbuildError, RuntimeError):
     """A failure of the cmodel runtime: one line naming the net (or library, or file) at fault."""
-
-
-# ----------------------------------------------------------------------------------------------------------
-# bfloat16 / float16 <-> float32
-
-
-def f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
-    """float32 -> bfloat16 raw bits (uint16), round to nearest even; NaN stays a quiet NaN of its sign."""
-    a = np.ascontiguousarray(x, dtype=np.float32)
-    bits = a.view(np.uint32)
-    rounded = (bits + (np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1)))) >> np.uint32(16)
-    out = rounded.astype(np.uint16)
-    nan = np.isnan(a)
-    if nan.any():
-        out[nan] = ((bits[nan] >> np.uint32(16)) | np.uint32(0x0040)).astype(np.uint16)
-    return out
-
-
-def bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
-    """bfloat16 raw bits (uint16) -> float32 (exact)."""
-    return (np.ascontiguousarray(bits, dtype=np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -598,25 +578,33 @@ def _close_all() -> None:
 # ----------------------------------------------------------------------------------------------------------
 # helpers
 
-_BMODEL_MAGIC = 0xFF55AAEE
+BMODEL_MAGIC = 0xFF55AAEE
+BMODEL_HEADER_BYTES = 16
+
+
+def bmodel_header(head: bytes) -> tuple[int, int, int] | None:
+    """(header size, flatbuffer size, binary size) from a bmodel's first 16 bytes (magic 0xFF55AAEE, then
+    those three little-endian words), or None when they are not a bmodel's."""
+    if len(head) < BMODEL_HEADER_BYTES:
+        return None
+    magic, header_size, fb_size, binary_size = (int.from_bytes(head[k:k + 4], "little") for k in (0, 4, 8, 12))
+    if magic != BMODEL_MAGIC or not BMODEL_HEADER_BYTES <= header_size <= 4096 or not 0 < fb_size <= 1 << 26:
+        return None
+    return header_size, fb_size, binary_size
 
 
 def bmodel_chip(path: str | os.PathLike[str]) -> str | None:
     """The chip a bmodel was built for ('bm1684x', 'bm1688'), or None when it cannot be told.
 
-    The file starts with a 64-byte header (magic 0xFF55AAEE, header size, flatbuffer size) and a flatbuffer
-    whose `chip` is a length-prefixed, NUL-terminated string; the runtime refuses a bmodel of another chip
-    with only a log line, so `load` checks first to say why."""
+    After the header comes a flatbuffer whose `chip` is a length-prefixed, NUL-terminated string; the
+    runtime refuses a bmodel of another chip with only a log line, so `load` checks first to say why."""
     try:
         with open(path, "rb") as f:
-            head = f.read(12)
-            if len(head) < 12:
+            header = bmodel_header(f.read(BMODEL_HEADER_BYTES))
+            if header is None:
                 return None
-            magic, header_size, fb_size = (int.from_bytes(head[k:k + 4], "little") for k in (0, 4, 8))
-            if magic != _BMODEL_MAGIC or not 12 <= header_size <= 4096 or not 0 < fb_size <= 1 << 26:
-                return None
-            f.seek(header_size)
-            fb = f.read(fb_size)
+            f.seek(header[0])
+            fb = f.read(header[1])
     except OSError:
         return None
     found = [c for c in CHIPS if (len(c).to_bytes(4, "little") + c.upper().encode() + b"\0") in fb]

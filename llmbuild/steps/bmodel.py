@@ -35,16 +35,17 @@ from llmbuild.bmodel.top_export import DynamicPrefill, FinalNorm, export_net
 from llmbuild.bmodel.vendor_compile import NetOptions, combine, compile_net
 from llmbuild.chips import load_chip
 from llmbuild.frontend.spec import ModelSpec
-from llmbuild.importer.nets import ROPE_COS, ROPE_SIN, STAGES, block_net_name, head_nets
+from llmbuild.importer.nets import ROPE_COS, ROPE_SIN, head_nets
 from llmbuild.importer.rope import rope_tables
 from llmbuild.numerics.stored import materialize
 from llmbuild.passes import run_passes
 from llmbuild.passes.canonicalize import Canonicalize
 from llmbuild.quant.scheme import head_scheme, recipe_scheme
 from llmbuild.recipe_types import Recipe
+from llmbuild.steps import dag
 from llmbuild.vendor_toolchain import locate
 
-HEAD_NETS = ("embedding", "embedding_cache", "lm_head")
+HEAD_NETS = dag.BMODEL_HEAD_NETS
 _BLOCK = re.compile(r"^(block|block_kv|block_cache)_(\d+)$")
 # The vendor's mode word for an activation type.
 _ACTIVATION = {"f32": "F32", "bf16": "BF16", "f16": "F16"}
@@ -57,8 +58,7 @@ def net_names(recipe: Recipe, spec: ModelSpec) -> list[str]:
 
 def layer_net_names(recipe: Recipe, layer: int) -> list[str]:
     """A layer's nets: prefill and decode, and prefill on a history in the history form (`bmodel.history`)."""
-    stages = STAGES if recipe.bmodel.history else tuple(s for s in STAGES if s != "prefill_kv")
-    return [block_net_name(layer, stage) for stage in stages]
+    return dag.layer_net_names(recipe.bmodel.history, layer)
 
 
 def dynamic_prefill(recipe: Recipe) -> DynamicPrefill | None:

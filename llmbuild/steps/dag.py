@@ -244,10 +244,14 @@ BMODEL_HEAD_NETS = ("embedding", "embedding_cache", "lm_head")
 TOOLCHAIN_VERSION = VENDOR_VERSION
 
 
+def layer_net_names(history: bool, layer: int | str) -> list[str]:
+    """A layer's nets in a bmodel: prefill and decode, and prefill on a history in the history form (the
+    incumbent's names, importer/nets.py's STAGE_NET)."""
+    return [f"block_{layer}", *([f"block_kv_{layer}"] if history else []), f"block_cache_{layer}"]
+
+
 def bmodel_layer_nets(name: str, layer: int | str) -> list[str]:
-    """A layer's nets in the recipe's bmodel (steps/bmodel.py: block_kv_i only in the history form)."""
-    kv = [f"block_kv_{layer}"] if recipe(name).bmodel.history else []
-    return [f"block_{layer}", *kv, f"block_cache_{layer}"]
+    return layer_net_names(recipe(name).bmodel.history, layer)
 
 
 # What each bmodel net reads beyond the model and its weights: the head nets know nothing of the KV cache or

@@ -17,21 +17,19 @@ output is compared with the reference's output after that norm, computed here in
 
 from __future__ import annotations
 
-import json
 import time
-from pathlib import Path
+from functools import cached_property
 
 import numpy as np
 from safetensors import safe_open
 
-from llmbuild import LlmbuildError
 from llmbuild.artifacts.layer_weights import tensor_source
 from llmbuild.artifacts.paths import BuildPaths, read_spec, write_json
 from llmbuild.cost.chip_estimate import param_count
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.recipe_types import Recipe
 from llmbuild.runtime.bmodel_cmodel import CmodelRuntime
-from llmbuild.runtime.bmodel_generate import MASK_VALUE, BmodelLM
+from llmbuild.runtime.bmodel_generate import F32_MASK_VALUE, MASK_VALUE, BmodelLM
 from llmbuild.runtime.bmodel_run import quiet_simulator
 from llmbuild.vendor_toolchain import locate
 from llmbuild.verify.layer_check_policy import faithful_layers
@@ -87,13 +85,12 @@ class _NetChecks:
         self.S, self.L = recipe.stages.seq_length, recipe.stages.prefill_length
         self.history = recipe.bmodel.history
         mask_dtype = rt.net_info("embedding_cache").outputs[0].dtype
-        self.mask_value = MASK_VALUE.get(mask_dtype, -10000.0)
+        self.mask_value = MASK_VALUE.get(mask_dtype, F32_MASK_VALUE)
         self.n = min(self.L, len(self.ids) - 1)  # prefill rows; the next row is the decode check's
 
     def run(self, small: bool) -> dict[str, dict]:
         out: dict[str, dict] = {}
-        layers = range(self.spec.num_layers) if small else sorted(faithful_layers(self.spec.num_layers))
-        for i in layers:
+        for i in checked_layers(self.spec):
             if small:
                 out[f"block_{i}"] = self.prefill(i)
                 if self.history:
@@ -109,10 +106,13 @@ class _NetChecks:
             hidden = self.final_norm(hidden)
         return hidden, r.get_tensor(f"layers.{layer}.k")[rows], r.get_tensor(f"layers.{layer}.v")[rows]
 
+    @cached_property
+    def norm_gamma(self) -> np.ndarray:
+        return np.asarray(tensor_source(self.recipe, self.paths).tensor("norm.weight"), np.float64)
+
     def final_norm(self, hidden: np.ndarray) -> np.ndarray:
-        gamma = np.asarray(tensor_source(self.recipe, self.paths).tensor("norm.weight"), np.float64)
         x = hidden.astype(np.float64)
-        return (x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.spec.rms_norm_eps) * gamma)
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.spec.rms_norm_eps) * self.norm_gamma
 
     def compare(self, net: str, got: list[np.ndarray], want: tuple[np.ndarray, ...]) -> dict:
         names = ("hidden_states", "k", "v")
@@ -223,10 +223,4 @@ def _end_to_end(recipe: Recipe, spec: ModelSpec, ref, rt: CmodelRuntime) -> dict
             "teacher_forced_differing": steps, "seconds": round(seconds, 1)}
 
 
-def read_checks(path: Path) -> dict:
-    if not path.is_file():
-        raise LlmbuildError(f"{path}: missing; `llmbuild bmodel-check` writes it")
-    return json.loads(path.read_text())
-
-
-__all__ = ["check_bmodel", "read_checks"]
+__all__ = ["check_bmodel", "checked_layers"]
