@@ -262,8 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
     verb("vision", cmd_vision, "export, import, compile and check the vit net of a vision-language model")
     verb("link", cmd_link, "link every object into the deployable binary")
     sp = verb("bmodel-net", cmd_bmodel_net, "export one net to TPU-MLIR's top dialect and compile it to a bmodel")
-    sp.add_argument("--net", required=True, help="block_I, block_kv_I, block_cache_I, embedding, embedding_cache "
-                    "or lm_head")
+    sp.add_argument("--net", required=True, help="block_I, block_kv_I, block_cache_I, embedding, embedding_cache, "
+                    "lm_head or vit")
     sp = verb("bmodel-combine", cmd_bmodel_combine, "combine compiled nets: a layer's, the head's, or the model")
     which = sp.add_mutually_exclusive_group(required=True)
     which.add_argument("--layer", type=int)

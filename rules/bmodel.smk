@@ -4,7 +4,7 @@
 # default, the chips TPU-MLIR supports); the .llmb steps do not depend on any of it.
 
 wildcard_constraints:
-    net="(block|block_kv|block_cache)_[0-9]+|embedding|embedding_cache|lm_head",
+    net="(block|block_kv|block_cache)_[0-9]+|embedding|embedding_cache|lm_head|vit",
 
 
 def _bmodel_params(step):
@@ -62,11 +62,11 @@ rule bmodel_layer:
 
 rule bmodel_head:
     input:
-        nets=[f"{BUILD}/{{recipe}}/bmodel/nets/{n}/{n}.bmodel" for n in dag.BMODEL_HEAD_NETS],
+        nets=lambda w: [f"{BUILD}/{w.recipe}/bmodel/nets/{n}/{n}.bmodel" for n in dag.bmodel_head_nets(w.recipe)],
     output:
         bmodel=f"{BUILD}/{{recipe}}/bmodel/head.bmodel",
     params:
-        recipe_digest=lambda w: dag.bmodel_parts_digest(w.recipe, list(dag.BMODEL_HEAD_NETS)),
+        recipe_digest=lambda w: dag.bmodel_parts_digest(w.recipe, dag.bmodel_head_nets(w.recipe)),
         code=dag.code_digest("bmodel_combine"),
         toolchain=dag.TOOLCHAIN_VERSION,
     resources:

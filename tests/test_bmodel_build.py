@@ -53,6 +53,24 @@ def test_tiny_bf16_bmodel_is_built_checked_on_the_cmodel_and_verified(build_root
     assert (build / "bmodel" / "nets" / "block_0" / "block_0.mlir").is_file()  # the vendor module, to read
 
 
+def test_internvl_vit_net_computes_transformers_image_features_on_the_cmodel(build_root):
+    """The tiny InternVL in bf16: its vision tower, exported from the ONNX import's TopOp, is the bmodel's
+    `vit` net (pixels in, [tokens, hidden] out, as LLM-TPU's demos load it) and gives transformers' own
+    image features on the BM1684X cmodel."""
+    from llmbuild.runtime.bmodel_inspect import model_info
+
+    snakemake(build_root, "internvl_tiny_bf16", *BMODEL)
+    build = build_root / "internvl_tiny_bf16"
+    assert json.loads((build / "verify.json").read_text())["passed"]
+    vit = json.loads((build / "bmodel.json").read_text())["nets"]["vit"]
+    assert vit["image_features"]["cosine"] >= 0.999 and vit["tokens"] == 4, vit
+    info = model_info(build / "internvl_tiny_bf16.bmodel")
+    assert "input: pixel_values, [1, 3, 56, 56], float32" in info and "output: image_tokens, [4, 64]" in info
+    module = (build / "bmodel" / "nets" / "vit" / "vit.mlir").read_text()
+    # The pinned attributes: exact GELU, a concatenation the class token (a weight) can take part in.
+    assert 'approx_mode = "normal"' in module and "only_merge = false" in module and "top.FAttention" not in module
+
+
 def test_gptq_act_order_bmodel_matches_the_reference(build_root):
     """GPTQ with act order (gptqmodel in the build), 4-bit tied lm_head: the levels and the permutation go to
     the vendor as they are (the incumbent ignores g_idx)."""

@@ -143,11 +143,14 @@ def build_nets(build: Path, recipe: str, recipes: Path | None = None) -> None:
     snakemake(build, "--notemp", f"{build}/{recipe}/{recipe}.bmodel", "--config", "bmodel=true", recipes=recipes)
 
 
-def test_tiny_qwen2_bf16_nets_equal_llm_convert(build_root, toolchain, incumbent, tmp_path):
-    build_nets(build_root, "qwen2_tiny_bf16")
-    folder = llm_convert(incumbent, bf16_view(build_root / "qwen2_tiny_bf16" / "checkpoint", tmp_path / "hf"),
+def test_tiny_qwen2_bf16_nets_equal_llm_convert(toolchain, incumbent, tmp_path):
+    # A build directory of its own: in the session's, another test's bmodel build may be up to date with
+    # its per-net files already deleted as temp.
+    build = tmp_path / "build"
+    build_nets(build, "qwen2_tiny_bf16")
+    folder = llm_convert(incumbent, bf16_view(build / "qwen2_tiny_bf16" / "checkpoint", tmp_path / "hf"),
                          tmp_path / "out", seq=64, prefill=16)
-    compare("qwen2_tiny_bf16", build_root, folder, toolchain, tmp_path)
+    compare("qwen2_tiny_bf16", build, folder, toolchain, tmp_path)
 
 
 def test_tiny_llama_bf16_nets_equal_llm_convert(tmp_path, toolchain, incumbent):

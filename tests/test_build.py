@@ -217,6 +217,41 @@ def test_a_failed_check_names_layer_stage_and_op_and_leaves_no_report(build: Pat
                for f in failed["failures"]), failed["failures"]
 
 
+def test_a_layer_whose_command_stream_no_checked_layer_ran_fails_link(build: Path, tmp_path: Path) -> None:
+    """The device checks run the command stream of the sampled layers (0, 2 and 3 of four); layer 1's
+    changed by hand (one command's tile rows) is then a stream nothing ran: link refuses, naming it."""
+    from dataclasses import replace
+
+    from llmbuild.binary.container import Container, write_container
+    from llmbuild.binary.program import decode, encode
+
+    recipe = "qwen2_tiny_f32"
+    copy = tmp_path / "build"
+    shutil.copytree(build / recipe, copy / recipe)
+    obj_path = copy / recipe / "layers" / "1" / "layer.llmo"
+    obj = Container(obj_path)
+    sections = []
+    for name in obj.names():
+        data = bytes(obj.section(name))
+        if name.startswith("net:") and decode(data).stage == "decode":
+            prog = decode(data)
+            group = prog.groups[0]
+            prog.groups[0] = replace(group, tile_rows=group.tile_rows + 1)
+            data = encode(prog)
+        sections.append((name, [data]))
+    del obj
+    write_container(obj_path, sections)
+    binary = copy / recipe / f"{recipe}.llmb"
+    binary.unlink()
+    # (The weight files went as temp after the first link; the streams are compared before they are read.)
+    result = llmbuild(copy, "link", recipe)
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-1].endswith(
+        "layer 1's decode command stream differs from every device-checked layer's (0, 2, 3) beyond its base "
+        "addresses: it would run on the chip unchecked"), result.stderr
+    assert not binary.exists()
+
+
 def test_bad_recipe_fails_before_any_work(tmp_path: Path) -> None:
     recipes = tmp_path / "recipes"
     recipes.mkdir()

@@ -86,3 +86,29 @@ def test_layers_are_built_in_shards_sized_by_weights(config: str, jobs: int, per
     shards = shard_layers(spec)
     assert len(shards) == jobs and {len(s) for s in shards} == per_job
     assert [i for s in shards for i in s] == list(range(spec.num_layers))  # every layer once, in order
+
+
+def _digests_of(recipes: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> dict[str, str]:
+    monkeypatch.setenv("LLMBUILD_RECIPES", str(recipes))
+    dag.recipe.cache_clear()
+    try:
+        return {step: dag.digest(name, step) for step in ("prepare", "reference", "layer", "head", "vision")}
+    finally:
+        dag.recipe.cache_clear()
+
+
+@pytest.mark.parametrize("name, edit, reruns", [
+    # quantization.lm_head rounds the reference's lm_head as well as the binary's
+    ("qwen2_tiny_w4_rtn", "quantization:\n  lm_head: w8\n", {"reference", "layer", "head", "vision"}),
+    # a synthetic vision-language checkpoint is written from vision.config
+    ("internvl_tiny_f32", "vision:\n  config:\n    vision_config:\n      num_hidden_layers: 3\n",
+     {"prepare", "vision"}),
+])
+def test_a_recipe_edit_changes_the_digest_of_every_step_that_reads_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, edit: str, reruns: set[str]) -> None:
+    recipes = tmp_path / "recipes"
+    shutil.copytree(PACKAGE.parent / "recipes", recipes)
+    before = _digests_of(recipes, monkeypatch, name)
+    (recipes / f"{name}_edited.yaml").write_text(f"base: {name}\n{edit}")
+    after = _digests_of(recipes, monkeypatch, f"{name}_edited")
+    assert {s for s in before if after[s] != before[s]} == reruns

@@ -283,8 +283,8 @@ def test_the_tanh_gelu_kernel_equals_torch() -> None:
 def test_a_checkpoint_of_another_family_or_without_minicpmv_fields_is_a_one_line_error(tmp_path: Path) -> None:
     from llmbuild import LlmbuildError
     from llmbuild.frontend.minicpmv import read_config
+    from llmbuild.importer.vision_tower import export_family_onnx
     from llmbuild.recipe import load_recipe
-    from llmbuild.steps.vision import export_family_onnx
 
     recipe = load_recipe(RECIPE, Path(__file__).resolve().parent.parent / "recipes", require_checkpoint=False)
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "internvl"}))

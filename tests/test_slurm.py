@@ -95,8 +95,10 @@ def test_a_tiny_recipe_builds_on_slurm_as_it_builds_locally(cluster, tmp_path: P
     # Job names are <prefix>_<run uuid>: the prefix finds this run's jobs among any others of the cluster.
     prefix = f"llmbuild-test-{uuid.uuid4().hex[:12]}"
     cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", "--workflow-profile", "none", RECIPE,
-           "--config", f"build_dir={slurm_build}", "--slurm-jobname-prefix", prefix,
+           "--config", f"build_dir={slurm_build}", "bmodel=false", "--slurm-jobname-prefix", prefix,
            "--slurm-logdir", str(tmp_path / "slurm-logs")]
+    # No vendor bmodel (`bmodel=false`, as the local build below): its per-net jobs would each pay SLURM's
+    # chained scheduling cost; tests/test_bmodel_build.py covers that binary.
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLMBUILD_")}
     # The local build first (a no-op when the session built the recipe already), not beside the SLURM
     # run: two Snakemake runs in one working directory share .snakemake/locks, and one's cleanup of that

@@ -97,10 +97,12 @@ def export_net(module: ModuleOp, weights: Mapping[str, np.ndarray], weight_file:
     contents. `explicit_attention`: attention as its products and softmax (f32 nets: `attention_ops`)."""
     fn = next(op for op in module.ops if isinstance(op, FuncOp))
     net = module.attributes["top.net"].data  # type: ignore[attr-defined]
-    return _Exporter(net, weights, weight_file, final_norm, dynamic, explicit_attention).run(fn)
+    return NetExporter(net, weights, weight_file, final_norm, dynamic, explicit_attention).run(fn)
 
 
-class _Exporter:
+class NetExporter:
+    """One net's translation; bmodel/vit_export.py's exporter specializes it for the vision tower."""
+
     def __init__(self, net: str, weights: Mapping[str, np.ndarray], weight_file: str,
                  final_norm: FinalNorm | None, dynamic: DynamicPrefill | None, explicit_attention: bool):
         self.net = net
@@ -196,7 +198,10 @@ class _Exporter:
             data = data.T
         if shape is not None:
             data = data.reshape(shape)
-        return self.out.weight(key or vendor_weight_key(name), data)
+        return self.out.weight(key or self.weight_key(name), data)
+
+    def weight_key(self, name: str) -> str:
+        return vendor_weight_key(name)
 
     def leading_ones(self, value: SSAValue, rank: int) -> ir.Value:
         """A per-channel vector as the vendor declares it: [1, ..., 1, C] with the activation's rank."""
@@ -323,7 +328,7 @@ class _Exporter:
 
     def op_FAttention(self, op: top.FAttentionOp) -> ir.Value:
         if self.explicit_attention:
-            return self.attention_ops(op)
+            return self.attention_ops(op, self.operand(op.operands[3]))
         q, k, v = (self.operand(x) for x in op.operands[:3])
         a = op.attributes
         attrs = {**ir.FATTENTION, "scale": ir.f64(a["scale"].value.data)}  # type: ignore[attr-defined]
@@ -339,12 +344,12 @@ class _Exporter:
         return self.out.op("top.FAttention", [q, k, v, mask, self.out.none], common.shape_of(op.results[0]),
                            self.loc(op), attrs)
 
-    def attention_ops(self, op: top.FAttentionOp) -> ir.Value:
+    def attention_ops(self, op: top.FAttentionOp, mask: ir.Value | None) -> ir.Value:
         """Attention as products, a softmax and permutes: the vendor's fused `FAttention` gives NaN in F32 (its
         own interpreter too: the kernel is for 16-bit types), so f32 nets spell it out. Query heads are
-        grouped by the KV head they read, so one batched product per KV head serves its G query heads."""
+        grouped by the KV head they read, so one batched product per KV head serves its G query heads.
+        `mask`: the additive mask, or None where every position attends to every other (a vision tower)."""
         q, k, v = (self.operand(x) for x in op.operands[:3])
-        mask = self.operand(op.operands[3])
         a = op.attributes
         nh, kvh, d = (a[key].value.data for key in ("q_head", "kv_head", "dim"))  # type: ignore[attr-defined]
         n, mk = a["mq"].value.data, a["mk"].value.data  # type: ignore[attr-defined]
@@ -368,8 +373,9 @@ class _Exporter:
         scores = reshape(scores, (1, nh, n, mk), base + ".scores_heads")
         scaled = out.op("top.MulConst", [scores], (1, nh, n, mk), base + ".scaled",
                         {"const_val": ir.f64(scale), **ir.ELEMENTWISE})
-        masked = out.op("top.Add", [scaled, mask], (1, nh, n, mk), base + ".masked", ir.ELEMENTWISE)
-        probs = out.op("top.Softmax", [masked], (1, nh, n, mk), base + ".softmax",
+        if mask is not None:
+            scaled = out.op("top.Add", [scaled, mask], (1, nh, n, mk), base + ".masked", ir.ELEMENTWISE)
+        probs = out.op("top.Softmax", [scaled], (1, nh, n, mk), base + ".softmax",
                        {"axis": ir.si32(3), "log": "false", "beta": ir.f64(1.0)})
         probs = reshape(probs, (1, kvh, g * n, mk), base + ".probs_groups")
         ctx = out.op("top.MatMul", [probs, vh, out.none], (1, kvh, g * n, d), base + ".context", matmul)
@@ -424,4 +430,4 @@ class _Exporter:
         self.out.output(*outs)
 
 
-__all__ = ["DynamicPrefill", "ExportError", "FinalNorm", "export_net", "vendor_weight_key"]
+__all__ = ["DynamicPrefill", "ExportError", "FinalNorm", "NetExporter", "export_net", "vendor_weight_key"]

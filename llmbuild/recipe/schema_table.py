@@ -311,8 +311,9 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("bmodel", "section", "The vendor's deployable `.bmodel`, built beside the `.llmb` by TPU-MLIR's own "
               "lowering and code generation (docs/bmodel.md).", default={}),
     FieldSpec("bmodel.build", "boolean",
-              "Build it. Absent: for a text model where TPU-MLIR supports `target.chip` (bm1684x, bm1688).",
-              default=None, note="true needs a chip TPU-MLIR supports and a text model (no `vision`)"),
+              "Build it. Absent: for a text or InternVL model where TPU-MLIR supports `target.chip` (bm1684x, "
+              "bm1688).",
+              default=None, note="true needs a chip TPU-MLIR supports and a text or InternVL model"),
     FieldSpec("bmodel.history", "boolean",
               "Add `block_kv_i` (prefill on top of a kept KV cache) in the form LLM-TPU's runtime drives for a "
               "multi-turn conversation (`llm_convert --use_history_kv`): prefill nets with dynamic lengths and "

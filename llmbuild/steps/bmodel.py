@@ -1,8 +1,9 @@
 """The vendor's `.bmodel`, built from the same TopOp nets and the same weights as the `.llmb`:
 
 - `llmbuild bmodel-net RECIPE --net NET`: one net (`block_i`, `block_kv_i`, `block_cache_i`, `embedding`,
-  `embedding_cache`, `lm_head`) imported as TopOp exactly as the layer and head steps import it, exported to
-  the vendor's top dialect with its weights (bmodel/top_export.py), compiled by TPU-MLIR's `tpuc-opt`
+  `embedding_cache`, `lm_head`; `vit` for an InternVL recipe) imported as TopOp exactly as the layer, head
+  and vision steps import it, exported to the vendor's top dialect with its weights (bmodel/top_export.py,
+  bmodel/vit_export.py), compiled by TPU-MLIR's `tpuc-opt`
   (bmodel/vendor_compile.py) into `bmodel/nets/NET/NET.bmodel`; the vendor's intermediate files (float32
   npz, tpu modules) are deleted once the bmodel is written.
 - `llmbuild bmodel-combine RECIPE --layer I | --head | --model`: `model_tool --combine` in stages: a layer's
@@ -30,9 +31,10 @@ from llmbuild import LlmbuildError
 from llmbuild.allocator import release_freed_memory
 from llmbuild.artifacts.head_weights import head_weights
 from llmbuild.artifacts.layer_weights import layer_weights, tensor_source
-from llmbuild.artifacts.paths import BuildPaths, read_spec, shapes_of
+from llmbuild.artifacts.paths import VIT_NET, BuildPaths, read_spec, shapes_of, vlm_dir
 from llmbuild.bmodel.top_export import DynamicPrefill, FinalNorm, export_net
 from llmbuild.bmodel.vendor_compile import NetOptions, combine, compile_net
+from llmbuild.bmodel.vit_export import export_vit
 from llmbuild.chips import load_chip
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.importer.nets import ROPE_COS, ROPE_SIN, head_nets
@@ -52,8 +54,12 @@ _ACTIVATION = {"f32": "F32", "bf16": "BF16", "f16": "F16"}
 
 
 def net_names(recipe: Recipe, spec: ModelSpec) -> list[str]:
-    """Every net of the recipe's bmodel: per layer its stages, then the head nets."""
-    return [n for i in range(spec.num_layers) for n in layer_net_names(recipe, i)] + list(HEAD_NETS)
+    """Every net of the recipe's bmodel: per layer its stages, then the head nets (and the vit net)."""
+    return [n for i in range(spec.num_layers) for n in layer_net_names(recipe, i)] + head_net_names(recipe)
+
+
+def head_net_names(recipe: Recipe) -> list[str]:
+    return dag.head_net_names(recipe.vision is not None)
 
 
 def layer_net_names(recipe: Recipe, layer: int) -> list[str]:
@@ -112,11 +118,25 @@ def net_source(recipe: Recipe, paths: BuildPaths, spec: ModelSpec, net: str) -> 
             gamma = tensor_source(recipe, paths).tensor("norm.weight")
             final = FinalNorm(np.asarray(gamma, np.float32), spec.rms_norm_eps)
         return NetSource(module, weights, final)
+    if net == VIT_NET:
+        return vit_source(recipe, paths)
     if net in HEAD_NETS:
         module = head_nets(spec, shapes, head_scheme(recipe.quantization))[net]
         top_weights, _ = head_weights(recipe, paths, spec, shapes)
         return NetSource(module, _LazyWeights(top_weights), None)
-    raise LlmbuildError(f"net {net!r}: expected block_I, block_kv_I, block_cache_I or one of {', '.join(HEAD_NETS)}")
+    raise LlmbuildError(f"net {net!r}: expected block_I, block_kv_I, block_cache_I, {VIT_NET} or one of "
+                        f"{', '.join(HEAD_NETS)}")
+
+
+def vit_source(recipe: Recipe, paths: BuildPaths) -> NetSource:
+    """The vision tower as the vision step imports it, exported again into the net's own directory (the
+    vision step keeps no copy of a dynamo export's weights)."""
+    from llmbuild.importer.vision_tower import import_tower
+
+    if recipe.vision is None or recipe.vision.family != "internvl":
+        raise LlmbuildError(f"net {VIT_NET}: exported for InternVL recipes (vision.family internvl)")
+    net = import_tower(recipe, vlm_dir(recipe, paths), paths.bmodel_net_dir(VIT_NET) / "vit.onnx", VIT_NET)
+    return NetSource(net.module, net.weights, None)
 
 
 class _LazyWeights(dict):
@@ -130,19 +150,22 @@ def build_net(recipe: Recipe, net: str) -> None:
     chain = locate()  # first: a missing toolchain is one line before any weight is read
     paths = BuildPaths.of(recipe)
     spec = read_spec(paths.spec)
-    source = net_source(recipe, paths, spec, net)
-    run_passes(source.module, [Canonicalize()])
     out_dir = paths.bmodel_net_dir(net)
     shutil.rmtree(out_dir, ignore_errors=True)
     out_dir.mkdir(parents=True)
+    source = net_source(recipe, paths, spec, net)
+    run_passes(source.module, [Canonicalize()])
     weight_file = f"{net}_top_weights.npz"
     if net.startswith("block_kv_") and not recipe.bmodel.history:
         raise LlmbuildError(f"net {net}: the recipe's bmodel has no history nets (bmodel.history is false)")
     if recipe.quantization.mode == "f32" and recipe.bmodel.history:
         raise LlmbuildError(f"net {net}: the history form's prefill needs the vendor's fused attention, which "
                             "has no f32 form: set bmodel.history false, or a 16-bit mode")
-    vendor = export_net(source.module, source.weights, weight_file, source.final_norm, dynamic_prefill(recipe),
-                        explicit_attention=recipe.quantization.mode == "f32")
+    if net == VIT_NET:
+        vendor = export_vit(source.module, source.weights, weight_file)
+    else:
+        vendor = export_net(source.module, source.weights, weight_file, source.final_norm,
+                            dynamic_prefill(recipe), explicit_attention=recipe.quantization.mode == "f32")
     (out_dir / f"{net}.mlir").write_text(vendor.text())
     np.savez(out_dir / weight_file, **vendor.weights)
     bits, group = _quantized(source.module)
@@ -195,7 +218,7 @@ def combine_layer(recipe: Recipe, layer: int) -> None:
 
 def combine_head(recipe: Recipe) -> None:
     paths = BuildPaths.of(recipe)
-    combine(locate(), [paths.bmodel_net(n) for n in HEAD_NETS], paths.bmodel_head,
+    combine(locate(), [paths.bmodel_net(n) for n in head_net_names(recipe)], paths.bmodel_head,
             paths.bmodel_head.with_suffix(".log"))
 
 

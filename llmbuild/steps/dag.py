@@ -12,7 +12,8 @@ import re
 from functools import cache
 from pathlib import Path
 
-from llmbuild.quant.scheme import recipe_scheme
+from llmbuild.artifacts.paths import VIT_NET
+from llmbuild.quant.scheme import head_scheme, recipe_scheme
 from llmbuild.recipe import load_recipe, section_digest
 from llmbuild.recipe_types import Recipe
 from llmbuild.vendor_toolchain import VERSION as VENDOR_VERSION
@@ -215,7 +216,14 @@ def digest(name: str, step: str) -> str:
         scheme = recipe_scheme(r.quantization)
         gen["weights"] = None if scheme is None else [r.quantization.origin, scheme.bits, scheme.group_size,
                                                       scheme.act_order, scheme.per_channel_8bit]
+        # quantization.lm_head rounds the reference's lm_head too (verify/reference.py).
+        head = head_scheme(r.quantization)
+        gen["lm_head"] = None if head is None else [head.bits, head.group_size]
         d = hashlib.sha256((d + json.dumps(gen, sort_keys=True)).encode()).hexdigest()
+    if step == "prepare" and r.vision is not None:
+        # A synthetic vision-language checkpoint is written from vision.family and vision.config.
+        tower = {"family": r.vision.family, "config": r.vision.config}
+        d = hashlib.sha256((d + json.dumps(tower, sort_keys=True)).encode()).hexdigest()
     if step == "e2e":
         d = hashlib.sha256((d + section_digest(r, *STEP_SECTIONS["compile"])).encode()).hexdigest()
     if step == "check":
@@ -241,6 +249,15 @@ def when_bmodel(name: str, *files: str) -> list[str]:
 
 
 BMODEL_HEAD_NETS = ("embedding", "embedding_cache", "lm_head")
+
+
+def head_net_names(vision: bool) -> list[str]:
+    """The nets combined as the head's part: the embeddings and lm_head, and a vision-language recipe's vit."""
+    return [*BMODEL_HEAD_NETS, *([VIT_NET] if vision else [])]
+
+
+def bmodel_head_nets(name: str) -> list[str]:
+    return head_net_names(recipe(name).vision is not None)
 TOOLCHAIN_VERSION = VENDOR_VERSION
 
 
@@ -265,7 +282,9 @@ def bmodel_net_digest(name: str, net: str) -> str:
     """The rerun digest of one bmodel net: the model's sections, plus the fields `net` reads."""
     r = recipe(name)
     base = section_digest(r, "source", "architecture", "quantization", "target")
-    if net in _BMODEL_HEAD_FIELDS:
+    if net == VIT_NET:  # the tower's net reads the vision section, nothing of the decoder's stages
+        extra = section_digest(r, "vision") + json.dumps(r.raw["bmodel"]["cores"])
+    elif net in _BMODEL_HEAD_FIELDS:
         fields = {f: r.raw[f.split(".")[0]][f.split(".")[1]] for f in _BMODEL_HEAD_FIELDS[net]}
         extra = json.dumps(fields, sort_keys=True)
     else:

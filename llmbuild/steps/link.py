@@ -18,12 +18,14 @@ from llmbuild import LlmbuildError, __version__
 from llmbuild.artifacts.paths import BuildPaths, read_spec, shapes_of, tokenizer_dir, write_json
 from llmbuild.artifacts.weight_file import weight_file_tensors
 from llmbuild.binary.container import Container, write_container
+from llmbuild.binary.layer_streams import SlotNames, stream_key
 from llmbuild.binary.memory_map import MemoryPlan, align
-from llmbuild.binary.program import decode, decode_header
+from llmbuild.binary.program import Program, decode, decode_header
 from llmbuild.chips import load_chip
 from llmbuild.cost.compiled import perf_report
 from llmbuild.frontend.tokenizer_files import read_tokenizer_bundle
 from llmbuild.recipe_types import Recipe
+from llmbuild.verify.layer_check_policy import faithful_layers
 
 
 def _weight_image(files: list[Path], plan: MemoryPlan) -> Iterator[bytes]:
@@ -126,10 +128,14 @@ def link(recipe: Recipe) -> None:
     sections += [(name, [bytes(obj.section(name))]) for _, name, _, _, obj in nets]
     if vision is not None:
         sections += vision.sections
+    # The compiled groups timed on the chip's rates, next to the spec model's figures (docs/performance.md);
+    # in the same pass, every layer's command stream found among the device-checked layers'. Both before
+    # the binary is written: a failure leaves none.
+    streams = StreamCoverage(plan, faithful_layers(spec.num_layers))
+    perf = perf_report(meta, (streams.seen(decode(obj.section(name))) for _, name, _, _, obj in nets))
+    streams.check(recipe)
     write_container(paths.binary(recipe.name), sections)
     write_json(paths.root / "memory.json", report)
-    # The compiled groups timed on the chip's rates, next to the spec model's figures (docs/performance.md).
-    perf = perf_report(meta, (decode(obj.section(name)) for _, name, _, _, obj in nets))
     if vision is not None:
         from llmbuild.cost.compiled import time_vision
 
@@ -142,6 +148,34 @@ def link(recipe: Recipe) -> None:
         f"of {device_bytes / 2**30:.1f} GiB on {chip.name}; first token {perf['first_token_latency_s'] * 1e3:.2f} ms, "
         f"decode {perf['decode_tokens_per_s']:.1f} tokens/s (group-timed)"
     )
+
+
+class StreamCoverage:
+    """The build's checks run the command stream on the simulated device for the sampled layers only
+    (verify/layer_check_policy.py); the rest run on the host path. Every other layer's stream must then be
+    a sampled layer's apart from its base addresses (binary/layer_streams.py), or part of the binary would
+    run on the chip without ever having run anywhere."""
+
+    def __init__(self, plan: MemoryPlan, checked: set[int]):
+        self.slots = SlotNames(plan)
+        self.checked = checked
+        self.keys: dict[str, dict[int, str]] = {}  # stage -> layer -> stream key
+
+    def seen(self, prog: Program) -> Program:
+        if prog.layer >= 0:
+            self.keys.setdefault(prog.stage, {})[prog.layer] = stream_key(prog, self.slots)
+        return prog
+
+    def check(self, recipe: Recipe) -> None:
+        for stage, keys in self.keys.items():
+            ran = {keys[i] for i in self.checked if i in keys}
+            unchecked = sorted(i for i, k in keys.items() if k not in ran)
+            if unchecked:
+                raise LlmbuildError(
+                    f"{recipe.name}: layer {unchecked[0]}'s {stage} command stream differs from every "
+                    f"device-checked layer's ({', '.join(map(str, sorted(self.checked)))}) beyond its base "
+                    f"addresses: it would run on the chip unchecked" + (
+                        f" (and {len(unchecked) - 1} more layers)" if len(unchecked) > 1 else ""))
 
 
 @dataclass

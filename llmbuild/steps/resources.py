@@ -254,6 +254,12 @@ def bmodel_resources(recipe: Recipe, spec: ModelSpec, job: str, net: str = "") -
     origin = _origin(recipe)
     billions = (size.layer * size.layers + size.vocab_table * size.tables) / 1e9
     if job == "net":
+        if net == "vit":
+            # The vision step's export and import of the tower, then its float32 npz for tpuc-opt.
+            vision = step_resources(recipe, spec, "vision")
+            tower = tower_weights(recipe, spec.hidden_size)
+            mb = VENDOR_BASE_MB + vision.mem_mb + (2 * 4 * tower.weights / MB if tower else 0)
+            return Resources(int(mb), vision.runtime_min + 2)
         if net.startswith("block"):
             # The layer's TopOp weights (rounded in the job, or levels read), their float32 npz, the tpu npz.
             mb = VENDOR_BASE_MB + (COMPILE_BYTES[origin] + 6) * size.layer / MB

@@ -5,7 +5,7 @@
         + vision/weights.safetensors (device format), vision/plan.json, vision/metrics.json
 
 The check runs the compiled program on the simulated device (layer groups, local memory, addresses: what
-the chip runs) and on the host path, for fixed pseudo-random inputs (steps/vision_cases.py: an InternVL
+the chip runs) and on the host path, for fixed pseudo-random inputs (verify/vision_cases.py: an InternVL
 tile; MiniCPM-V pieces of several patch grids, padded as the runtime pads them), and compares the image
 features with the reference on the same weights (transformers' own `get_image_features`; MiniCPM-V's tower
 and resampler at the piece's own size) (cosine at least `vision.image_cosine`, the worst case); when
@@ -15,11 +15,9 @@ NaN or Inf never passes.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
-from xdsl.dialects.builtin import IntegerAttr, StringAttr, i64
 
 from llmbuild import LlmbuildError
 from llmbuild.allocator import release_freed_memory
@@ -30,14 +28,11 @@ from llmbuild.binary.memory_map import MemoryPlan
 from llmbuild.binary.program import encode
 from llmbuild.chips import load_chip
 from llmbuild.codegen.vision_plan import make_vision_plan
-from llmbuild.frontend.minicpmv import export_minicpmv_onnx
-from llmbuild.frontend.onnx_model import load_onnx
-from llmbuild.frontend.vision_export import export_vision_onnx
-from llmbuild.importer.onnx_net import import_onnx_net
+from llmbuild.importer.vision_tower import import_tower
 from llmbuild.recipe_types import Recipe
 from llmbuild.steps.compile_net import compile_net
-from llmbuild.steps.vision_cases import check_cases
 from llmbuild.verify.similarity import cosine
+from llmbuild.verify.vision_cases import check_cases
 
 
 def build_vision(recipe: Recipe) -> None:
@@ -47,17 +42,11 @@ def build_vision(recipe: Recipe) -> None:
     out = vision_dir(paths)
     out.mkdir(parents=True, exist_ok=True)
     vlm = vlm_dir(recipe, paths)
-    onnx_path = export_family_onnx(recipe, vlm, out / "vit.onnx")
-    release_freed_memory()  # the torch module and the export's copies: each phase below starts lean
-    graph = load_onnx(onnx_path)
-    attrs = {"top.stage": StringAttr("vision"), "top.layer": IntegerAttr(-1, i64)}
-    net = import_onnx_net(graph, VIT_NET, attrs)
-    del graph  # its constants: the weights the net did not take as they are (transposed ones are copies)
-    release_freed_memory()
+    net = import_tower(recipe, vlm, out / "vit.onnx", VIT_NET)
     # The dynamo exporter's external weights (1.2 GB for a 300M tower) were read once: the vit net's own
     # weights file and the binary hold them from here, so the build directory does not keep a third copy
     # (vit.onnx, the graph, stays to be opened).
-    onnx_path.with_name(onnx_path.name + ".data").unlink(missing_ok=True)
+    (out / "vit.onnx.data").unlink(missing_ok=True)
     mode, chip = recipe.quantization.mode, recipe.target.chip
     plan = make_vision_plan(net.module, mode, load_chip(chip).global_alignment)
     top_module = net.module.clone()
@@ -70,19 +59,6 @@ def build_vision(recipe: Recipe) -> None:
     write_json(out / "metrics.json", metrics)
     print(f"{recipe.name}: vit net, {len(compiled.program.instrs)} ops in {len(compiled.program.groups)} "
           f"layer groups; image features cosine {metrics['cosine_device']:.7f} (device) against the reference")
-
-
-def export_family_onnx(recipe: Recipe, vlm: Path, out: Path) -> Path:
-    """The vit net's ONNX source as the recipe's vision.family defines it (config.json must be that family's)."""
-    assert recipe.vision is not None
-    family = recipe.vision.family
-    model_type = json.loads((vlm / "config.json").read_text(encoding="utf-8")).get("model_type")
-    if (model_type == "minicpmv") != (family == "minicpmv"):
-        raise LlmbuildError(f"{vlm / 'config.json'}: model_type {model_type!r} is not a checkpoint of "
-                            f"vision.family {family} (recipe {recipe.path})")
-    if family == "minicpmv":
-        return export_minicpmv_onnx(vlm, out, recipe.vision.exporter)
-    return export_vision_onnx(vlm, out, recipe.vision.exporter)
 
 
 def check_vision(recipe: Recipe, vlm: Path, compiled, top_module, weights: dict[str, np.ndarray],

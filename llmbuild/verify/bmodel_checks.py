@@ -7,7 +7,8 @@ already streamed (reference.safetensors), writing bmodel.json; `llmbuild verify`
   as the history, and in the history form its history-prefill net on a chunk after a history; `lm_head`
   on the last hidden state (the token id against the reference's top-1), the embedding nets against the
   table. Every net of a small model; at real size the decode net of the sampled layers (the first, middle
-  and last: the cmodel takes tens of seconds per decode block of a 1.5B) and the head.
+  and last: the cmodel takes tens of seconds per decode block of a 1.5B) and the head. A vision-language
+  recipe's `vit` net on the vision step's tile against transformers' image features.
 - End to end, for small models: the greedy ids LLM-TPU's runtime contract gives on the cmodel
   (runtime/bmodel_generate.py) against transformers' `generate` in the reference.
 
@@ -24,7 +25,7 @@ import numpy as np
 from safetensors import safe_open
 
 from llmbuild.artifacts.layer_weights import tensor_source
-from llmbuild.artifacts.paths import BuildPaths, read_spec, write_json
+from llmbuild.artifacts.paths import BuildPaths, read_spec, vlm_dir, write_json
 from llmbuild.cost.chip_estimate import param_count
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.recipe_types import Recipe
@@ -34,6 +35,7 @@ from llmbuild.runtime.bmodel_run import quiet_simulator
 from llmbuild.vendor_toolchain import locate
 from llmbuild.verify.layer_check_policy import faithful_layers
 from llmbuild.verify.similarity import similarity
+from llmbuild.verify.vision_cases import check_cases
 
 # Up to this size every net is checked and the model generates end to end on the cmodel: the tiny recipes
 # (under a million parameters) in seconds. SmolLM2-135M's 30 layers would take minutes there (a prefill
@@ -62,6 +64,8 @@ def check_bmodel(recipe: Recipe) -> dict:
         rt.load(paths.bmodel(recipe.name))
         checker = _NetChecks(recipe, paths, spec, ref, rt)
         nets = checker.run(small)
+        if recipe.vision is not None:
+            nets["vit"] = _vit(recipe, paths, rt)
         e2e = _end_to_end(recipe, spec, ref, rt) if small else None
         launches = {name: round(float(np.mean(t)), 3) for name, t in rt.launch_seconds.items()}
     report = {
@@ -191,6 +195,18 @@ class _NetChecks:
             one = self.rt.launch("embedding_cache", [np.array([[ids[-1]]], np.int32)])[0].reshape(1, -1)
             out["embedding_cache"] = {"outputs": {"hidden_states": similarity(one, want[-1:])}}
         return out
+
+
+def _vit(recipe: Recipe, paths: BuildPaths, rt: CmodelRuntime) -> dict:
+    """The vit net on the vision step's pseudo-random tile against transformers' own image features (the
+    net's tokens [T, hidden] are the reference's [1, T, hidden]); verify holds it to vision.image_cosine."""
+    assert recipe.vision is not None
+    info = rt.net_info("vit")
+    ((case, inputs, want),) = check_cases(recipe.vision.family, vlm_dir(recipe, paths),
+                                           {"pixel_values": info.input_shapes()[0]})
+    got = rt.launch("vit", [inputs["pixel_values"]])[0]
+    return {"case": case, "tokens": int(got.shape[0]),
+            "image_features": similarity(got.reshape(want.shape), want)}
 
 
 def _end_to_end(recipe: Recipe, spec: ModelSpec, ref, rt: CmodelRuntime) -> dict:

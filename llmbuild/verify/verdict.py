@@ -109,7 +109,8 @@ def verify(recipe: Recipe) -> dict:
 
 def _bmodel_verdict(recipe: Recipe, paths: BuildPaths, failures: list[str]) -> dict:
     """The vendor bmodel's checks on the cmodel (verify/bmodel_checks.py) held to the device tolerances: each
-    net's outputs to tpu_cosine and tpu_euclid against the reference; a token the bmodel picks other than the
+    net's outputs to tpu_cosine and tpu_euclid against the reference (the vit net's image features to
+    vision.image_cosine, as the .llmb's); a token the bmodel picks other than the
     reference's top-1 passes only where the reference's top-2 gap is within what the tolerance's relative
     error allows on its logits (a near tie), and in an exact-token recipe not at all."""
     v = recipe.verify
@@ -121,6 +122,13 @@ def _bmodel_verdict(recipe: Recipe, paths: BuildPaths, failures: list[str]) -> d
             if not (s["cosine"] >= v.tpu_cosine and s["euclid"] >= v.tpu_euclid):  # NaN fails too
                 failures.append(f"bmodel net {net}: output {name} diverged from the reference on the "
                                 f"{recipe.target.chip} cmodel (cosine {s['cosine']}, euclid {s['euclid']})")
+    vit = checks["nets"].get("vit")
+    if vit is not None and recipe.vision is not None:
+        cos = vit["image_features"]["cosine"]
+        worst = min(worst, cos)
+        if not cos >= recipe.vision.image_cosine:  # NaN fails too
+            failures.append(f"bmodel net vit: image features cosine {cos} on the {recipe.target.chip} cmodel, "
+                            f"below vision.image_cosine {recipe.vision.image_cosine}")
     head = checks["nets"]["lm_head"]
     allowance = (1.0 - v.tpu_euclid) * head.get("reference_logit_scale", 0.0)
     if head["token"] != head["reference_token"] and (v.exact_tokens or head["reference_top2_gap"] > allowance):

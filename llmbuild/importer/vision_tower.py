@@ -1,0 +1,47 @@
+"""The vision tower of a vision-language checkpoint as a TopOp net: exported by torch.onnx with the
+exporter of the recipe's family, then imported (importer/onnx_net.py). The vision step compiles it into the
+.llmb; the vendor bmodel's `vit` net exports the same net to the vendor's dialect."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from xdsl.dialects.builtin import IntegerAttr, StringAttr, i64
+
+from llmbuild import LlmbuildError
+from llmbuild.allocator import release_freed_memory
+from llmbuild.frontend.minicpmv import export_minicpmv_onnx
+from llmbuild.frontend.onnx_model import load_onnx
+from llmbuild.frontend.vision_export import export_vision_onnx
+from llmbuild.importer.onnx_net import OnnxImport, import_onnx_net
+from llmbuild.recipe_types import Recipe
+
+
+def import_tower(recipe: Recipe, vlm: Path, onnx_path: Path, net: str) -> OnnxImport:
+    """The tower exported by torch.onnx to `onnx_path` and imported as the TopOp net `net` (with its
+    float32 weights by name)."""
+    onnx_path = export_family_onnx(recipe, vlm, onnx_path)
+    release_freed_memory()  # the torch module and the export's copies: each phase below starts lean
+    graph = load_onnx(onnx_path)
+    attrs = {"top.stage": StringAttr("vision"), "top.layer": IntegerAttr(-1, i64)}
+    imported = import_onnx_net(graph, net, attrs)
+    del graph  # its constants: the weights the net did not take as they are (transposed ones are copies)
+    release_freed_memory()
+    return imported
+
+
+def export_family_onnx(recipe: Recipe, vlm: Path, out: Path) -> Path:
+    """The vit net's ONNX source as the recipe's vision.family defines it (config.json must be that family's)."""
+    assert recipe.vision is not None
+    family = recipe.vision.family
+    model_type = json.loads((vlm / "config.json").read_text(encoding="utf-8")).get("model_type")
+    if (model_type == "minicpmv") != (family == "minicpmv"):
+        raise LlmbuildError(f"{vlm / 'config.json'}: model_type {model_type!r} is not a checkpoint of "
+                            f"vision.family {family} (recipe {recipe.path})")
+    if family == "minicpmv":
+        return export_minicpmv_onnx(vlm, out, recipe.vision.exporter)
+    return export_vision_onnx(vlm, out, recipe.vision.exporter)
+
+
+__all__ = ["export_family_onnx", "import_tower"]
