@@ -31,3 +31,29 @@ def runtime_build(build_root: Path) -> Path:
         return Path(prebuilt)
     snakemake(build_root, *RUNTIME_RECIPES)
     return build_root
+
+
+# The vendor's cmodel keeps its engine threads polling busily until the process exits once a bmodel was loaded
+# (runtime/bmodel_cmodel.py): in the test process they would take a core from every later test. Tests run it
+# in subprocesses; this guard names the module that did not.
+_CMODEL_THREADS = ("CORE_MAIN", "TPU_BD", "TPU_GDMA")
+
+
+def _cmodel_threads() -> list[str]:
+    names = []
+    for comm in Path("/proc/self/task").glob("*/comm"):
+        try:
+            name = comm.read_text().strip()
+        except OSError:
+            continue
+        if name in _CMODEL_THREADS:
+            names.append(name)
+    return names
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _no_cmodel_left_running(request: pytest.FixtureRequest):
+    yield
+    left = _cmodel_threads()
+    assert not left, (f"{request.module.__name__} left the vendor's cmodel running in the test process "
+                      f"({', '.join(left)} threads spin until exit): run it in a subprocess")

@@ -200,9 +200,6 @@ def test_gptqmodel_act_order_checkpoint_compiled_auto_picks_what_gptqmodel_dequa
     import numpy as np
     from helpers import library_dequantized_greedy
 
-    from llmbuild.runtime.bmodel_cmodel import CmodelRuntime
-    from llmbuild.runtime.bmodel_generate import BmodelLM
-
     fixture = ROOT / "tests" / "fixtures" / "quant" / "gptq_asym_actorder_g32"
     out = tmp_path / "gptq_act"
     done = subprocess.run([sys.executable, "-m", "llmbuild.cli", "compile", str(fixture), "--quantize", "auto",
@@ -211,9 +208,18 @@ def test_gptqmodel_act_order_checkpoint_compiled_auto_picks_what_gptqmodel_dequa
     # transformers on gptqmodel's own dequantization of the same checkpoint
     prompt = [3, 14, 15, 92, 65, 35, 89, 79]
     want, logits = library_dequantized_greedy(fixture, tmp_path / "dequantized", prompt, 12)
-    with CmodelRuntime(locate().lib, "bm1684x") as rt:
-        rt.load(out / "gptq_act.bmodel")
-        picks = BmodelLM(rt).teacher_forced(prompt, want)
+    # In a process of its own: the cmodel's threads spin until the process that loaded a bmodel exits.
+    script = ("import json, sys\n"
+              "from llmbuild.runtime.bmodel_cmodel import CmodelRuntime\n"
+              "from llmbuild.runtime.bmodel_generate import BmodelLM\n"
+              "from llmbuild.vendor_toolchain import locate\n"
+              "with CmodelRuntime(locate().lib, 'bm1684x') as rt:\n"
+              "    rt.load(sys.argv[1])\n"
+              "    print(json.dumps(BmodelLM(rt).teacher_forced(json.loads(sys.argv[2]), json.loads(sys.argv[3]))))\n")
+    ran = subprocess.run([sys.executable, "-c", script, str(out / "gptq_act.bmodel"), json.dumps(prompt),
+                          json.dumps(want)], capture_output=True, text=True, timeout=900)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    picks = json.loads(ran.stdout.strip().splitlines()[-1])
     for k, (pick, token) in enumerate(zip(picks, want, strict=True)):
         top = np.sort(logits[k])[::-1]
         # bf16 activations: a different pick only where the float model's top two are within 1% of its scale

@@ -28,6 +28,9 @@ runtime keeps that floating-point environment to its own calls and restores the 
 
 `bmrt_destroy` and `bm_dev_free` must run before the interpreter tears down (the simulator's threads
 otherwise crash the exit): `CmodelRuntime` is a context manager and an `atexit` hook closes what is left.
+Once a bmodel has been loaded, closing does not stop the simulator: its engine threads (CORE_MAIN, TPU_BD,
+TPU_GDMA, ...) poll busily until the process exits, about a core of a 2-core machine. Run the cmodel in a
+process of its own (a build step, `llmbuild run --bmodel`, a subprocess), never in a long-lived one.
 
 This module is part of the runtime: stdlib, numpy and the runtime's own numerics (bf16 bits) only.
 """
