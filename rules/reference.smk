@@ -6,6 +6,8 @@ rule reference:
         quantized=quantized_input,
     output:
         reference=f"{BUILD}/{{recipe}}/reference.safetensors",
+        # The first and last layers' quantized tensors as an implementation llmbuild did not write reads them.
+        dequant=f"{BUILD}/{{recipe}}/dequant_check.json",
     params:
         **params_for("reference"),
     # One thread while the compile jobs, which do not need it, run beside it; two for a model whose

@@ -81,6 +81,7 @@ rule e2e:
 rule verify:
     input:
         e2e=rules.e2e.output.e2e,
+        dequant=rules.reference.output.dequant,
         head=rules.head_check.output.metrics,
         layers=lambda w: [f"{BUILD}/{w.recipe}/layers/{i}/metrics.json" for i in layer_ids(w)],
         # The vendor's bmodel run on its simulator (rules/bmodel.smk), where the recipe builds one.

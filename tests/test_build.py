@@ -118,6 +118,11 @@ def test_every_build_passed_its_verification(build: Path) -> None:
         report = json.loads((build / recipe / "verify.json").read_text())
         assert report["passed"] and report["checks"] > 0, recipe
         assert report["worst_cosine"]["top_vs_source"] >= 0.9999, recipe
+        # The quantized or GGUF tensors it imports, read again by the writing library's (or gguf's) code.
+        independent = report["independent_dequantization"]
+        assert independent["equal"] is not False, (recipe, independent)
+        if recipe in ("qwen2_tiny_w4", "llama_tiny_w4_awq", "smollm2_135m_bf16"):
+            assert independent["library"] and independent["equal"] is True, (recipe, independent)
 
 
 def test_every_mlir_file_parses_with_upstream_mlir_opt(build: Path) -> None:

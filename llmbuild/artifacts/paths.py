@@ -40,6 +40,12 @@ class BuildPaths:
         return self.root / "reference.safetensors"
 
     @property
+    def dequant_check(self) -> Path:
+        """The first and last layers' quantized tensors read by an independent implementation
+        (verify/independent_dequant.py), written by the reference step."""
+        return self.root / "dequant_check.json"
+
+    @property
     def plan(self) -> Path:
         return self.root / "plan.json"
 

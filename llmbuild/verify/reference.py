@@ -21,7 +21,7 @@ import numpy as np
 
 from llmbuild import LlmbuildError
 from llmbuild.artifacts.layer_weights import quantized_checkpoint_dir
-from llmbuild.artifacts.paths import BuildPaths, read_spec, shapes_of, tokenizer_dir
+from llmbuild.artifacts.paths import BuildPaths, read_spec, shapes_of, tokenizer_dir, write_json
 from llmbuild.progress_log import StepProgress
 from llmbuild.quant.scheme import head_scheme, recipe_scheme
 from llmbuild.recipe_types import Recipe
@@ -114,6 +114,10 @@ def make_reference(recipe: Recipe, paths: BuildPaths, out: Path) -> None:
     tensors["generate.ids"] = np.array(generated, dtype=np.int64)
     tensors["generate.logits"] = logits
     save_reference(tensors, out)
+    # The checkpoint's quantized tensors read again by code llmbuild did not write (first and last layer).
+    from llmbuild.verify.independent_dequant import independent_dequantization
+
+    write_json(paths.dequant_check, independent_dequantization(recipe, paths))
 
 
 def layer_outputs(model: Any, ids: np.ndarray, progress: StepProgress | None = None) -> dict[str, np.ndarray]:

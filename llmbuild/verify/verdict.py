@@ -80,6 +80,11 @@ def verify(recipe: Recipe) -> dict:
         if not image["first_logits"]["cosine"] >= v.logits_cosine:  # NaN fails too
             failures.append(f"end to end with an image: first-step logits cosine {image['first_logits']['cosine']} "
                             f"< {v.logits_cosine}")
+    dequant = _load(paths.dequant_check) if paths.dequant_check.is_file() else None
+    if dequant is not None and dequant.get("equal") is False:
+        failures.append(f"independent dequantization: {dequant['first_differing']} as llmbuild reads it differs "
+                        f"from {dequant['library']} (max abs difference {dequant['max_abs_difference']}): the "
+                        "compiler and the reference share that reading")
     bmodel = _bmodel_verdict(recipe, paths, failures) if builds_bmodel(recipe) and bmodel_allowed() else None
     report = {
         "recipe": recipe.name,
@@ -95,6 +100,9 @@ def verify(recipe: Recipe) -> dict:
                                              "first_logits") if k in e2e},
                        "worst_step_logits": {"step": worst_step, **steps[worst_step]}},
     }
+    if dequant is not None:
+        report["independent_dequantization"] = {k: dequant.get(k) for k in ("applies", "library", "equal", "why")
+                                                if k in dequant} | {"tensors": len(dequant.get("tensors", []))}
     if bmodel is not None:
         report["bmodel"] = bmodel
     if image is not None:
