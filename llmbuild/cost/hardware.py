@@ -28,7 +28,16 @@ FLASH_STATE_BYTES = 4
 
 @dataclass(frozen=True)
 class Rates:
+    """`streams`: how many cores compute at once. A compiled net is one command stream, which runs on one
+    core until the code generator splits work across cores: its timing passes 1 (cost/compiled.py); the
+    spec model's estimate of what the chip can do credits every core (None)."""
+
     chip: Chip
+    streams: int | None = None
+
+    @property
+    def cores(self) -> int:
+        return self.chip.cores if self.streams is None else min(self.streams, self.chip.cores)
 
     @property
     def clock_hz(self) -> float:
@@ -40,13 +49,14 @@ class Rates:
         return self.chip.ddr_bandwidth_gbps * GIB
 
     def mac_flops_per_s(self, dtype: str) -> float:
-        """Peak MAC-array flops of all cores for `dtype` activations (the profiler's unit, at our clock)."""
-        return self.chip.peak_tflops[dtype] * PROFILER_TERA * self.chip.clock_ghz * self.chip.cores
+        """Peak MAC-array flops of the computing cores for `dtype` activations (the profiler's unit, at our
+        clock)."""
+        return self.chip.peak_tflops[dtype] * PROFILER_TERA * self.chip.clock_ghz * self.cores
 
     @property
     def eu_ops_per_s(self) -> float:
         """Vector-unit element operations per second: each lane does eu_bytes / 4 f32 ops a cycle."""
-        per_cycle = self.chip.npu_lanes * self.chip.eu_bytes // EU_COMPUTE_BYTES * self.chip.cores
+        per_cycle = self.chip.npu_lanes * self.chip.eu_bytes // EU_COMPUTE_BYTES * self.cores
         return per_cycle * self.clock_hz
 
     @property
