@@ -1,5 +1,7 @@
-"""The long fuzz run of the binary loader: random raw and re-signed corruptions of a built binary, each
-opened, described (`llmbuild inspect`) and run for two tokens on the host path; counts of the outcomes.
+"""The long fuzz run of the binary loader: random raw and re-signed corruptions of a built binary, and edits
+of one field of its JSON sections (`meta`, `plan`: a wrong type, an out-of-range value, a value aliased from
+another field, a field dropped or two swapped, the binary then re-written and signed), each opened,
+described (`llmbuild inspect`) and run for two tokens on the host path; counts of the outcomes.
 
     python benchmarks/fuzz_binary.py [--cases 100000] [--recipe qwen2_tiny_f32] [--seed 0] [--jobs 2]
 
@@ -26,8 +28,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from binary_mutations import (  # noqa: E402
+    JSON_EDITS,
+    JSON_SECTIONS,
     RAW_KINDS,
     describe_failure,
+    json_mutation,
     load_and_run,
     raw_mutation,
     resigned_mutation,
@@ -55,10 +60,15 @@ def _init(binary: bytes, timeout: float) -> None:
 def _case(seed: int) -> tuple[str, str, str]:
     rng = random.Random(seed)
     binary = _STATE["binary"]
-    if rng.random() < 0.5:
+    draw = rng.random()
+    if draw < 0.4:
         kind = rng.choice(RAW_KINDS)
         args = (kind, rng.randrange(1 << 40), rng.randrange(256), rng.randint(1, 64))
         mutated, what = raw_mutation(binary, *args), f"raw {args}"
+    elif draw < 0.7:
+        jargs = (rng.choice(JSON_SECTIONS), rng.choice(JSON_EDITS), rng.randrange(1 << 30), rng.randrange(1 << 30),
+                 rng.randrange(256))
+        mutated, what = json_mutation(binary, *jargs), f"json-field {jargs}"
     else:
         section = rng.choice(_STATE["names"])
         args = (section, rng.randrange(1 << 40), rng.randrange(256), rng.randint(0, 16))
@@ -102,12 +112,12 @@ def main() -> None:
     print(f"{args.cases} cases on {path.name} ({len(binary)} bytes), {args.jobs} processes, {seconds:.0f} s")
     print("| mutation | ok | LlmbuildError | hang | other exception |")
     print("|---|---:|---:|---:|---:|")
-    for kind in ("raw", "re-signed"):
+    for kind in ("raw", "re-signed", "json-field"):
         row = [counts[kind, o] for o in ("ok", "LlmbuildError", "hang", "defect")]
         print(f"| {kind} | " + " | ".join(str(n) for n in row) + " |")
     for d in defects:
         print("  " + d)
-    if counts["raw", "defect"] + counts["re-signed", "defect"] + counts["raw", "hang"] + counts["re-signed", "hang"]:
+    if sum(n for (_, outcome), n in counts.items() if outcome in ("defect", "hang")):
         sys.exit(1)
 
 

@@ -67,6 +67,74 @@ def resigned_mutation(data: bytes, section: str, at: int, value: int, length: in
     return bytes(out)
 
 
+JSON_SECTIONS = ("meta", "plan")
+JSON_EDITS = ("type", "bound", "alias", "drop", "swap")
+# Values of every JSON type and the bounds a loader must check: a wrong type, a negative, zero, one past
+# a 64-bit field, a float where an int belongs, a huge count, an empty or a foreign container.
+_ODD_VALUES = (None, True, False, 0, -1, 1, 2**31, 2**63, -(2**63) - 1, 1e308, -0.0, 0.5, "", "x" * 300,
+               "layers.0.k", [], [0], [-1, -1], {}, {"address": 0})
+
+
+def json_leaves(node, path: tuple = ()) -> list[tuple]:
+    """Every path into a JSON document (containers and leaves), in document order."""
+    out = [path]
+    if isinstance(node, dict):
+        for key, value in node.items():
+            out += json_leaves(value, (*path, key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            out += json_leaves(value, (*path, i))
+    return out
+
+
+def _get(node, path: tuple):
+    for key in path:
+        node = node[key]
+    return node
+
+
+def _set(node, path: tuple, value) -> None:
+    _get(node, path[:-1])[path[-1]] = value
+
+
+def json_mutation(data: bytes, section: str, edit: str, at: int, other: int, value: int) -> bytes:
+    """The binary re-written (every section re-signed, as a writer would) with one field of the JSON
+    section `section` (meta or plan) edited: `type` and `bound` put an odd value there (_ODD_VALUES),
+    `alias` copies another field's value onto it (two slots at one address, a net pointing at another's
+    section, a layer index repeated), `drop` deletes it, `swap` exchanges two fields' values."""
+    import json
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "in.llmb"
+        path.write_bytes(data)
+        c = container.Container(path, verify=False)
+        parts = {name: bytes(c.section(name)) for name in c.names()}
+        order = c.names()
+        del c
+    doc = json.loads(parts[section])
+    paths = [p for p in json_leaves(doc) if p]
+    target = paths[at % len(paths)]
+    source = paths[other % len(paths)]
+    if edit in ("type", "bound"):
+        _set(doc, target, _ODD_VALUES[value % len(_ODD_VALUES)])
+    elif edit == "drop":
+        parent = _get(doc, target[:-1])
+        del parent[target[-1]]
+    elif source[: len(target)] != target and target[: len(source)] != source:  # neither inside the other
+        if edit == "alias":
+            _set(doc, target, json.loads(json.dumps(_get(doc, source))))
+        else:  # swap
+            a, b = _get(doc, target), _get(doc, source)
+            _set(doc, target, b)
+            _set(doc, source, a)
+    parts[section] = json.dumps(doc).encode()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "out.llmb"
+        container.write_container(out, [(name, [parts[name]]) for name in order])
+        return out.read_bytes()
+
+
 def load_and_run(path: Path) -> str:
     """Everything a user does with a binary: open it, describe it, generate two tokens on the host path.
     Returns "ok" or "LlmbuildError"; any other exception propagates (the defect the fuzz looks for)."""

@@ -7,7 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from binary_mutations import RAW_KINDS, load_and_run, raw_mutation, resigned_mutation, sections
+from binary_mutations import (
+    JSON_EDITS,
+    JSON_SECTIONS,
+    RAW_KINDS,
+    json_mutation,
+    load_and_run,
+    raw_mutation,
+    resigned_mutation,
+    sections,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -52,4 +61,16 @@ def test_resigned_corruption_is_an_llmbuild_error_or_runs(binary: bytes, tmp_pat
     section = data.draw(st.sampled_from(names))
     path = tmp_path / "m.llmb"
     path.write_bytes(resigned_mutation(binary, section, at, value, length))
+    assert load_and_run(path) in ("ok", "LlmbuildError")
+
+
+@SETTINGS
+@given(section=st.sampled_from(JSON_SECTIONS), edit=st.sampled_from(JSON_EDITS), at=st.integers(0, 1 << 30),
+       other=st.integers(0, 1 << 30), value=st.integers(0, 255))
+def test_an_edited_json_field_is_an_llmbuild_error_or_runs(binary: bytes, tmp_path: Path, section: str, edit: str,
+                                                           at: int, other: int, value: int) -> None:
+    """One field of meta or plan given a wrong type, an out-of-range value, another field's value, dropped or
+    swapped, and the binary re-signed: the loader names the field or runs."""
+    path = tmp_path / "m.llmb"
+    path.write_bytes(json_mutation(binary, section, edit, at, other, value))
     assert load_and_run(path) in ("ok", "LlmbuildError")

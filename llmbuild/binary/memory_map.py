@@ -14,13 +14,42 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from llmbuild.numerics.formats import itemsize
+from llmbuild import LlmbuildError
+from llmbuild.numerics.formats import STORAGE, itemsize
 
 ACTIVATION_ALIGN = 64
 
 
 def align(n: int, a: int) -> int:
     return (n + a - 1) // a * a
+
+
+MAX_SLOT_RANK = 8
+MAX_ADDRESS = 1 << 48  # far above any device's memory
+
+
+def _count(n: object) -> bool:
+    return isinstance(n, int) and not isinstance(n, bool) and 0 <= n < MAX_ADDRESS
+
+
+def _expect(ok: bool, where: str, what: str, got: object) -> None:
+    if not ok:
+        text = repr(got)
+        raise LlmbuildError(f"{where}: expected {what}, got {text[:60] + '...' if len(text) > 60 else text}")
+
+
+def _field(d: dict, key: str, kind: type, what: str, where: str = "plan"):
+    _expect(key in d, f"{where}.{key}", what, "nothing")
+    value = d[key]
+    _expect(isinstance(value, kind) and not (kind is int and isinstance(value, bool)), f"{where}.{key}", what,
+            value)
+    return value
+
+
+def _address(d: dict, key: str, where: str) -> int:
+    value = _field(d, key, int, "a non-negative integer", where)
+    _expect(_count(value), f"{where}.{key}", f"a non-negative integer below {MAX_ADDRESS}", value)
+    return value
 
 
 @dataclass(frozen=True)
@@ -52,19 +81,38 @@ class MemoryPlan:
 
     @staticmethod
     def from_json(text: str) -> MemoryPlan:
-        d = json.loads(text)
+        """The plan a binary or a build wrote, every field checked for its type and bounds (a binary is
+        signed by whoever wrote it: a wrong value is one LlmbuildError naming the field, never a TypeError
+        in the runtime)."""
+        try:
+            d = json.loads(text)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise LlmbuildError(f"plan: not JSON ({exc.msg if hasattr(exc, 'msg') else exc})") from None
+        _expect(isinstance(d, dict), "plan", "an object", d)
 
-        def slots(m: dict) -> dict[str, Slot]:
-            return {k: Slot(v["address"], v["dtype"], tuple(v["shape"])) for k, v in m.items()}
+        def slots(key: str) -> dict[str, Slot]:
+            m = _field(d, key, dict, "an object of slots")
+            out = {}
+            for name, v in m.items():
+                where = f"plan.{key}.{name}"
+                _expect(isinstance(v, dict), where, "an object with address, dtype and shape", v)
+                dtype = _field(v, "dtype", str, "a dtype name", where)
+                _expect(dtype in STORAGE, f"{where}.dtype", f"one of {', '.join(STORAGE)}", dtype)
+                shape = _field(v, "shape", list, "a list of dimensions", where)
+                _expect(len(shape) <= MAX_SLOT_RANK and all(_count(n) for n in shape), f"{where}.shape",
+                        f"at most {MAX_SLOT_RANK} non-negative integer dimensions", shape)
+                out[name] = Slot(_address(v, "address", where), dtype, tuple(shape))
+            return out
 
-        return MemoryPlan(
-            alignment=d["alignment"],
-            weights=slots(d["weights"]),
-            kv=slots(d["kv"]),
-            io=slots(d["io"]),
-            regions={k: tuple(v) for k, v in d["regions"].items()},
-            activation_base=d["activation_base"],
-        )
+        regions = {}
+        for name, v in _field(d, "regions", dict, "an object of [base, size] pairs").items():
+            _expect(isinstance(v, list) and len(v) == 2 and all(_count(n) for n in v), f"plan.regions.{name}",
+                    "[base, size], two non-negative integers", v)
+            regions[name] = (int(v[0]), int(v[1]))
+        alignment = _field(d, "alignment", int, "a positive integer")
+        _expect(_count(alignment) and alignment > 0, "plan.alignment", "a positive integer", alignment)
+        return MemoryPlan(alignment=alignment, weights=slots("weights"), kv=slots("kv"), io=slots("io"),
+                          regions=regions, activation_base=_address(d, "activation_base", "plan"))
 
     @staticmethod
     def read(path: Path) -> MemoryPlan:

@@ -168,6 +168,10 @@ class CompiledModel:
             self.L = int(self.meta["prefill_length"])
             self._kv = {(i, which): _desc(self.plan.kv[f"layers.{i}.{which}"])
                         for i in range(self.num_layers) for which in "kv"}
+            for (i, which), kv in self._kv.items():  # [1, S, kv_heads, head_dim], as memory_plan.py lays it
+                if len(kv.shape) != 4 or kv.shape[1] != self.S:
+                    raise LlmbuildError(f"{self.path}: section plan: kv.layers.{i}.{which}: expected a [1, "
+                                        f"{self.S}, heads, dim] cache, got {list(kv.shape)}")
             weight_region = tuple(int(x) for x in self.plan.regions["weight"])
         except BINARY_FAULTS as exc:
             raise LlmbuildError(f"{self.path}: section plan: not the plan this binary's nets need "
