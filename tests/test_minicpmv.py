@@ -154,13 +154,15 @@ def test_slicing_equals_transformers_minicpmv_processor() -> None:
 
 def test_position_ids_equal_transformers_embeddings() -> None:
     """The host's position ids are what transformers' Idefics2 embeddings compute from a patch mask (its
-    position table made an index table, its patch embedding zero)."""
+    position table made an index table, its patch embedding zero), for every side length at the real table."""
     from transformers import Idefics2VisionConfig
     from transformers.models.idefics2.modeling_idefics2 import Idefics2VisionEmbeddings
 
     from llmbuild.numerics.minicpmv_inputs import position_ids
 
-    for side, grids in ((4, [(1, 1), (3, 3), (3, 4), (5, 2)]), (70, [(32, 32), (23, 45), (1, 64), (33, 31)])):
+    # At the real 70-wide table every side length, each beside the shortest and the longest other side.
+    every = [(h, w) for n in range(1, 71) for h, w in ((n, 1), (1, n), (n, 70), (70, n))]
+    for side, grids in ((4, [(1, 1), (3, 3), (3, 4), (5, 2)]), (70, [(32, 32), (23, 45), (33, 31), *every])):
         emb = Idefics2VisionEmbeddings(Idefics2VisionConfig(hidden_size=1, image_size=side * 2, patch_size=2))
         with torch.no_grad():
             emb.patch_embedding.weight.zero_()

@@ -49,7 +49,13 @@ def max_patches(scale: int, patch: int) -> int:
 def position_ids(grid_h: int, grid_w: int, side: int) -> np.ndarray:
     """The tower's position of each patch, row by row: its fractional coordinates bucketized onto the
     side x side grid of the position table (NaViT, as SigLIP in MiniCPM-V and transformers' Idefics2 do)."""
-    boundaries = np.arange(1 / side, 1.0, 1 / side, dtype=np.float32)
+    # The table's bucket boundaries as torch.arange(1/side, 1.0, 1/side) makes them: start + i * step in
+    # float64, then float32. numpy's float32 arange steps in float32 and gives 19 of the 69 boundaries of
+    # MiniCPM-V's 70-wide table one ulp apart, which moved a patch of 7 side lengths (10, 20, 35, 40, 42, 50
+    # and 70 patches) to the neighbouring bucket.
+    step = 1.0 / side
+    count = math.ceil((1.0 - step) / step)
+    boundaries = (step + np.arange(count, dtype=np.float64) * step).astype(np.float32)
     rows = np.clip(np.arange(grid_h, dtype=np.float32) * np.float32(1.0 / grid_h), None, np.float32(1 - 1e-6))
     cols = np.clip(np.arange(grid_w, dtype=np.float32) * np.float32(1.0 / grid_w), None, np.float32(1 - 1e-6))
     bucket_h = np.searchsorted(boundaries, rows, side="right")
