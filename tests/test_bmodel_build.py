@@ -215,11 +215,14 @@ def test_gptqmodel_act_order_checkpoint_compiled_auto_picks_what_gptqmodel_dequa
               "from llmbuild.vendor_toolchain import locate\n"
               "with CmodelRuntime(locate().lib, 'bm1684x') as rt:\n"
               "    rt.load(sys.argv[1])\n"
-              "    print(json.dumps(BmodelLM(rt).teacher_forced(json.loads(sys.argv[2]), json.loads(sys.argv[3]))))\n")
+              "    picks = BmodelLM(rt).teacher_forced(json.loads(sys.argv[2]), json.loads(sys.argv[3]))\n"
+              "print('picks', json.dumps(picks), flush=True)\n")
     ran = subprocess.run([sys.executable, "-c", script, str(out / "gptq_act.bmodel"), json.dumps(prompt),
                           json.dumps(want)], capture_output=True, text=True, timeout=900)
     assert ran.returncode == 0, ran.stderr[-3000:]
-    picks = json.loads(ran.stdout.strip().splitlines()[-1])
+    # (the simulator writes its own lines to stdout too)
+    (line,) = [line for line in ran.stdout.splitlines() if line.startswith("picks ")]
+    picks = json.loads(line.removeprefix("picks "))
     for k, (pick, token) in enumerate(zip(picks, want, strict=True)):
         top = np.sort(logits[k])[::-1]
         # bf16 activations: a different pick only where the float model's top two are within 1% of its scale

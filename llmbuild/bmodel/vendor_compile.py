@@ -29,6 +29,7 @@ class NetOptions:
     q_group_size: int = 0
     io_alone: bool = False  # decode nets: the KV cache inputs are addressed apart (LLM-TPU writes into them)
     quant_output: bool = True  # False for lm_head (its output is the token id)
+    quant_input: bool = True  # False for vit: the runtime feeds it float32 pixels (llm_convert's compile_vit)
     num_core: int = 1
     dynamic: bool = False  # lengths passed at run time (the history form's prefill nets)
 
@@ -49,9 +50,10 @@ def tpuc_commands(chain: Toolchain, net: str, options: NetOptions) -> list[list[
         "--canonicalize", "--weight-fold", "-o", f"{stem}_tpu.mlir",
     ]
     quant_output = "True" if options.quant_output else "False"
+    quant_input = "True" if options.quant_input else "False"
     optimize = [
         opt, f"{stem}_tpu.mlir", "--mlir-disable-threading",
-        f"--strip-io-quant=quant_input=True quant_output={quant_output} quant_input_list= quant_output_list= "
+        f"--strip-io-quant=quant_input={quant_input} quant_output={quant_output} quant_input_list= quant_output_list= "
         "quant_output_bf16=False quant_input_int8=False quant_output_int8=False ",
         "--processor-tpu-optimize", "--dev-parallel", "--weight-reorder",
         f"--subnet-divide=dynamic={'True' if options.dynamic else 'False'}",

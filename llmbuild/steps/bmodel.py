@@ -82,12 +82,14 @@ def activation_type(recipe: Recipe) -> str:
 def net_options(recipe: Recipe, net: str, bits: int | None, group: int) -> NetOptions:
     """How TPU-MLIR compiles `net`: the recipe's activation type, W<bits> where the net multiplies by levels,
     the decode nets' KV cache addressed apart (LLM-TPU writes the new row into it), lm_head's output (the
-    token id) left unconverted, the history form's prefill nets with run-time lengths."""
+    token id) left unconverted, the vit net's input (float32 pixels) too, the history form's prefill nets
+    with run-time lengths."""
     act = _ACTIVATION[activation_type(recipe)]
     mode = f"W{bits}{act}" if bits else act
     prefill = net.startswith(("block_", "block_kv_")) and not net.startswith("block_cache_")
     return NetOptions(chip=recipe.target.chip, mode=mode, q_group_size=group if bits else 0,
                       io_alone=net.startswith("block_cache_"), quant_output=net != "lm_head",
+                      quant_input=net != VIT_NET,
                       num_core=recipe.bmodel.cores, dynamic=prefill and recipe.bmodel.history)
 
 
