@@ -57,9 +57,10 @@ def test_a_swapped_nibble_order_is_found_and_named(monkeypatch: pytest.MonkeyPat
     pytest.importorskip("gptqmodel")
     import llmbuild.quant.readers as readers
 
-    namespace: dict = {}
-    exec(SWAPPED_NIBBLES, namespace)  # noqa: S102  (the test's own bug, the same text the build gets)
-    monkeypatch.setattr(readers, "unpack_along_cols", namespace["_swapped"])
+    # Recorded first, so that the teardown puts the real reader back: the text patches the module itself.
+    monkeypatch.setattr(readers, "unpack_along_cols", readers.unpack_along_cols)
+    exec(SWAPPED_NIBBLES, {})  # noqa: S102  (the test's own bug, the same text the build gets)
+    assert readers.unpack_along_cols.__name__ == "_swapped"
     result = _quantized(QuantizedCheckpoint(FIXTURES / "gptq_sym_g32"), [0])
     assert result["equal"] is False and result["first_differing"] == "model.layers.0.self_attn.q_proj", result
 
@@ -96,3 +97,10 @@ def test_a_build_whose_reader_both_sides_share_is_wrong_fails_verification(tmp_p
         f"{failed['independent_dequantization']['library']} (max abs difference "
         f"{json.loads((build / 'gptq_fixture' / 'dequant_check.json').read_text())['max_abs_difference']}): the "
         "compiler and the reference share that reading"], failed["failures"]
+
+
+def test_the_reader_is_itself_again_after_the_injected_bug() -> None:
+    """The previous test's bug does not outlive it (later tests of the process read checkpoints)."""
+    import llmbuild.quant.readers as readers
+
+    assert readers.unpack_along_cols.__name__ == "unpack_along_cols"
