@@ -101,8 +101,9 @@ def verify(recipe: Recipe) -> dict:
                        "worst_step_logits": {"step": worst_step, **steps[worst_step]}},
     }
     if dequant is not None:
-        report["independent_dequantization"] = {k: dequant.get(k) for k in ("applies", "library", "equal", "why")
-                                                if k in dequant} | {"tensors": len(dequant.get("tensors", []))}
+        # equal: True or False where an independent implementation read the tensors, None where none did.
+        report["independent_dequantization"] = {k: dequant.get(k) for k in ("applies", "library", "equal", "why")} | {
+            "tensors": len(dequant.get("tensors", []))}
     if bmodel is not None:
         report["bmodel"] = bmodel
     if image is not None:
