@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 from pathlib import Path
@@ -93,6 +94,24 @@ def test_f32_on_the_bm1688_gives_transformers_greedy_ids(tmp_path):
     assert not e2e["teacher_forced_differing"]
     worst = min(s["euclid"] for n in checks["nets"].values() for s in n.get("outputs", {}).values())
     assert worst > 0.9999  # f32: the vendor's arithmetic within float32 rounding of the reference
+
+
+def test_both_bm1688_cores_build_and_verify_on_its_cmodel(tmp_path):
+    """`bmodel.cores: 2`: every block net compiled for the BM1688's two cores, run on its cmodel, verified."""
+    from llmbuild.runtime.bmodel_inspect import model_info
+
+    recipes = recipes_with(tmp_path, qwen2_tiny_bm1688_2c="base: qwen2_tiny_bf16\ntarget:\n  chip: bm1688\n"
+                                                          "bmodel:\n  cores: 2\n")
+    build = tmp_path / "build"
+    snakemake(build, "qwen2_tiny_bm1688_2c", *BMODEL, recipes=recipes)
+    out = build / "qwen2_tiny_bm1688_2c"
+    verdict = json.loads((out / "verify.json").read_text())
+    assert verdict["passed"] and verdict["bmodel"]["coverage"] == "every net", verdict
+    assert "bm1688" in verdict["bmodel"]["simulator"]
+    info = model_info(out / "qwen2_tiny_bm1688_2c.bmodel")
+    nets = re.findall(r"^net \d+: \[(\w+)\].*\n(?:addr mode.*\n)?-+\nstage 0, core num: (\d)", info, re.M)
+    assert {n: c for n, c in nets if n.startswith("block")} == {f"block{k}_{i}": "2" for i in range(4)
+                                                               for k in ("", "_cache")}, nets
 
 
 def test_a_field_edit_recompiles_the_nets_that_read_it(build_root, tmp_path):
