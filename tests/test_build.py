@@ -257,6 +257,24 @@ def test_a_layer_whose_command_stream_no_checked_layer_ran_fails_link(build: Pat
     assert not binary.exists()
 
 
+def test_every_tiny_recipe_s_host_path_equals_its_device_bit_for_bit(build: Path) -> None:
+    """The host path claims the simulated device's arithmetic: on every shipped tiny recipe (every mode,
+    family and quantization the shipped recipes have) the same ids and the same logits, array for array,
+    and a second turn's prefill on the cache."""
+    from llmbuild.recipe import list_recipes
+    from llmbuild.runtime.compiled_model import CompiledModel
+
+    tiny = [r for r in list_recipes(buildable_only=True) if "_tiny_" in r]
+    assert len(tiny) >= 10, tiny
+    for recipe in tiny:
+        binary = build / recipe / f"{recipe}.llmb"
+        device, host = (CompiledModel(binary, faithful=f) for f in (True, False))
+        want_ids, want = device.generate(PROMPT * 5, 8)
+        got_ids, got = host.generate(PROMPT * 5, 8)
+        assert got_ids == want_ids and all(np.array_equal(g, w) for g, w in zip(got, want, strict=True)), recipe
+        assert np.array_equal(host.prefill([5, 6, 7]), device.prefill([5, 6, 7])), recipe
+
+
 def test_bad_recipe_fails_before_any_work(tmp_path: Path) -> None:
     recipes = tmp_path / "recipes"
     recipes.mkdir()
