@@ -111,8 +111,16 @@ class MemoryPlan:
             regions[name] = (int(v[0]), int(v[1]))
         alignment = _field(d, "alignment", int, "a positive integer")
         _expect(_count(alignment) and alignment > 0, "plan.alignment", "a positive integer", alignment)
-        return MemoryPlan(alignment=alignment, weights=slots("weights"), kv=slots("kv"), io=slots("io"),
+        plan = MemoryPlan(alignment=alignment, weights=slots("weights"), kv=slots("kv"), io=slots("io"),
                           regions=regions, activation_base=_address(d, "activation_base", "plan"))
+        # Every slot inside its region: a size no device holds is refused here, not allocated by a runtime.
+        for group, region in (("weights", "weight"), ("kv", "kv"), ("io", "io")):
+            base, size = regions.get(region, (0, 0))
+            for name, slot in getattr(plan, "weights" if group == "weights" else group).items():
+                _expect(base <= slot.address and slot.address + slot.nbytes <= base + size,
+                        f"plan.{group}.{name}", f"a slot inside the {region} region [{base}, {base + size})",
+                        f"{slot.nbytes} bytes at {slot.address}")
+        return plan
 
     @staticmethod
     def read(path: Path) -> MemoryPlan:

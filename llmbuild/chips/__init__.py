@@ -41,6 +41,9 @@ def known_chips() -> list[str]:
 
 @cache
 def load_chip(name: str) -> Chip:
+    # Known names only: a binary's meta names the chip, and a name is not a path to open.
+    if not isinstance(name, str) or name not in known_chips():
+        raise LlmbuildError(f"unknown chip {str(name)[:40]!r}: expected one of {', '.join(known_chips())}")
     path = CHIPS_DIR / f"{name}.yaml"
     if not path.is_file():
         raise LlmbuildError(f"unknown chip {name!r}: expected one of {', '.join(known_chips())}")
