@@ -74,3 +74,21 @@ def test_an_edited_json_field_is_an_llmbuild_error_or_runs(binary: bytes, tmp_pa
     path = tmp_path / "m.llmb"
     path.write_bytes(json_mutation(binary, section, edit, at, other, value))
     assert load_and_run(path) in ("ok", "LlmbuildError")
+
+
+# The long run's findings (benchmarks/fuzz_binary.py, docs/performance.md): plan slots of 2^31 elements
+# (terabyte allocations), a 300-character chip name opened as a file, plan edits that ran for minutes.
+FOUND = [("meta", "type", 110996300, 972846411, 73), ("plan", "alias", 167457534, 410933088, 75),
+         ("plan", "alias", 244785126, 89030460, 233), ("plan", "alias", 672862574, 283043376, 122),
+         ("plan", "bound", 191052086, 927541392, 106), ("plan", "bound", 96906350, 343689842, 246),
+         ("plan", "bound", 980079806, 202804695, 106), ("plan", "swap", 693989534, 837212831, 226),
+         ("plan", "type", 118257049, 848107233, 66), ("plan", "type", 328311025, 679192611, 26),
+         ("plan", "type", 472249953, 504225606, 186), ("plan", "type", 534276518, 188410191, 246)]
+
+
+@pytest.mark.parametrize("case", FOUND, ids=lambda c: "-".join(map(str, c[:3])))
+def test_what_the_long_run_found_is_one_llmbuild_error(binary: bytes, tmp_path: Path, case: tuple) -> None:
+    path = tmp_path / "m.llmb"
+    path.write_bytes(json_mutation(binary, *case))
+    # (a crash propagates out of load_and_run; "ok" only if a later change of meta moved the seed's field)
+    assert load_and_run(path) in ("ok", "LlmbuildError")
