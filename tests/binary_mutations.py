@@ -105,13 +105,8 @@ def json_mutation(data: bytes, section: str, edit: str, at: int, other: int, val
     import json
     import tempfile
 
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "in.llmb"
-        path.write_bytes(data)
-        c = container.Container(path, verify=False)
-        parts = {name: bytes(c.section(name)) for name in c.names()}
-        order = c.names()
-        del c
+    table = sections(data)
+    parts = {name: data[offset : offset + size] for name, offset, size in table}
     doc = json.loads(parts[section])
     paths = [p for p in json_leaves(doc) if p]
     target = paths[at % len(paths)]
@@ -131,7 +126,7 @@ def json_mutation(data: bytes, section: str, edit: str, at: int, other: int, val
     parts[section] = json.dumps(doc).encode()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out.llmb"
-        container.write_container(out, [(name, [parts[name]]) for name in order])
+        container.write_container(out, [(name, [parts[name]]) for name, _, _ in table])
         return out.read_bytes()
 
 

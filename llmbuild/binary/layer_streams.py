@@ -21,6 +21,11 @@ from llmbuild.binary.program import Instr, Program, encode
 _LAYER = re.compile(r"(?<![\w.])layers\.(\d+)\.")
 
 
+def _without_index(text: str, layer: int) -> str:
+    """`layers.<layer>.` in `text` written `layers.*.` (another layer's name is left as it is)."""
+    return _LAYER.sub(lambda m: "layers.*." if int(m.group(1)) == layer else m.group(0), text)
+
+
 class SlotNames:
     """The plan's global slots by address, for naming the address a tensor sits at."""
 
@@ -40,7 +45,7 @@ class SlotNames:
         start, size, name = self.slots[i]
         if address >= start + max(size, 1):
             return None
-        name = _LAYER.sub(lambda m: "layers.*." if int(m.group(1)) == layer else m.group(0), name)
+        name = _without_index(name, layer)
         if name.startswith("hidden."):  # layer i reads hidden.{i % 2} and writes the other one
             name = f"hidden.{(int(name.split('.')[1]) - layer) % 2}"
         return f"{name}+{address - start}"
@@ -59,8 +64,7 @@ def stream_key(prog: Program, slots: SlotNames) -> str:
         tensors.append(t)
 
     def strip(instr: Instr) -> Instr:
-        return replace(instr, loc=_LAYER.sub(lambda m: "layers.*." if int(m.group(1)) == layer else m.group(0),
-                                             instr.loc))
+        return replace(instr, loc=_without_index(instr.loc, layer))
 
     canonical = replace(prog, net=re.sub(r"\d+$", "*", prog.net), layer=-1, tensors=tensors,
                         instrs=[strip(i) for i in prog.instrs],

@@ -116,7 +116,7 @@ class MemoryPlan:
         # Every slot inside its region: a size no device holds is refused here, not allocated by a runtime.
         for group, region in (("weights", "weight"), ("kv", "kv"), ("io", "io")):
             base, size = regions.get(region, (0, 0))
-            for name, slot in getattr(plan, "weights" if group == "weights" else group).items():
+            for name, slot in getattr(plan, group).items():
                 _expect(base <= slot.address and slot.address + slot.nbytes <= base + size,
                         f"plan.{group}.{name}", f"a slot inside the {region} region [{base}, {base + size})",
                         f"{slot.nbytes} bytes at {slot.address}")

@@ -103,6 +103,8 @@ def export_net(module: ModuleOp, weights: Mapping[str, np.ndarray], weight_file:
 class NetExporter:
     """One net's translation; bmodel/vit_export.py's exporter specializes it for the vision tower."""
 
+    concat_attrs = ir.CONCAT  # the decoder's K/V history concatenation merges in place (only_merge)
+
     def __init__(self, net: str, weights: Mapping[str, np.ndarray], weight_file: str,
                  final_norm: FinalNorm | None, dynamic: DynamicPrefill | None, explicit_attention: bool):
         self.net = net
@@ -384,7 +386,7 @@ class NetExporter:
 
     def op_Concat(self, op: top.ConcatOp) -> ir.Value:
         axis = op.attributes["axis"].value.data  # type: ignore[attr-defined]
-        attrs = {**ir.CONCAT, "axis": ir.si32(axis)}
+        attrs = {**self.concat_attrs, "axis": ir.si32(axis)}
         return self.out.op("top.Concat", [self.operand(v) for v in op.operands], common.shape_of(op.results[0]),
                            self.loc(op), attrs)
 

@@ -36,6 +36,10 @@ def export_vit(module: ModuleOp, weights: Mapping[str, np.ndarray], weight_file:
 
 
 class _VitExporter(NetExporter):
+    # only_merge false, as the incumbent's towers write it: the class token is a weight, which an in-place
+    # concatenation (the decoder's K/V history) cannot place beside an activation.
+    concat_attrs = {**ir.CONCAT, "only_merge": "false"}
+
     def __init__(self, net: str, weights: Mapping[str, np.ndarray], weight_file: str):
         super().__init__(net, weights, weight_file, None, None, explicit_attention=True)
         self.written: dict[str, ir.Value] = {}  # weights by name: one npz entry however many ops read it
@@ -101,14 +105,6 @@ class _VitExporter(NetExporter):
         shape = common.shape_of(op.results[0])
         operands = [self.broadcast_operand(v, len(shape)) for v in op.operands]
         return self.out.op(name, operands, shape, self.loc(op), ir.ELEMENTWISE)
-
-    def op_Concat(self, op: top.ConcatOp) -> ir.Value:
-        # only_merge false, as the incumbent's towers write it: the class token is a weight, which an in-place
-        # concatenation (the decoder's K/V history) cannot place beside an activation.
-        axis = op.attributes["axis"].value.data  # type: ignore[attr-defined]
-        attrs = {**ir.CONCAT, "axis": ir.si32(axis), "only_merge": "false"}
-        return self.out.op("top.Concat", [self.operand(v) for v in op.operands], common.shape_of(op.results[0]),
-                           self.loc(op), attrs)
 
     def op_Permute(self, op: top.PermuteOp) -> ir.Value:
         order = tuple(op.order.get_values())

@@ -129,20 +129,30 @@ class GGUFSource:
         """Every tensor of the file as stored (`gguf_index.GGUFTensor`: GGUF name, type, raw bytes)."""
         return list(self._tensors.values())
 
+    def tensor_type(self, name: str) -> Any:
+        """Canonical tensor `name`'s GGML type (from the index alone)."""
+        return self._entry(name).tensor_type
+
+    def stored(self, name: str) -> tuple[np.ndarray, Any, tuple[int, ...]]:
+        """Canonical tensor `name` as stored: its raw blocks (rows in the canonical order), its GGML type and
+        its numpy shape. The architecture's transform only reorders rows, and a quantized row is whole
+        blocks: the stored rows are reordered, a fraction of the float32 bytes."""
+        t = self._entry(name)
+        raw = self.architecture.transform_gguf_tensor(name, np.asarray(t.data), self.spec)
+        return raw, t.tensor_type, tuple(int(n) for n in t.shape)
+
     def tensor(self, name: str, out: np.ndarray | None = None) -> np.ndarray:
         """Canonical tensor `name` in float32, new or written into `out` (float32, C-contiguous)."""
         from llmbuild.frontend.gguf_dequant import dequantize
 
-        t = self._entry(name)
-        # The architecture's transform only reorders rows, and a quantized row is whole blocks: reorder the
-        # stored rows (a fraction of the float32 bytes) and dequantize straight into the result, which the
-        # caller owns (an F32 tensor is otherwise a view into the read-only map).
-        raw = self.architecture.transform_gguf_tensor(name, np.asarray(t.data), self.spec)
-        out = np.empty(t.shape, dtype=np.float32) if out is None else out
+        # Dequantized straight into the result, which the caller owns (an F32 tensor is otherwise a view
+        # into the read-only map).
+        raw, kind, shape = self.stored(name)
+        out = np.empty(shape, dtype=np.float32) if out is None else out
         try:
-            return dequantize(raw, t.tensor_type, out)
+            return dequantize(raw, kind, out)
         except NotImplementedError as exc:
-            raise LlmbuildError(f"{self.path}: tensor {t.name!r}: {exc}") from None
+            raise LlmbuildError(f"{self.path}: tensor {self._entry(name).name!r}: {exc}") from None
 
 
 def gguf_metadata(path: Path) -> Mapping[str, Any]:

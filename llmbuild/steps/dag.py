@@ -258,6 +258,8 @@ def head_net_names(vision: bool) -> list[str]:
 
 def bmodel_head_nets(name: str) -> list[str]:
     return head_net_names(recipe(name).vision is not None)
+
+
 TOOLCHAIN_VERSION = VENDOR_VERSION
 
 

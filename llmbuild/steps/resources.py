@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from llmbuild.artifacts.paths import VIT_NET
 from llmbuild.frontend.arch.base import expected_shapes
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.numerics.compiled_dequant import MIN_WEIGHTS
@@ -254,7 +255,7 @@ def bmodel_resources(recipe: Recipe, spec: ModelSpec, job: str, net: str = "") -
     origin = _origin(recipe)
     billions = (size.layer * size.layers + size.vocab_table * size.tables) / 1e9
     if job == "net":
-        if net == "vit":
+        if net == VIT_NET:
             # The vision step's export and import of the tower, then its float32 npz for tpuc-opt.
             vision = step_resources(recipe, spec, "vision")
             tower = tower_weights(recipe, spec.hidden_size)

@@ -39,14 +39,14 @@ from llmbuild.recipe_types import Recipe
 Reader = Callable[[str], np.ndarray]  # a quantized layer's prefix -> its float32 weight [N, K]
 
 
-def checked_layers(num_layers: int) -> list[int]:
+def _layers_read(num_layers: int) -> list[int]:
     return sorted({0, num_layers - 1})
 
 
 def independent_dequantization(recipe: Recipe, paths: BuildPaths) -> dict:
     """What `dequant_check.json` holds: which code read which tensors, and whether they agree."""
     spec = read_spec(paths.spec)
-    layers = checked_layers(spec.num_layers)
+    layers = _layers_read(spec.num_layers)
     qdir = quantized_checkpoint_dir(recipe, paths)
     if qdir is not None:
         return _quantized(QuantizedCheckpoint(qdir), layers)
@@ -221,16 +221,16 @@ def _gguf(path: Path, spec, layers: list[int]) -> dict:
     from llmbuild.frontend.gguf_source import GGUFSource
 
     source = GGUFSource(path)
-    names = [n for i in layers for n in spec.layer_tensor_names(i) if n in source.names()]
-    quantized = [n for n in names if source._entry(n).tensor_type.name not in ("F32", "F16", "BF16")]
+    present = set(source.names())
+    names = [n for i in layers for n in spec.layer_tensor_names(i) if n in present]
+    quantized = [n for n in names if source.tensor_type(n).name not in ("F32", "F16", "BF16")]
     checked = quantized or names
 
     def theirs(name: str) -> np.ndarray:
-        t = source._entry(name)
-        raw = source.architecture.transform_gguf_tensor(name, np.asarray(t.data), source.spec)
-        return np.asarray(dequantize(raw, t.tensor_type), np.float32).reshape(tuple(t.shape))
+        raw, kind, shape = source.stored(name)  # the same stored blocks llmbuild's reader dequantizes
+        return np.asarray(dequantize(raw, kind), np.float32).reshape(shape)
 
     return _compare(checked, source.tensor, theirs, f"gguf {_version('gguf')} gguf.quants.dequantize")
 
 
-__all__ = ["checked_layers", "independent_dequantization"]
+__all__ = ["independent_dequantization"]
