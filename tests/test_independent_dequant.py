@@ -104,3 +104,10 @@ def test_the_reader_is_itself_again_after_the_injected_bug() -> None:
     import llmbuild.quant.readers as readers
 
     assert readers.unpack_along_cols.__name__ == "unpack_along_cols"
+
+
+def test_nothing_read_is_not_called_equal() -> None:
+    """Layers the checkpoint does not have: no tensor compared, so no claim either way."""
+    pytest.importorskip("gptqmodel")
+    result = _quantized(QuantizedCheckpoint(FIXTURES / "gptq_sym_g32"), [7])
+    assert result["equal"] is None and result["tensors"] == [] and result["why"].startswith("no quantized tensor")
