@@ -144,7 +144,7 @@ def build_nets(build: Path, recipe: str, recipes: Path | None = None) -> None:
 
 
 def test_tiny_qwen2_bf16_nets_equal_llm_convert(toolchain, incumbent, tmp_path):
-    # A build directory of its own: in the session's, another test's bmodel build may be up to date with
+    # A build directory of its own: in the test run's shared one, another test's bmodel build may be up to date with
     # its per-net files already deleted as temp.
     build = tmp_path / "build"
     build_nets(build, "qwen2_tiny_bf16")
