@@ -35,8 +35,8 @@ def main() -> None:
         secs = [s for s, _ in vals]
         total += sum(secs)
         print(f"{step:<10} {len(vals):>4} {sum(secs):>8.1f} {max(secs):>7.1f} {max(r for _, r in vals):>12.0f}")
-    print(f"{'all jobs':<10} {sum(len(v) for v in rows.values()):>4} {total:>8.1f}  (CPU-seconds of jobs; wall "
-          "time is lower with --cores 2)")
+    print(f"{'all jobs':<10} {sum(len(v) for v in rows.values()):>4} {total:>8.1f}  (each job's wall time, summed; "
+          "the build's own wall time is lower where jobs ran side by side)")
 
 
 if __name__ == "__main__":

@@ -17,11 +17,31 @@ from typing import NoReturn
 
 from llmbuild import LlmbuildError
 
+_READ_LOGS: list = []  # the read logs of the recipes this command loaded (written out on request)
+
+
+def _write_read_logs(where: str) -> None:
+    """Append what each step read to `where` (LLMBUILD_READS_LOG), one JSON line a step: how the
+    descriptors' declarations were first measured, and how to re-measure them."""
+    with open(where, "a", encoding="utf-8") as f:
+        for log in _READ_LOGS:
+            f.write(json.dumps({"step": log.step, "fields": sorted(log.fields)}) + "\n")
+
 
 def _recipe(args: argparse.Namespace):
+    """The recipe a step's verb runs on, seen through a record of the fields it reads (steps/descriptors.py
+    declares them; in strict mode an undeclared read fails the step)."""
     from llmbuild.recipe import load_recipe
+    from llmbuild.recipe.reads import watch
+    from llmbuild.steps.descriptors import STEPS, step_of
 
-    return load_recipe(args.recipe)
+    recipe = load_recipe(args.recipe)
+    step = step_of(args.verb, getattr(args, "net", None))
+    if step is None:
+        return recipe
+    view, log = watch(recipe, step, STEPS[step].allows())
+    _READ_LOGS.append(log)
+    return view
 
 
 def cmd_prepare(args: argparse.Namespace) -> None:
@@ -309,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
         reuse_freed_memory()
     try:
         args.fn(args)
+        if (where := os.environ.get("LLMBUILD_READS_LOG")):
+            _write_read_logs(where)
     except LlmbuildError as exc:
         print(f"llmbuild: error: {exc}", file=sys.stderr)
         return 2

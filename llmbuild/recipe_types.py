@@ -134,7 +134,7 @@ class VerifyConfig:
     max_new_tokens: int = 16
     check_tokens: int = 64  # real tokens per prefill / prefill_kv stage check
     exact_tokens: bool = True  # require identical greedy ids (f32); else only logits_cosine
-    logits_cosine: float = 0.99999  # first-step logits against transformers in f32
+    logits_cosine: float = 0.99999  # every teacher-forced step's logits against transformers'
 
 
 @dataclass(frozen=True)

@@ -25,11 +25,11 @@ rule bmodel_net:
         # layers' and the head's combined files and the binary: twice the binary.
         bmodel=temp(f"{BUILD}/{{recipe}}/bmodel/nets/{{net}}/{{net}}.bmodel"),
     params:
-        # Per net: an edit recompiles the nets that read the field it changes (steps/dag.py).
+        # Per net: an edit recompiles the nets that read the field it changes (steps/descriptors.py).
         recipe_digest=lambda w: dag.bmodel_net_digest(w.recipe, w.net),
-        code=dag.code_digest("bmodel_net"),
+        code=lambda w: dag.code_digest(dag.net_step(w.net)),
         toolchain=dag.TOOLCHAIN_VERSION,
-    priority: dag.PRIORITY["compile"]
+    priority: dag.priority("bmodel_block")
     resources:
         mem_mb=lambda w: dag.bmodel_resources(w.recipe, "net", w.net).mem_mb,
         runtime=lambda w: dag.bmodel_resources(w.recipe, "net", w.net).runtime_min,
@@ -38,7 +38,7 @@ rule bmodel_net:
     log:
         f"{BUILD}/{{recipe}}/logs/bmodel_{{net}}.log",
     shell:
-        "llmbuild bmodel-net {wildcards.recipe} --net {wildcards.net} > {log:q} 2>&1"
+        dag.command("bmodel_block", "{wildcards.recipe} --net {wildcards.net}")
 
 
 rule bmodel_layer:
@@ -48,16 +48,14 @@ rule bmodel_layer:
         # Kept (one copy of the layer's weights): an edit that leaves a layer alone does not recompile it.
         bmodel=f"{BUILD}/{{recipe}}/bmodel/layers/{{layer}}.bmodel",
     params:
-        recipe_digest=lambda w: dag.bmodel_parts_digest(w.recipe, dag.bmodel_layer_nets(w.recipe, w.layer)),
-        code=dag.code_digest("bmodel_combine"),
-        toolchain=dag.TOOLCHAIN_VERSION,
+        **_bmodel_params("bmodel_combine"),
     resources:
         mem_mb=lambda w: dag.bmodel_resources(w.recipe, "combine", "layer").mem_mb,
         runtime=lambda w: dag.bmodel_resources(w.recipe, "combine", "layer").runtime_min,
     log:
         f"{BUILD}/{{recipe}}/logs/bmodel_layer_{{layer}}.log",
     shell:
-        "llmbuild bmodel-combine {wildcards.recipe} --layer {wildcards.layer} > {log:q} 2>&1"
+        dag.command("bmodel_combine", "{wildcards.recipe} --layer {wildcards.layer}")
 
 
 rule bmodel_head:
@@ -66,16 +64,14 @@ rule bmodel_head:
     output:
         bmodel=f"{BUILD}/{{recipe}}/bmodel/head.bmodel",
     params:
-        recipe_digest=lambda w: dag.bmodel_parts_digest(w.recipe, dag.bmodel_head_nets(w.recipe)),
-        code=dag.code_digest("bmodel_combine"),
-        toolchain=dag.TOOLCHAIN_VERSION,
+        **_bmodel_params("bmodel_combine"),
     resources:
         mem_mb=lambda w: dag.bmodel_resources(w.recipe, "combine", "head").mem_mb,
         runtime=lambda w: dag.bmodel_resources(w.recipe, "combine", "head").runtime_min,
     log:
         f"{BUILD}/{{recipe}}/logs/bmodel_head.log",
     shell:
-        "llmbuild bmodel-combine {wildcards.recipe} --head > {log:q} 2>&1"
+        dag.command("bmodel_combine", "{wildcards.recipe} --head")
 
 
 rule bmodel:
@@ -94,7 +90,7 @@ rule bmodel:
     log:
         f"{BUILD}/{{recipe}}/logs/bmodel.log",
     shell:
-        "llmbuild bmodel-combine {wildcards.recipe} --model > {log:q} 2>&1"
+        dag.command("bmodel_combine", "{wildcards.recipe} --model")
 
 
 rule bmodel_check:
@@ -116,4 +112,4 @@ rule bmodel_check:
     log:
         f"{BUILD}/{{recipe}}/logs/bmodel_check.log",
     shell:
-        "llmbuild bmodel-check {wildcards.recipe} > {log:q} 2>&1"
+        dag.command("bmodel_check", "{wildcards.recipe}")

@@ -33,7 +33,7 @@ for _recipe in RECIPES:
                 code=dag.code_digest("layer"),
                 layers=" ".join(str(i) for i in _layers),
                 recipe=_recipe,
-            priority: dag.PRIORITY["compile"]
+            priority: dag.priority("layer")
             resources:
                 mem_mb=dag.resources(_recipe, "layer").mem_mb,
                 runtime=dag.resources(_recipe, "layer").runtime_min * len(_layers),
@@ -42,7 +42,7 @@ for _recipe in RECIPES:
             log:
                 f"{BUILD}/{_recipe}/logs/layers_{_span}.log",
             shell:
-                "llmbuild layer {params.recipe} --layer {params.layers} > {log:q} 2>&1"
+                dag.command("layer", "{params.recipe} --layer {params.layers}")
 
 
 rule head:
@@ -55,7 +55,7 @@ rule head:
         weights=temp(f"{BUILD}/{{recipe}}/head/weights.safetensors"),
     params:
         **params_for("head"),
-    priority: dag.PRIORITY["compile"]
+    priority: dag.priority("head")
     resources:
         **resources_for("head"),
     benchmark:
@@ -63,7 +63,7 @@ rule head:
     log:
         f"{BUILD}/{{recipe}}/logs/head.log",
     shell:
-        "llmbuild head {wildcards.recipe} > {log:q} 2>&1"
+        dag.command("head", "{wildcards.recipe}")
 
 
 rule link:
@@ -84,7 +84,7 @@ rule link:
                     subcategory="binary"),
     params:
         **params_for("link"),
-    priority: dag.PRIORITY["compile"]
+    priority: dag.priority("link")
     resources:
         **resources_for("link"),
     benchmark:
@@ -92,4 +92,4 @@ rule link:
     log:
         f"{BUILD}/{{recipe}}/logs/link.log",
     shell:
-        "llmbuild link {wildcards.recipe} > {log:q} 2>&1"
+        dag.command("link", "{wildcards.recipe}")

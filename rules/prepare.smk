@@ -13,7 +13,7 @@ rule prepare:
     log:
         f"{BUILD}/{{recipe}}/logs/prepare.log",
     shell:
-        "llmbuild prepare {wildcards.recipe} > {log:q} 2>&1"
+        dag.command("prepare", "{wildcards.recipe}")
 
 
 rule plan:
@@ -24,7 +24,7 @@ rule plan:
         plan=f"{BUILD}/{{recipe}}/plan.json",
     params:
         **params_for("plan"),
-    priority: dag.PRIORITY["compile"]
+    priority: dag.priority("plan")
     resources:
         **resources_for("plan"),
     benchmark:
@@ -32,4 +32,4 @@ rule plan:
     log:
         f"{BUILD}/{{recipe}}/logs/plan.log",
     shell:
-        "llmbuild plan {wildcards.recipe} > {log:q} 2>&1"
+        dag.command("plan", "{wildcards.recipe}")

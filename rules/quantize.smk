@@ -23,4 +23,4 @@ rule quantize:
     log:
         f"{BUILD}/{{recipe}}/logs/quantize.log",
     shell:
-        "HF_HUB_OFFLINE=1 llmbuild quantize {wildcards.recipe} > {log:q} 2>&1"
+        "HF_HUB_OFFLINE=1 " + dag.command("quantize", "{wildcards.recipe}")

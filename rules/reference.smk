@@ -12,7 +12,7 @@ rule reference:
         **params_for("reference"),
     # One thread while the compile jobs, which do not need it, run beside it; two for a model whose
     # reference takes far longer than its compilation (from a few billion parameters up).
-    priority: dag.PRIORITY["reference"]
+    priority: dag.priority("reference")
     threads: lambda w: dag.reference_threads(w.recipe)
     resources:
         **resources_for("reference"),
@@ -21,4 +21,4 @@ rule reference:
     log:
         f"{BUILD}/{{recipe}}/logs/reference.log",
     shell:
-        "HF_HUB_OFFLINE=1 llmbuild reference {wildcards.recipe} > {log:q} 2>&1"
+        "HF_HUB_OFFLINE=1 " + dag.command("reference", "{wildcards.recipe}")

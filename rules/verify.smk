@@ -32,7 +32,7 @@ for _recipe in RECIPES:
             log:
                 f"{BUILD}/{_recipe}/logs/checks_{_span}.log",
             shell:
-                "llmbuild check {params.recipe} --layer {params.layers} > {log:q} 2>&1"
+                dag.command("check", "{params.recipe} --layer {params.layers}")
 
 
 rule head_check:
@@ -54,7 +54,7 @@ rule head_check:
     log:
         f"{BUILD}/{{recipe}}/logs/head_check.log",
     shell:
-        "llmbuild check {wildcards.recipe} --head > {log:q} 2>&1"
+        dag.command("check", "{wildcards.recipe} --head")
 
 
 rule e2e:
@@ -67,7 +67,7 @@ rule e2e:
     params:
         **params_for("e2e"),
     threads: 1  # beside the checks, which need the same cores; its tiles give the same bits on any count
-    priority: dag.PRIORITY["e2e"]  # the longest job after the reference (llmbuild/steps/dag.py)
+    priority: dag.priority("e2e")  # the longest job after the reference (steps/descriptors.py)
     resources:
         **resources_for("e2e"),
     benchmark:
@@ -75,7 +75,7 @@ rule e2e:
     log:
         f"{BUILD}/{{recipe}}/logs/e2e.log",
     shell:
-        "llmbuild e2e {wildcards.recipe} > {log:q} 2>&1"
+        dag.command("e2e", "{wildcards.recipe}")
 
 
 rule verify:
@@ -98,4 +98,4 @@ rule verify:
     log:
         f"{BUILD}/{{recipe}}/logs/verify.log",
     shell:
-        "llmbuild verify {wildcards.recipe} > {log:q} 2>&1"
+        dag.command("verify", "{wildcards.recipe}")

@@ -20,4 +20,4 @@ rule vision:
     log:
         f"{BUILD}/{{recipe}}/logs/vision.log",
     shell:
-        "llmbuild vision {wildcards.recipe} > {log:q} 2>&1"
+        dag.command("vision", "{wildcards.recipe}")

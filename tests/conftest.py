@@ -7,6 +7,9 @@ import llmbuild  # noqa: F401  (first: it pins OpenBLAS's kernels before anythin
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Every build step the tests run fails if it reads a recipe field its descriptor does not declare
+# (llmbuild/recipe/reads.py): a declaration cannot fall behind the code.
+os.environ["LLMBUILD_STRICT_READS"] = "1"
 
 RUNTIME_RECIPES = ("qwen2_tiny_f32", "llama_tiny_f32", "smollm2_135m_bf16")
 

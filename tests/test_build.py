@@ -167,6 +167,21 @@ def test_layer_weights_are_stored_once_and_the_binary_is_deterministic(build: Pa
     for f in sorted((build / "qwen2_tiny_f32" / "layers").glob("*/*.mlir")):
         assert (again / f.relative_to(build)).read_text() == f.read_text()
 
+    # An edit rebuilt incrementally gives what a clean build of the edited recipe gives, byte for byte: the
+    # prefill length reruns every step but prepare (docs/reruns.md), so no step may be left stale.
+    from llmbuild.steps.rerun_table import flip_in_place
+
+    recipes = tmp_path / "recipes"
+    shutil.copytree(ROOT / "recipes", recipes)
+    flip_in_place(recipes, "qwen2_tiny_f32", "stages.prefill_length", 8)
+    snakemake(again, "qwen2_tiny_f32", recipes=recipes)
+    clean = tmp_path / "clean"
+    snakemake(clean, "qwen2_tiny_f32", recipes=recipes)
+    rebuilt, fresh = _artifacts(again / "qwen2_tiny_f32"), _artifacts(clean / "qwen2_tiny_f32")
+    assert rebuilt.keys() == fresh.keys() and len(rebuilt) > 20
+    assert [f for f in rebuilt if rebuilt[f] != fresh[f]] == []
+    assert _artifacts(again / "qwen2_tiny_f32")["plan.json"] != _artifacts(build / "qwen2_tiny_f32")["plan.json"]
+
 
 def _layer_shapes(spec: dict) -> list[tuple[int, ...]]:
     h, d, f = spec["hidden_size"], spec["head_dim"], spec["intermediate_size"]
@@ -177,27 +192,56 @@ def _layer_shapes(spec: dict) -> list[tuple[int, ...]]:
     return shapes
 
 
-def test_changing_one_field_reruns_only_what_depends_on_it(build: Path, tmp_path: Path) -> None:
+# A sample of fields (docs/reruns.md lists them all) in which every step of a build without the bmodel reads
+# some field: Snakemake's dry run after the edit plans exactly the steps the table says.
+RERUN_SAMPLE = [
+    ("qwen2_tiny_f32", "verify.top_cosine"), ("qwen2_tiny_f32", "quantization.mode"),
+    ("qwen2_tiny_f32", "quantization.group_size"), ("qwen2_tiny_f32", "verify.check_tokens"),
+    ("qwen2_tiny_f32", "verify.max_new_tokens"), ("qwen2_tiny_f32", "target.device_memory_bytes"),
+    ("qwen2_tiny_f32", "stages.prefill_length"), ("qwen2_tiny_f32", "source.seed"),
+    ("internvl_tiny_f32", "vision.max_tiles"), ("internvl_tiny_f32", "vision.image_cosine"),
+    ("internvl_tiny_f32", "vision.config"), ("qwen2_tiny_w4", "quantization.calibration_samples"),
+]
+
+
+def _planned_steps(jobs: dict[str, int], recipe: str) -> set[str]:
+    """The steps of a dry run's jobs (a layer or check shard is its step)."""
+    named = {"head_check": "check", "bmodel_layer": "bmodel_combine", "bmodel_head": "bmodel_combine",
+             "bmodel": "bmodel_combine"}
+    steps = set()
+    for rule in jobs:
+        if rule != recipe:
+            steps.add(named.get(rule, rule.split("_")[0].removesuffix("s")
+                                if rule.startswith(("layers_", "checks_")) else rule))
+    return steps
+
+
+@pytest.mark.parametrize("recipe, field", RERUN_SAMPLE)
+def test_a_field_change_reruns_the_steps_the_table_says(build: Path, tmp_path: Path, recipe: str, field: str) -> None:
+    from llmbuild.steps.rerun_table import flip_in_place, flips
+
+    flip = {f.field: f for f in flips(recipe, ROOT / "recipes")}[field]
     recipes = tmp_path / "recipes"
     shutil.copytree(ROOT / "recipes", recipes)
-    path = recipes / "qwen2_tiny_f32.yaml"
-    text = path.read_text()
+    flip_in_place(recipes, recipe, field, flip.value)
+    expected = {s for s in (*flip.direct, *flip.downstream) if not s.startswith("bmodel")}  # built without it
+    assert _planned_steps(planned_jobs(build, recipe, recipes), recipe) == expected
 
-    path.write_text(text + "verify:\n  top_cosine: 0.98\n")
-    assert planned_jobs(build, "qwen2_tiny_f32", recipes) == {"verify": 1, "qwen2_tiny_f32": 1}
 
-    path.write_text(text.replace("mode: f32", "mode: bf16"))
-    jobs = planned_jobs(build, "qwen2_tiny_f32", recipes)
-    # the tiny model's 4 layers build in two shards (two jobs at least), each checked by a job of its own
-    layers = {"layers_qwen2_tiny_f32_0_1": 1, "layers_qwen2_tiny_f32_2_3": 1}
-    checks = {"checks_qwen2_tiny_f32_0_1": 1, "checks_qwen2_tiny_f32_2_3": 1, "head_check": 1}
-    assert jobs == {"plan": 1, "head": 1, **layers, **checks, "link": 1, "e2e": 1, "verify": 1, "qwen2_tiny_f32": 1}
-
-    # quantized weights change what the reference computes (it uses the dequantized weights)
-    path.write_text(text.replace("mode: f32", "mode: w4bf16"))
-    jobs = planned_jobs(build, "qwen2_tiny_f32", recipes)
-    assert jobs == {"reference": 1, "plan": 1, "head": 1, **layers, **checks, "link": 1, "e2e": 1, "verify": 1,
-                    "qwen2_tiny_f32": 1}
+def _artifacts(build: Path) -> dict[str, bytes]:
+    """A build's outputs that do not carry a time: the binary, every module and program, the plan, the
+    reference, the checks' metrics, the modelled performance, the end-to-end result (its host time left out)."""
+    out = {}
+    for path in sorted(build.rglob("*")):
+        rel = str(path.relative_to(build))
+        if path.suffix in (".llmb", ".mlir", ".llmo", ".safetensors") or path.name in (
+                "plan.json", "memory.json", "spec.json", "perf.json", "metrics.json"):
+            out[rel] = path.read_bytes()
+        elif path.name == "e2e.json":
+            data = json.loads(path.read_text())
+            data.pop("host_seconds")
+            out[rel] = json.dumps(data, sort_keys=True).encode()
+    return out
 
 
 def test_a_failed_check_names_layer_stage_and_op_and_leaves_no_report(build: Path, tmp_path: Path) -> None:
@@ -220,6 +264,20 @@ def test_a_failed_check_names_layer_stage_and_op_and_leaves_no_report(build: Pat
     assert not failed["passed"]
     assert any(f.startswith("layer 0, stage prefill: tpu vs top") and "first op: layers.0." in f
                for f in failed["failures"]), failed["failures"]
+
+
+def test_a_chat_template_the_runtime_renders_otherwise_fails_verification(build: Path, tmp_path: Path) -> None:
+    """The end-to-end check compares the runtime's rendering of verify.prompt with transformers'; verify
+    reads the comparison."""
+    out = tmp_path / "build"
+    shutil.copytree(build / "smollm2_135m_bf16", out / "smollm2_135m_bf16",
+                    ignore=shutil.ignore_patterns("*.llmb", "reference.safetensors"))
+    e2e = out / "smollm2_135m_bf16" / "e2e.json"
+    data = json.loads(e2e.read_text())
+    assert data["chat_template_ids_equal"] is True
+    e2e.write_text(json.dumps({**data, "chat_template_ids_equal": False}))
+    result = llmbuild(out, "verify", "smollm2_135m_bf16")
+    assert result.returncode == 2 and "chat template gives other prompt ids" in result.stderr, result.stderr
 
 
 def test_a_layer_whose_command_stream_no_checked_layer_ran_fails_link(build: Path, tmp_path: Path) -> None:

@@ -321,3 +321,23 @@ def test_sliced_pixels_equal_transformers_processor_bit_for_bit(tmp_path: Path) 
             theirs = flat[:, :, start : start + h7 * w7 * 7].reshape(3, 7, h7, w7, 7).transpose(0, 2, 1, 3, 4)
             start += h7 * w7 * 7
             assert np.array_equal(theirs.reshape(3, h7 * 7, w7 * 7), piece)
+
+
+def test_a_literal_unk_is_text_and_generation_stops_where_the_published_chat_stops(built: Path) -> None:
+    """The published processor places an image's features between its start and end tokens; the same
+    `<unk>` elsewhere in a user's text is text. Its `chat()` stops at `<|im_end|>` and `<|endoftext|>`."""
+    from llmbuild.binary.container import Container
+    from llmbuild.frontend.minicpmv import CHAT_TERMINATORS
+    from llmbuild.frontend.tokenizer_files import token_ids_by_string
+    from llmbuild.runtime.compiled_model import image_runs
+    from llmbuild.runtime.session import Session
+
+    model = Session(built / RECIPE / f"{RECIPE}.llmb").model
+    meta = model.vision.meta
+    unk, start, slice_start = (int(meta[k]) for k in ("image_token_id", "image_start_id", "slice_start_id"))
+    ids = [11, unk, 12, start, unk, unk, int(meta["image_end_id"]), slice_start, unk, 13, unk]
+    assert image_runs(ids, meta) == [4, 8]
+    with Container(built / RECIPE / f"{RECIPE}.llmb") as c:
+        known = token_ids_by_string(bytes(c.section("tokenizer")).decode())
+    stops = [known[t] for t in CHAT_TERMINATORS if t in known]
+    assert stops and set(stops) <= set(model.meta["eos_token_ids"])

@@ -215,6 +215,9 @@ BAD_CASES = [
     ("bad_mode", "quantization:\n  mode: w4a16\n", 16, "quantization.mode", ["one of f32, bf16, f16"]),
     ("bad_chip", "target:\n  chip: h100\n", 16, "target.chip", ["bm1684x", "'h100'"]),
     ("bad_arch", ("architecture: qwen2", "architecture: gpt2"), 2, "architecture", ["qwen2", "'gpt2'"]),
+    # a registered architecture that is not the checkpoint's: the build would import the checkpoint's
+    ("other_arch", ("architecture: qwen2", "architecture: llama"), 2, "architecture",
+     ["expected qwen2 (what source.config's model_type names), got llama"]),
     ("prefill_gt_seq", ("prefill_length: 16", "prefill_length: 128"), 11, "stages.prefill_length",
      ["<= stages.seq_length (64"]),
     ("zero_size", ("seq_length: 64", "seq_length: 0"), 10, "stages.seq_length", ["> 0"]),

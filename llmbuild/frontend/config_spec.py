@@ -31,6 +31,26 @@ def spec_from_hf_config_file(path: Path) -> ModelSpec:
     return arch.spec_from_hf_config(cfg, origin=str(path))
 
 
+def architecture_without_weights(source: SourceConfig) -> str:
+    """The registry architecture a recipe's source names (its model_type or the GGUF's architecture), from
+    configuration or file headers only."""
+    from llmbuild.frontend.registry import architecture_for_gguf, architecture_for_hf_model_type
+
+    if source.kind == "synthetic":
+        return architecture_for_hf_model_type((source.config or {}).get("model_type", ""))
+    if source.kind == "gguf":
+        from llmbuild.frontend.gguf_source import open_gguf
+        from llmbuild.frontend.sources import gguf_file
+
+        return architecture_for_gguf(str(open_gguf(gguf_file(source))[1].get("general.architecture")))
+    from llmbuild.frontend.hf import read_json, text_config
+    from llmbuild.frontend.minicpmv import text_config as minicpmv_text
+
+    path = Path(source.path) / "config.json" if source.path and (Path(source.path) / "config.json").is_file() \
+        else Path(source.config_file or "")
+    return architecture_for_hf_model_type(str(minicpmv_text(text_config(read_json(path))).get("model_type")))
+
+
 def spec_without_weights(source: SourceConfig) -> ModelSpec:
     """The ModelSpec of a recipe's source, read from configuration or file headers only."""
     if source.kind == "synthetic":

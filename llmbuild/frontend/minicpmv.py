@@ -33,6 +33,9 @@ from llmbuild.numerics.sincos import sincos_2d
 
 VPM, RESAMPLER, LLM = "vpm.", "resampler.", "llm."
 # MiniCPM-V's image tokens, in the order runtime_meta reads their ids.
+# Where the published `chat()` stops generating (MiniCPM-V 2.6's modeling code: `self.terminators`), besides
+# generation_config's eos_token_id.
+CHAT_TERMINATORS = ("<|im_end|>", "<|endoftext|>")
 IMAGE_TOKENS = ("<image>", "</image>", "<slice>", "</slice>", "<unk>", "<image_id>", "</image_id>")
 # The inputs of the static vit net, in order (numerics/minicpmv_inputs.slice_inputs fills them).
 STATIC_INPUTS = ("pixel_values", "position_ids", "attention_mask", "resampler_mask", "pos_embed")

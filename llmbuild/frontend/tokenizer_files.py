@@ -192,7 +192,7 @@ def read_tokenizer_bundle(ckpt_dir: Path) -> TokenizerBundle:
 
     strings = {k: _token_string(config.get(k)) for k in ("bos_token", "eos_token", "pad_token", "unk_token")}
     try:
-        ids = _token_ids_by_string(tokenizer_json)
+        ids = token_ids_by_string(tokenizer_json)
     except (json.JSONDecodeError, AttributeError, KeyError, TypeError) as exc:
         raise LlmbuildError(f"{tokenizer_path}: cannot read the tokenizer: {one_line(str(exc))[:160]}") from None
 
@@ -244,7 +244,8 @@ def _token_string(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _token_ids_by_string(tokenizer_json: str) -> dict[str, int]:
+def token_ids_by_string(tokenizer_json: str) -> dict[str, int]:
+    """A tokenizer.json's token strings and their ids (a BPE vocabulary and the added tokens)."""
     data = json.loads(tokenizer_json)
     vocab = data.get("model", {}).get("vocab")
     ids = dict(vocab) if isinstance(vocab, dict) else {}  # only BPE-style vocabularies map strings to ids

@@ -397,6 +397,9 @@ def _check_rules(out: _Checked, top: Path) -> None:
     if raw["bmodel"]["build"] and raw["vision"]["family"] == "minicpmv":
         raise _fail(given["bmodel.build"].loc, "bmodel.build", "expected false for a MiniCPM-V recipe (its "
                     "slice-wise vit net has no export to the vendor's dialect yet), got true")
+    if raw["bmodel"]["history"] and raw["quantization"]["mode"] == "f32":
+        raise _fail(given["bmodel.history"].loc, "bmodel.history", "expected false with quantization.mode f32 "
+                    "(the history form's prefill needs the vendor's fused attention, which has no f32 form), got true")
     if raw["bmodel"]["cores"] == 2 and chip != "bm1688":
         raise _fail(given["bmodel.cores"].loc, "bmodel.cores", f"expected 1 for target.chip {chip} (two "
                     "cores are the BM1688's), got 2")
@@ -620,15 +623,32 @@ def load_recipe(name_or_path: str | Path, recipes_dir: Path | None = None, requi
 MAX_VOCAB = 1 << 21  # far above any released vocabulary (Gemma's 262k); beyond it a build runs out of memory
 
 
+def _check_architecture(recipe: Recipe, found: str, where: str, out: _Checked) -> None:
+    """The model is imported as its checkpoint says; `architecture` states it, and must agree (a recipe
+    that said llama over a Qwen2 checkpoint would otherwise build the Qwen2 model and claim a Llama)."""
+    if recipe.architecture != found:
+        raise _fail(out.given["architecture"].loc, "architecture",
+                    f"expected {found} (what {where} names), got {recipe.architecture}")
+
+
 def _check_model(recipe: Recipe, out: _Checked, check_fit: bool = True) -> None:
     """What the model's shape must satisfy for this recipe, checked at load rather than at `plan` or in a
     layer job: the config itself (a synthetic source's fields are the recipe's, so they get its lines),
     head ratios, the vocabulary, and quantization groups against every projection's input size. GGUF
     files are checked when prepare reads them."""
-    from llmbuild.frontend.config_spec import spec_without_weights
+    from llmbuild.frontend.config_spec import architecture_without_weights, spec_without_weights
     from llmbuild.quant.scheme import recipe_scheme
 
     source = recipe.source
+    if source.kind != "hf" or _config_json(source.path, source.config_file) is not None:
+        where = {"synthetic": "source.config's model_type", "hf": "config.json's model_type",
+                 "gguf": "the GGUF file's general.architecture"}[source.kind]
+        try:
+            found = architecture_without_weights(source)
+        except LlmbuildError:
+            found = None  # an unknown model type: the model's own check below (or prepare) names it
+        if found is not None:
+            _check_architecture(recipe, found, where, out)
     if source.kind == "gguf" or (source.kind == "hf" and _config_json(source.path, source.config_file) is None):
         return
     config_node = out.given.get("source.config") or out.sections["source"]

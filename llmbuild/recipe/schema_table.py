@@ -196,8 +196,10 @@ FIELDS: tuple[FieldSpec, ...] = (
               "compiler does not build); `list_recipes(buildable_only=True)`, and so `snakemake all`, "
               "skip it.", default=True),
     FieldSpec("architecture", "string",
-              "Decoder architecture in the frontend registry; selects the importer and graph builder.",
-              required=True, constraint=OneOf(architectures)),
+              "Decoder architecture in the frontend registry. The checkpoint decides how the model is imported "
+              "(its config.json's `model_type`, or a GGUF file's `general.architecture`); this field states it, "
+              "and the loader checks that the two agree.",
+              required=True, constraint=OneOf(architectures), note="must be the checkpoint's architecture"),
     FieldSpec("source", "section", "Where the weights come from.", required=True),
     FieldSpec("source.kind", "string",
               "`synthetic`: random weights from a config (tests); `hf`: a Hugging Face checkpoint "
@@ -318,7 +320,7 @@ FIELDS: tuple[FieldSpec, ...] = (
               "Add `block_kv_i` (prefill on top of a kept KV cache) in the form LLM-TPU's runtime drives for a "
               "multi-turn conversation (`llm_convert --use_history_kv`): prefill nets with dynamic lengths and "
               "no mask input. False: static prefill with a mask input, `llm_convert`'s default.",
-              default=False),
+              default=False, note="true needs a 16-bit mode (the vendor's fused attention has no f32 form)"),
     FieldSpec("bmodel.cores", "integer", "Cores each net runs on: 1, or 2 on the BM1688.", default=1,
               constraint=OneOf(lambda: [1, 2]), note="2 needs bm1688"),
     FieldSpec("verify", "section", "Acceptance thresholds of the verification steps.", default={}),
@@ -349,7 +351,8 @@ FIELDS: tuple[FieldSpec, ...] = (
               "Require the same greedy ids as transformers (f32); if false only `logits_cosine` "
               "is checked.", default=True),
     FieldSpec("verify.logits_cosine", "number",
-              f"Cosine similarity of the first-step logits against transformers in f32. {_PER_MODE}",
+              "Cosine similarity of the logits against transformers' at every step of the teacher-forced "
+              f"end-to-end run (each step fed the reference's token). {_PER_MODE}",
               default=None, constraint=_TOL),
 )
 
@@ -368,6 +371,8 @@ RULES: tuple[str, ...] = (
     "`gguf` needs either `source.path` (an existing file) or `source.package` + `source.file` "
     "(an installed package holding that file).",
     "`verify.prompt` and `verify.prompt_ids` are mutually exclusive.",
+    "`architecture` must be the architecture the checkpoint names (config.json's `model_type`, a GGUF file's "
+    "`general.architecture`).",
     "For `synthetic`, every id in `verify.prompt_ids` must be below `source.config.vocab_size`.",
 )
 

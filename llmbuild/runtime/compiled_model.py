@@ -321,7 +321,7 @@ class CompiledModel:
         """Index in `ids` -> image feature row: the i-th run of image-token ids takes the i-th image's
         features (pixels as runtime/vision.load_pixels makes them), computed by the vit net."""
         runs = [rows for p in images for rows in self.vision.run_rows(p)]  # a MiniCPM-V image: a run per slice
-        return image_rows(ids, runs, int(self.vision.meta["image_token_id"]))
+        return image_rows(ids, runs, self.vision.meta)
 
     def generate(
         self, prompt: list[int], max_new_tokens: int, eos_ids: tuple[int, ...] = (),
@@ -372,15 +372,20 @@ def load_tokenizer(model: CompiledModel):
                             f"({type(exc).__name__}: {one_line(str(exc)[:200])})") from None
 
 
-def image_runs(ids: list[int], image_token_id: int) -> list[int]:
-    """Where each run of `image_token_id` starts in `ids` (one run per image)."""
-    return [i for i, token in enumerate(ids) if token == image_token_id and (i == 0 or ids[i - 1] != image_token_id)]
+def image_runs(ids: list[int], meta: dict) -> list[int]:
+    """Where each image's run of image tokens starts in `ids`: a run of the vision meta's `image_token_id`
+    right after an image or slice start token (`<img>`, `<image>`, `<slice>`). The same token elsewhere
+    (a MiniCPM-V user who writes `<unk>`) is text, as the published processors read it."""
+    token = int(meta["image_token_id"])
+    starts = {int(meta[k]) for k in ("image_start_id", "slice_start_id") if meta.get(k) is not None}
+    return [i for i, t in enumerate(ids) if t == token and i > 0 and ids[i - 1] in starts]
 
 
-def image_rows(ids: list[int], features: list[np.ndarray], image_token_id: int) -> dict[int, np.ndarray]:
-    """Index in `ids` -> feature row, the runs of `image_token_id` filled by `features` in order (each run
+def image_rows(ids: list[int], features: list[np.ndarray], meta: dict) -> dict[int, np.ndarray]:
+    """Index in `ids` -> feature row, the image runs (`image_runs`) filled by `features` in order (each run
     exactly one image's rows, as the prompt builders make them)."""
-    runs = image_runs(ids, image_token_id)
+    image_token_id = int(meta["image_token_id"])
+    runs = image_runs(ids, meta)
     if len(runs) != len(features):
         raise LlmbuildError(f"the prompt holds {len(runs)} image(s) (runs of token {image_token_id}), "
                             f"got {len(features)} image(s)")

@@ -253,7 +253,7 @@ class Session:
         rows = None
         if self.features:
             # Every image's rows at its tokens; those before `keep` are already in the cache.
-            every = image_rows(target, self.features, int(self.model.vision.meta["image_token_id"]))
+            every = image_rows(target, self.features, self.model.vision.meta)
             rows = {i - keep: v for i, v in every.items() if i >= keep}
         return self.model.prefill(target[keep:], rows)
 
@@ -308,7 +308,7 @@ class Session:
         image tokens with them, the oldest first, so the newest features are the ones kept."""
         if not self.features:
             return
-        runs = len(image_runs(kept, int(self.model.vision.meta["image_token_id"])))
+        runs = len(image_runs(kept, self.model.vision.meta))
         self.features = self.features[len(self.features) - runs :] if runs else []
 
     def _old_turns(self) -> int:

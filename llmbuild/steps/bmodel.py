@@ -103,7 +103,6 @@ class NetSource:
 
 
 def net_source(recipe: Recipe, paths: BuildPaths, spec: ModelSpec, net: str) -> NetSource:
-    shapes = shapes_of(recipe)
     match = _BLOCK.match(net)
     if match:
         from llmbuild.importer.nets import build_block
@@ -112,6 +111,7 @@ def net_source(recipe: Recipe, paths: BuildPaths, spec: ModelSpec, net: str) -> 
         if layer >= spec.num_layers:
             raise LlmbuildError(f"net {net}: the model has {spec.num_layers} layers")
         stage = {"block": "prefill", "block_kv": "prefill_kv", "block_cache": "decode"}[match.group(1)]
+        shapes = shapes_of(recipe)
         module = build_block(spec, layer, stage, shapes, recipe_scheme(recipe.quantization))
         weights = dict(layer_weights(recipe, paths, spec, layer)[0])
         weights[ROPE_COS], weights[ROPE_SIN] = rope_tables(spec, shapes.seq_length)
@@ -123,6 +123,7 @@ def net_source(recipe: Recipe, paths: BuildPaths, spec: ModelSpec, net: str) -> 
     if net == VIT_NET:
         return vit_source(recipe, paths)
     if net in HEAD_NETS:
+        shapes = shapes_of(recipe)  # the vit net reads no stage shape
         module = head_nets(spec, shapes, head_scheme(recipe.quantization))[net]
         top_weights, _ = head_weights(recipe, paths, spec, shapes)
         return NetSource(module, _LazyWeights(top_weights), None)
@@ -160,14 +161,13 @@ def build_net(recipe: Recipe, net: str) -> None:
     weight_file = f"{net}_top_weights.npz"
     if net.startswith("block_kv_") and not recipe.bmodel.history:
         raise LlmbuildError(f"net {net}: the recipe's bmodel has no history nets (bmodel.history is false)")
-    if recipe.quantization.mode == "f32" and recipe.bmodel.history:
-        raise LlmbuildError(f"net {net}: the history form's prefill needs the vendor's fused attention, which "
-                            "has no f32 form: set bmodel.history false, or a 16-bit mode")
     if net == VIT_NET:
         vendor = export_vit(source.module, source.weights, weight_file)
     else:
+        # Only the block nets have a history form: the head's nets do not read `bmodel.history`.
+        dynamic = dynamic_prefill(recipe) if _BLOCK.match(net) else None
         vendor = export_net(source.module, source.weights, weight_file, source.final_norm,
-                            dynamic_prefill(recipe), explicit_attention=recipe.quantization.mode == "f32")
+                            dynamic, explicit_attention=recipe.quantization.mode == "f32")
     (out_dir / f"{net}.mlir").write_text(vendor.text())
     np.savez(out_dir / weight_file, **vendor.weights)
     bits, group = _quantized(source.module)

@@ -1,7 +1,8 @@
-"""What the Snakefile asks of a recipe while it builds the DAG: layer counts and rerun digests.
+"""What the Snakefile asks of a recipe while it builds the DAG: layer counts, rerun digests, priorities.
 
-Each rule takes, as params, a digest of exactly the recipe fields its step depends on, plus a digest
-of llmbuild's own code: Snakemake reruns a step when one of them changes, and only then.
+Each rule takes, as params, a digest of exactly the recipe fields its step reads (its descriptor in
+steps/descriptors.py), plus a digest of llmbuild's own code: Snakemake reruns a step when one of them
+changes, and only then.
 """
 
 from __future__ import annotations
@@ -13,68 +14,12 @@ from functools import cache
 from pathlib import Path
 
 from llmbuild.artifacts.paths import VIT_NET
-from llmbuild.quant.scheme import head_scheme, recipe_scheme
-from llmbuild.recipe import load_recipe, section_digest
+from llmbuild.recipe import load_recipe
 from llmbuild.recipe_types import Recipe
+from llmbuild.steps.descriptors import PRIORITY_CHECKS, PRIORITY_DEVICE_CHECKS, STEPS, canonical, net_step, read_values
 from llmbuild.vendor_toolchain import VERSION as VENDOR_VERSION
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
-
-# Which recipe sections each step reads. `verify` is split: the reference run depends on the prompt
-# and the generation length; the tolerances only matter to the final verify step.
-_COMPILE_SECTIONS = ("source", "architecture", "quantization", "target", "stages")
-STEP_SECTIONS = {
-    "prepare": ("source", "architecture"),
-    "reference": ("source", "architecture", "stages"),
-    "plan": _COMPILE_SECTIONS,
-    "compile": _COMPILE_SECTIONS,
-    "layer": _COMPILE_SECTIONS,
-    "head": _COMPILE_SECTIONS,
-    "link": (*_COMPILE_SECTIONS, "vision"),
-    "vision": ("source", "architecture", "quantization", "target", "vision"),
-    "check": _COMPILE_SECTIONS,  # and verify.check_tokens (digest), not the tolerances
-    "verify": ("verify",),
-    "quantize": ("source", "architecture", "quantization"),
-    # The vendor's bmodel: every net from the same TopOp and weights as the .llmb's; its checks run the
-    # prompt the reference ran (the tolerances are applied by verify).
-    "bmodel_net": (*_COMPILE_SECTIONS, "bmodel"),
-    "bmodel_combine": (*_COMPILE_SECTIONS, "bmodel"),
-    "bmodel_check": (*_COMPILE_SECTIONS, "bmodel"),
-}
-# The code each step runs: the modules its command imports, followed through every `import` of the
-# llmbuild package (function-level ones included), plus the data files it reads. A step reruns when that
-# code changes and only then: an edit of cli.py or of the runtime's chat loop reruns nothing that reads
-# weights; an edit of a pass reruns the compile steps, not prepare, the reference or the quantize step's
-# minutes of calibration. (Snakemake's ancient() would stop such cascades, but in 9.27 it also masks
-# the steps after it.)
-STEP_ENTRY = {
-    "prepare": ("llmbuild.steps.prepare",),
-    "quantize": ("llmbuild.steps.quantize", "llmbuild.quant.methods"),
-    "reference": ("llmbuild.verify.reference",),
-    "plan": ("llmbuild.steps.plan",),
-    "layer": ("llmbuild.steps.layer",),
-    "head": ("llmbuild.steps.head",),
-    "link": ("llmbuild.steps.link",),
-    "vision": ("llmbuild.steps.vision",),
-    "check": ("llmbuild.verify.checks",),
-    "e2e": ("llmbuild.verify.e2e",),
-    "verify": ("llmbuild.verify.verdict",),
-    "bmodel_net": ("llmbuild.steps.bmodel",),
-    "bmodel_combine": ("llmbuild.steps.bmodel",),
-    "bmodel_check": ("llmbuild.verify.bmodel_checks",),
-}
-STEP_DATA = {
-    "plan": ("chips/data",),
-    "layer": ("chips/data",),
-    "head": ("chips/data",),
-    "link": ("chips/data",),
-    "vision": ("chips/data",),
-    "check": ("chips/data",),
-    "e2e": ("chips/data",),
-    "quantize": ("data/calibration",),
-    "prepare": ("data/corpus.txt",),
-}
-GENERATION_FIELDS = ("prompt", "prompt_ids", "max_new_tokens", "check_tokens")
 
 
 def recipe_problems(names: list[str]) -> tuple[dict[str, str], dict[str, str]]:
@@ -109,11 +54,18 @@ def when_vision(name: str, *patterns: str) -> list[str]:
 
 
 def code_digest(step: str | None = None) -> str:
-    """sha256 over the llmbuild sources a step runs (STEP_ENTRY's import closure) and the data it reads
-    (STEP_DATA); for an unknown step, over the whole package."""
-    if step not in STEP_ENTRY:
+    """sha256 over the llmbuild sources a step runs (its descriptor's entry modules and their import closure)
+    and the data it reads; for an unknown step, over the whole package.
+
+    The closure rather than the package: an edit of cli.py or of the runtime's chat loop reruns nothing that
+    reads weights; an edit of a pass reruns the compile steps, not prepare, the reference or the quantize
+    step's minutes of calibration. (Snakemake's ancient() would stop such cascades, but in 9.27 it also masks
+    the steps after it.) The recipe loader is in every step's closure: the typed values a step reads
+    (defaults included) come from it."""
+    if step not in STEPS:
         return _digest_of(("",))
-    files = sorted({*import_closure(STEP_ENTRY[step]), *STEP_DATA.get(step, ())})
+    entry = (*STEPS[step].entry, "llmbuild.recipe")
+    files = sorted({*import_closure(entry), *STEPS[step].data})
     return _digest_of(tuple(files))
 
 
@@ -207,31 +159,23 @@ def _imports(path: Path, module: str) -> tuple[str, ...]:
 
 
 def digest(name: str, step: str) -> str:
+    """The rerun digest of `step` for recipe `name`: the values of the fields its descriptor declares
+    (llmbuild/steps/descriptors.py), and for the quantize step the calibration text's content."""
     r = recipe(name)
-    d = section_digest(r, *STEP_SECTIONS["reference" if step == "e2e" else step])
-    if step in ("reference", "e2e"):
-        gen = {k: r.raw.get("verify", {}).get(k) for k in GENERATION_FIELDS}
-        # A quantized build's reference uses the dequantized weights: it depends on the weight scheme
-        # (bits, group), not on the activation type, so f32 -> bf16 does not rerun it, f32 -> w4 does.
-        scheme = recipe_scheme(r.quantization)
-        gen["weights"] = None if scheme is None else [r.quantization.origin, scheme.bits, scheme.group_size,
-                                                      scheme.act_order, scheme.per_channel_8bit]
-        # quantization.lm_head rounds the reference's lm_head too (verify/reference.py).
-        head = head_scheme(r.quantization)
-        gen["lm_head"] = None if head is None else [head.bits, head.group_size]
-        d = hashlib.sha256((d + json.dumps(gen, sort_keys=True)).encode()).hexdigest()
-    if step == "prepare" and r.vision is not None:
-        # A synthetic vision-language checkpoint is written from vision.family and vision.config.
-        tower = {"family": r.vision.family, "config": r.vision.config}
-        d = hashlib.sha256((d + json.dumps(tower, sort_keys=True)).encode()).hexdigest()
-    if step == "e2e":
-        d = hashlib.sha256((d + section_digest(r, *STEP_SECTIONS["compile"])).encode()).hexdigest()
-    if step == "check":
-        d = hashlib.sha256((d + str(r.verify.check_tokens)).encode()).hexdigest()
+    values = read_values(r, STEPS[step])
     if step == "quantize" and r.quantization.calibration:
         text = Path(r.quantization.calibration).read_bytes()  # the data, wherever the file lives
-        d = hashlib.sha256(d.encode() + hashlib.sha256(text).digest()).hexdigest()
-    return d[:16]
+        values["=calibration_text"] = hashlib.sha256(text).hexdigest()
+    return hashlib.sha256(canonical(values).encode()).hexdigest()[:16]
+
+
+def priority(step: str) -> int:
+    return STEPS[step].priority
+
+
+def command(step: str, arguments: str) -> str:
+    """A rule's shell command: the step's verb on `arguments`, its output into the rule's log."""
+    return f"llmbuild {STEPS[step].verb} {arguments} > {{log:q}} 2>&1"
 
 
 def builds_bmodel(name: str) -> bool:
@@ -273,30 +217,9 @@ def bmodel_layer_nets(name: str, layer: int | str) -> list[str]:
     return layer_net_names(recipe(name).bmodel.history, layer)
 
 
-# What each bmodel net reads beyond the model and its weights: the head nets know nothing of the KV cache or
-# the history form, lm_head and embedding_cache nothing of the prefill length either. A recipe edit then
-# recompiles the nets it changes (seq_length: the block nets; prefill_length: those and `embedding`).
-_BMODEL_HEAD_FIELDS = {"embedding": ("stages.prefill_length", "bmodel.cores"),
-                       "embedding_cache": ("bmodel.cores",), "lm_head": ("bmodel.cores",)}
-
-
 def bmodel_net_digest(name: str, net: str) -> str:
-    """The rerun digest of one bmodel net: the model's sections, plus the fields `net` reads."""
-    r = recipe(name)
-    base = section_digest(r, "source", "architecture", "quantization", "target")
-    if net == VIT_NET:  # the tower's net reads the vision section, nothing of the decoder's stages
-        extra = section_digest(r, "vision") + json.dumps(r.raw["bmodel"]["cores"])
-    elif net in _BMODEL_HEAD_FIELDS:
-        fields = {f: r.raw[f.split(".")[0]][f.split(".")[1]] for f in _BMODEL_HEAD_FIELDS[net]}
-        extra = json.dumps(fields, sort_keys=True)
-    else:
-        extra = section_digest(r, "stages", "bmodel")
-    return hashlib.sha256((base + extra).encode()).hexdigest()[:16]
-
-
-def bmodel_parts_digest(name: str, nets: list[str]) -> str:
-    """A combine's rerun digest: its nets' (the head's combine does not rerun for a change of the blocks)."""
-    return hashlib.sha256("".join(bmodel_net_digest(name, n) for n in nets).encode()).hexdigest()[:16]
+    """The rerun digest of one bmodel net: its kind's descriptor (a block, an embedding, lm_head, the vit)."""
+    return digest(name, net_step(net))
 
 
 @cache
@@ -355,19 +278,11 @@ def reference_threads(name: str) -> int:
     return 2 if param_count(recipe_spec(name)) > 3e9 else 1
 
 
-# Which ready job Snakemake starts first (the highest), from a build's critical path on 2 cores: the
-# reference (the longest job; a 7B's takes both cores, and starting the compile jobs first only delays it),
-# then the end-to-end check (the longest after it) and the chain that feeds it (plan, layers, head, link),
-# then the check shards, those with a layer on the simulated device (twice as long) first. Checks ahead of
-# the layer jobs had starved link, and a 7B's 116 s end-to-end check then ran alone at the end.
-PRIORITY = {"reference": 4, "e2e": 3, "compile": 2, "device_checks": 1, "checks": 0}
-
-
 def check_priority(name: str, layers: list[int]) -> int:
     """A check shard's priority: higher when it runs a layer on the simulated device."""
     from llmbuild.verify.layer_check_policy import faithful_layers
 
-    return PRIORITY["device_checks" if faithful_layers(layer_count(name)) & set(layers) else "checks"]
+    return PRIORITY_DEVICE_CHECKS if faithful_layers(layer_count(name)) & set(layers) else PRIORITY_CHECKS
 
 
 @cache

@@ -23,7 +23,7 @@ from llmbuild.binary.memory_map import MemoryPlan, align
 from llmbuild.binary.program import Program, decode, decode_header
 from llmbuild.chips import load_chip
 from llmbuild.cost.compiled import perf_report
-from llmbuild.frontend.tokenizer_files import read_tokenizer_bundle
+from llmbuild.frontend.tokenizer_files import TokenizerBundle, read_tokenizer_bundle, token_ids_by_string
 from llmbuild.recipe_types import Recipe
 from llmbuild.verify.layer_check_policy import faithful_layers
 
@@ -63,6 +63,18 @@ def check_fits(recipe: Recipe, report: dict) -> None:
             f"{recipe.path}: target.chip: {recipe.target.chip} has {limit / 2**30:.2f} GiB of device memory, "
             f"the model needs {total / 2**30:.2f} GiB ({parts})"
         )
+
+
+def stop_ids(recipe: Recipe, bundle: TokenizerBundle, spec) -> list[int]:
+    """The ids generation stops at: generation_config's EOS, and for MiniCPM-V also the terminators its
+    published `chat()` stops at."""
+    ids = list(bundle.eos_token_ids or spec.eos_token_ids)
+    if recipe.vision is not None and recipe.vision.family == "minicpmv":
+        from llmbuild.frontend.minicpmv import CHAT_TERMINATORS
+
+        known = token_ids_by_string(bundle.tokenizer_json)
+        ids += [known[t] for t in CHAT_TERMINATORS if t in known and known[t] not in ids]
+    return ids
 
 
 def link(recipe: Recipe) -> None:
@@ -109,7 +121,7 @@ def link(recipe: Recipe) -> None:
         "nets": [{"name": net, "stage": stage, "layer": layer, "section": name} for layer, name, net, stage, _ in nets],
         "memory": report,
         "bos_token_id": bundle.bos_token_id,
-        "eos_token_ids": list(bundle.eos_token_ids or spec.eos_token_ids),
+        "eos_token_ids": stop_ids(recipe, bundle, spec),
         "chat_template": bundle.chat_template,
         # The strings chat templates see as bos_token, eos_token, ... (transformers' special_tokens_map).
         "special_tokens": {

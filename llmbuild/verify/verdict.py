@@ -72,6 +72,10 @@ def verify(recipe: Recipe) -> dict:
     if not steps[worst_step]["cosine"] >= v.logits_cosine:  # NaN fails too
         failures.append(f"end to end: step {worst_step} logits cosine {steps[worst_step]['cosine']} "
                         f"< {v.logits_cosine}")
+    if e2e.get("chat_template_ids_equal") is False:
+        # The runtime renders the chat template itself (`llmbuild chat`); the reference used transformers'.
+        failures.append("end to end: the binary's chat template gives other prompt ids for verify.prompt than "
+                        "transformers' apply_chat_template")
     image = e2e.get("image")
     if image is not None:
         if v.exact_tokens and not image["tokens_equal"]:
@@ -97,7 +101,7 @@ def verify(recipe: Recipe) -> dict:
                        "exact_tokens": v.exact_tokens},
         "end_to_end": {**{k: e2e[k] for k in ("tokens_equal", "first_difference", "top2_gap_at_difference",
                                              "reference_top2_gap_at_difference", "steps_differing",
-                                             "first_logits") if k in e2e},
+                                             "first_logits", "chat_template_ids_equal") if k in e2e},
                        "worst_step_logits": {"step": worst_step, **steps[worst_step]}},
     }
     if dequant is not None:
