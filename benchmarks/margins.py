@@ -6,9 +6,8 @@ Each argument is a build folder (one sub-folder per recipe, as `snakemake` write
 whose checks and end-to-end run finished (e2e.json, whether verify passed or not) the table shows the
 worst similarity of each kind the verify step compares: TOP against transformers (outputs), TPU against
 TOP (every op and every output), and the end-to-end logits of every teacher-forced step against
-transformers in f32. The last table takes the worst over the recipes of one
-activation dtype, the key of the per-mode default tolerances (llmbuild/recipe/tolerances.py); docs/
-verification.md shows how the defaults were chosen from it.
+transformers in f32; beside each, the share of the recipe's error budget (llmbuild/recipe/tolerances.py)
+its relative error uses. docs/verification.md shows the run behind the default tolerances.
 """
 
 from __future__ import annotations
@@ -18,18 +17,17 @@ import json
 import math
 from pathlib import Path
 
-from llmbuild.recipe.tolerances import DEFAULTS, KINDS, activation_dtype, derive
+from llmbuild.recipe.tolerances import KINDS, default_tolerances, relative_error
 
 
-def _mode(build: Path) -> str | None:
+def _recipe(build: Path):
     from llmbuild import LlmbuildError
     from llmbuild.recipe import load_recipe
 
-    for candidate in (build / f"{build.name}.yaml",):  # `llmbuild compile` writes the recipe beside the build
-        if candidate.is_file():
-            return load_recipe(candidate, require_checkpoint=False).quantization.mode
+    candidate = build / f"{build.name}.yaml"  # `llmbuild compile` writes the recipe beside the build
     try:
-        return load_recipe(build.name, require_checkpoint=False).quantization.mode
+        return load_recipe(candidate if candidate.is_file() else build.name, require_checkpoint=False,
+                           check_fit=False)
     except LlmbuildError:
         return None
 
@@ -62,31 +60,38 @@ def margins(build: Path) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("builds", nargs="+", type=Path)
+    ap.add_argument("--json", type=Path, help="also write the rows (recipe, mode, layers, worst per kind) here")
     args = ap.parse_args()
-    rows: list[tuple[str, str, dict[str, float]]] = []
+    rows: list[dict] = []
     for root in args.builds:
         # Every build whose checks and end-to-end run finished, whether or not its tolerances then passed:
-        # the margins are what the tolerances are derived from, not the other way round.
+        # the margins are measured against the budget, not selected by it.
         for e2e in sorted(root.glob("*/e2e.json")):
             build = e2e.parent
-            mode = _mode(build)
-            if mode is not None and (build / "head" / "metrics.json").is_file():
-                rows.append((build.name, mode, margins(build)))
+            recipe = _recipe(build)
+            if recipe is not None and (build / "head" / "metrics.json").is_file():
+                layers = json.loads((build / "spec.json").read_text())["num_layers"]
+                rows.append({"recipe": build.name, "mode": recipe.quantization.mode, "num_layers": layers,
+                             "worst": margins(build), "tolerances": {k: getattr(recipe.verify, k) for k in KINDS}})
     if not rows:
         raise SystemExit("no finished builds (e2e.json) under " + " ".join(map(str, args.builds)))
-    head = f"{'recipe':<28} {'mode':<7} " + " ".join(f"{k:>13}" for k in KINDS)
-    print(head)
-    for name, mode, worst in rows:
-        print(f"{name:<28} {mode:<7} " + " ".join(f"{worst[k]:>13.7f}" for k in KINDS))
-    print()
-    print(f"{'activations':<12} {'builds':>6} " + " ".join(f"{k:>13}" for k in KINDS))
-    for dtype in ("f32", "f16", "bf16"):
-        group = [w for _, mode, w in rows if activation_dtype(mode) == dtype]
-        if group:
-            worst = {k: min(w[k] for w in group) for k in KINDS}
-            print(f"{dtype:<12} {len(group):>6} " + " ".join(f"{worst[k]:>13.7f}" for k in KINDS))
-            print(f"{'  derived':<12} {'':>6} " + " ".join(f"{derive(k, worst[k]):>13.7f}" for k in KINDS))
-            print(f"{'  shipped':<12} {'':>6} " + " ".join(f"{DEFAULTS[dtype][k]:>13.7f}" for k in KINDS))
+    print("Worst similarity per kind, and the share of the recipe's budget its relative error uses (over 1.00: "
+          "fails; a tenfold error fails where the share is over 0.10):")
+    print(f"{'recipe':<28} {'mode':<7} {'L':>3} " + " ".join(f"{k:>22}" for k in KINDS))
+    for row in rows:
+        cells = []
+        for k in KINDS:
+            used = relative_error(k, row["worst"][k]) / relative_error(k, row["tolerances"][k])
+            cells.append(f"{row['worst'][k]:>13.7f} {used:>7.2f}x" + ("*" if row["tolerances"][k] != _default(row, k)
+                                                                       else " "))
+        print(f"{row['recipe']:<28} {row['mode']:<7} {row['num_layers']:>3} " + " ".join(cells))
+    print("(* the recipe sets this tolerance itself; otherwise the default of llmbuild/recipe/tolerances.py)")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+
+
+def _default(row: dict, kind: str) -> float:
+    return default_tolerances(row["mode"], row["num_layers"])[kind]
 
 
 if __name__ == "__main__":

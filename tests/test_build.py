@@ -125,6 +125,25 @@ def test_every_build_passed_its_verification(build: Path) -> None:
             assert independent["library"] and independent["equal"] is True, (recipe, independent)
 
 
+def test_real_checkpoints_sit_inside_their_error_budget_and_a_tenfold_error_would_fail(build: Path) -> None:
+    """The default tolerances are an error budget (llmbuild/recipe/tolerances.py): the shipped builds of a real
+    checkpoint (SmolLM2, every mode) use at most two thirds of it, and more than a tenth wherever a recorded
+    similarity shows the error, so ten times their error fails."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from margins import margins
+
+    from llmbuild.recipe import load_recipe
+    from llmbuild.recipe.tolerances import KINDS, relative_error
+
+    for name in ("smollm2_135m_bf16", "smollm2_135m_hf_bf16", "smollm2_135m_w4", "smollm2_135m_w8"):
+        worst, tolerances = margins(build / name), load_recipe(name).verify
+        for kind in KINDS:
+            share = relative_error(kind, worst[kind]) / relative_error(kind, getattr(tolerances, kind))
+            assert share <= 2 / 3, (name, kind, share)
+            if kind.endswith("euclid") or kind == "logits_cosine":
+                assert share > 0.1, (name, kind, share)
+
+
 def test_every_mlir_file_parses_with_upstream_mlir_opt(build: Path) -> None:
     tool = shutil.which("mlir-opt-22") or shutil.which("mlir-opt")
     if tool is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import os
 import re
 import sys
@@ -16,13 +17,14 @@ from llmbuild import LlmbuildError
 from llmbuild.recipe import list_recipes, load_recipe, schema_markdown, section_digest
 from llmbuild.recipe.schema_table import FIELDS
 from llmbuild.recipe.tolerances import (
-    DEFAULTS,
-    IMAGE_DEFAULTS,
-    IMAGE_MEASURED,
+    COSINE_FLOOR,
+    DEFAULT_LAYERS,
     KINDS,
-    MEASURED,
     activation_dtype,
-    derive,
+    default_image_cosine,
+    default_tolerances,
+    error_budget,
+    relative_error,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -139,33 +141,52 @@ def test_packaged_gguf_recipe_points_at_the_file() -> None:
     assert recipe.raw["source"]["path"] is None  # the digest does not depend on site-packages
 
 
-@pytest.mark.parametrize(("mode", "dtype"), [("f32", "f32"), ("bf16", "bf16"), ("f16", "f16"), ("w4bf16", "bf16"),
-                                           ("w8f16", "f16")])
-def test_absent_tolerances_are_the_mode_defaults(tmp_path: Path, mode: str, dtype: str) -> None:
+@pytest.mark.parametrize("mode", ["f32", "bf16", "f16", "w4bf16", "w8f16"])
+def test_absent_tolerances_are_the_budget_of_the_mode_and_depth(tmp_path: Path, mode: str) -> None:
+    # this minimal config does not say its depth: the default depth's budget
     recipe = load_recipe(write(tmp_path, "m", VALID.replace("stages:", f"quantization:\n  mode: {mode}\nstages:")))
+    expected = default_tolerances(mode, DEFAULT_LAYERS)
     for kind in KINDS:
-        expected = 0.99 if kind == "top_cosine" else DEFAULTS[dtype][kind]
-        assert getattr(recipe.verify, kind) == expected, kind
+        assert getattr(recipe.verify, kind) == (0.99 if kind == "top_cosine" else expected[kind]), kind
+    smollm2 = load_recipe("smollm2_135m_bf16")  # 30 layers, read from the GGUF file's header
+    assert smollm2.verify.logits_cosine == default_tolerances("bf16", 30)["logits_cosine"] == 0.9938
 
 
-def test_default_tolerances_follow_the_rule_from_the_measured_margins() -> None:
-    """The rule of llmbuild/recipe/tolerances.py on hand-computed cases: 4x the cosine error and 2x the
-    euclid error, one significant digit rounded up, floors 1e-5 and 1e-4."""
-    assert derive("tpu_cosine", 0.9995365) == 0.998  # 4 x 4.6e-4 = 1.85e-3 -> 2e-3
-    assert derive("tpu_euclid", 0.9661107) == 0.93  # 2 x 0.0339 = 0.068 -> 0.07
-    assert derive("logits_cosine", 0.9992981) == 0.997  # 4 x 7.0e-4 = 2.8e-3 -> 3e-3
-    assert derive("tpu_cosine", 1.0) == 0.99999 and derive("top_euclid", 0.9999985) == 0.9999  # floors
-    for dtype, measured in MEASURED.items():  # the measured builds pass the defaults made from them
-        for kind, worst in measured.items():
-            assert DEFAULTS[dtype][kind] <= worst, (dtype, kind)
-    assert derive("image_cosine", 0.9999169) == 0.9996  # 4 x 8.3e-5 = 3.3e-4 -> 4e-4
-    for dtype, worst in IMAGE_MEASURED.items():
-        assert IMAGE_DEFAULTS[dtype] <= worst, dtype
-    assert IMAGE_DEFAULTS["f32"] >= IMAGE_DEFAULTS["f16"] >= IMAGE_DEFAULTS["bf16"]
-    # A tighter activation dtype never gets a looser default.
+def test_the_error_budget_on_hand_computed_cases() -> None:
+    """llmbuild/recipe/tolerances.py: u sqrt(n / 3) for n roundings, times the safety factor; a euclid is
+    1 - d, a cosine 1 - d^2 / 2, the budget rounded up to two significant digits."""
+    u = 2.0**-8
+    assert error_budget("tpu_euclid", "bf16", 28) == pytest.approx(8 * u * (13 / 3) ** 0.5)  # 0.0651
+    assert default_tolerances("w4bf16", 28)["tpu_euclid"] == 0.934  # 0.0651 -> 0.066
+    assert default_tolerances("bf16", 28)["tpu_cosine"] == 0.9978  # 0.0651^2 / 2 = 0.00212 -> 0.0022
+    assert default_tolerances("bf16", 28)["logits_cosine"] == 0.9942  # (2.5 u sqrt(13 * 28 / 3))^2 / 2 -> 0.0058
+    assert default_tolerances("bf16", 28)["top_euclid"] == 0.9999968  # 25 x 2^-24 sqrt(13 / 3) -> 3.2e-6
+    assert default_tolerances("f32", 4)["logits_cosine"] == 1 - COSINE_FLOOR  # below what 7 decimals show
+    # Deeper models get a wider logits budget; a narrower format never a tighter one.
+    assert default_tolerances("bf16", 28)["logits_cosine"] < default_tolerances("bf16", 4)["logits_cosine"]
     for kind in KINDS:
-        assert DEFAULTS["f32"][kind] >= DEFAULTS["f16"][kind] >= DEFAULTS["bf16"][kind], kind
+        assert default_tolerances("f32", 28)[kind] >= default_tolerances("f16", 28)[kind] \
+            >= default_tolerances("bf16", 28)[kind], kind
+    assert default_image_cosine("bf16") == 0.9944 and default_image_cosine("f32") == 1 - COSINE_FLOOR
     assert activation_dtype("w4bf16") == "bf16" and activation_dtype("w8f16") == "f16"
+
+
+REAL_SIZE = json.loads((REPO / "benchmarks" / "data" / "margins_real_size.json").read_text())["builds"]
+
+
+@pytest.mark.parametrize("row", REAL_SIZE, ids=[r["recipe"] for r in REAL_SIZE])
+def test_real_size_builds_sit_inside_the_budget_and_a_tenfold_error_fails(row: dict) -> None:
+    """Measured worst similarities of the real-size builds (benchmarks/margins.py): each uses at most two
+    thirds of its budget, and the same build with ten times its relative error fails every comparison whose
+    error a recorded similarity can show."""
+    defaults = default_tolerances(row["mode"], row["num_layers"])
+    for kind, worst in row["worst"].items():
+        error, budget = relative_error(kind, worst), relative_error(kind, defaults[kind])
+        assert worst >= defaults[kind] and error <= budget * 2 / 3, kind
+        if error > 0:  # a cosine of 1.0000000 shows no error at 7 decimals; its euclid holds the comparison
+            tenfold = 1 - 10 * error if kind.endswith("euclid") else 1 - (10 * error) ** 2 / 2
+            assert tenfold < defaults[kind], kind
+
 
 
 def test_defaults_are_filled(tmp_path: Path) -> None:
@@ -173,7 +194,7 @@ def test_defaults_are_filled(tmp_path: Path) -> None:
     assert recipe.quantization.mode == "f32" and recipe.target.chip == "bm1684x"
     assert recipe.verify.prompt_ids == (1, 2)
     # f32: the f32 defaults (llmbuild/recipe/tolerances.py), the recipe's own top_cosine kept.
-    assert recipe.verify.top_cosine == 0.99 and recipe.verify.tpu_cosine == DEFAULTS["f32"]["tpu_cosine"]
+    assert recipe.verify.top_cosine == 0.99 and recipe.verify.tpu_cosine == default_tolerances("f32")["tpu_cosine"]
     assert recipe.raw["verify"]["tpu_cosine"] is None  # absent in the recipe: the digest says so
     for f in FIELDS:
         if f.path != "base":
@@ -550,8 +571,8 @@ def test_real_size_recipes_without_checkpoints_are_skipped_by_all_and_explain_wh
 def test_vision_section_loads_with_defaults_and_per_mode_tolerance() -> None:
     f32, bf16 = load_recipe("internvl_tiny_f32", RECIPES), load_recipe("internvl_tiny_bf16", RECIPES)
     assert f32.vision is not None and f32.vision.family == "internvl" and f32.vision.max_tiles == 4
-    assert f32.vision.exporter == "legacy" and f32.vision.image_cosine == IMAGE_DEFAULTS["f32"] == 0.99999
-    assert bf16.vision is not None and bf16.vision.image_cosine == IMAGE_DEFAULTS["bf16"] == 0.9996
+    assert f32.vision.exporter == "legacy" and f32.vision.image_cosine == default_image_cosine("f32") == 0.9999995
+    assert bf16.vision is not None and bf16.vision.image_cosine == default_image_cosine("bf16") == 0.9944
     assert load_recipe("qwen2_tiny_f32", RECIPES).vision is None
 
 

@@ -765,30 +765,44 @@ def _build(name: str, path: Path, raw: dict[str, Any], checkpoint: Path | None,
            config_file: Path | None, quant: dict[str, Any]) -> Recipe:
     src, verify = raw["source"], raw["verify"]
     prompt_ids = tuple(verify["prompt_ids"]) if verify["prompt_ids"] is not None else None
+    source = SourceConfig(
+        kind=src["kind"],
+        # Resolved and absolute; for a packaged GGUF, the located file.
+        path=str(checkpoint) if checkpoint is not None else None,
+        package=src["package"],
+        file=src["file"],
+        config=copy.deepcopy(src["config"]),
+        seed=src["seed"],
+        config_file=str(config_file) if config_file is not None else None,
+    )
+    layers = _num_layers(source)
     return Recipe(
         name=name,
         path=path.resolve(),
         description=raw["description"],
-        source=SourceConfig(
-            kind=src["kind"],
-            # Resolved and absolute; for a packaged GGUF, the located file.
-            path=str(checkpoint) if checkpoint is not None else None,
-            package=src["package"],
-            file=src["file"],
-            config=copy.deepcopy(src["config"]),
-            seed=src["seed"],
-            config_file=str(config_file) if config_file is not None else None,
-        ),
+        source=source,
         architecture=raw["architecture"],
         quantization=QuantConfig(**quant),
         target=TargetConfig(**raw["target"]),
         stages=StagesConfig(**raw["stages"]),
-        verify=VerifyConfig(**{**verify, **_absent_tolerances(verify, quant["mode"]), "prompt_ids": prompt_ids}),
+        verify=VerifyConfig(**{**verify, **_absent_tolerances(verify, quant["mode"], layers),
+                               "prompt_ids": prompt_ids}),
         build=raw["build"],
         bmodel=BmodelConfig(**raw["bmodel"]),
         vision=_vision(raw["vision"], quant["mode"]),
         raw=raw,
     )
+
+
+def _num_layers(source: SourceConfig) -> int | None:
+    """The model's depth, which the logits' error budget grows with; None where the configuration does not
+    say (the model's own check, or prepare, names what is missing)."""
+    from llmbuild.frontend.config_spec import spec_without_weights
+
+    try:
+        return spec_without_weights(source).num_layers
+    except (LlmbuildError, KeyError, TypeError, ValueError):
+        return None
 
 
 def _vision(vision: dict[str, Any], mode: str) -> VisionConfig | None:
@@ -799,8 +813,8 @@ def _vision(vision: dict[str, Any], mode: str) -> VisionConfig | None:
                         vision["max_tiles"])
 
 
-def _absent_tolerances(verify: dict[str, Any], mode: str) -> dict[str, float]:
-    return {kind: value for kind, value in default_tolerances(mode).items() if verify.get(kind) is None}
+def _absent_tolerances(verify: dict[str, Any], mode: str, layers: int | None) -> dict[str, float]:
+    return {kind: value for kind, value in default_tolerances(mode, layers).items() if verify.get(kind) is None}
 
 
 def section_digest(recipe: Recipe, *sections: str) -> str:

@@ -182,8 +182,8 @@ class FieldSpec:
 
 
 _TOL = UnitInterval()
-# Absent tolerances come from llmbuild/recipe/tolerances.py, chosen per activation dtype from measured margins.
-_PER_MODE = "Absent: the default of the mode's activation dtype (docs/verification.md)."
+# Absent tolerances come from llmbuild/recipe/tolerances.py: an error budget of the activation dtype and depth.
+_PER_MODE = "Absent: the error budget of the mode's activation dtype and the model's depth (docs/verification.md)."
 
 FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("base", "string",
@@ -307,8 +307,8 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("vision.image_cosine", "number",
               "Cosine similarity of the compiled vision net's image features against the reference "
               "(transformers; MiniCPM-V: its tower and resampler at each checked piece's own size). "
-              "Absent: the activation dtype's default, derived from measured margins like the verify "
-              "tolerances (llmbuild/recipe/tolerances.py): 0.99999 in f32, 0.9996 in bf16 and f16.",
+              "Absent: the error budget of the activation dtype over a tower's depth, like the logits' "
+              "(llmbuild/recipe/tolerances.py): 0.9999995 in f32, 0.9944 in bf16.",
               default=None, constraint=_TOL),
     FieldSpec("bmodel", "section", "The vendor's deployable `.bmodel`, built beside the `.llmb` by TPU-MLIR's own "
               "lowering and code generation (docs/bmodel.md).", default={}),
