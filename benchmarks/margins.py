@@ -85,7 +85,7 @@ def main() -> None:
             cells.append(f"{row['worst'][k]:>13.7f} {used:>7.2f}x" + ("*" if row["tolerances"][k] != _default(row, k)
                                                                        else " "))
         print(f"{row['recipe']:<28} {row['mode']:<7} {row['num_layers']:>3} " + " ".join(cells))
-    print("(* the recipe sets this tolerance itself; otherwise the default of llmbuild/recipe/tolerances.py)")
+    print("(* not the depth's budget: a random-weight fixture's logits (under 2e7 parameters), or the recipe's own)")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
 

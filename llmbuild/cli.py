@@ -36,7 +36,10 @@ def _recipe(args: argparse.Namespace):
     from llmbuild.steps.descriptors import STEPS, step_of
 
     recipe = load_recipe(args.recipe)
-    step = step_of(args.verb, getattr(args, "net", None))
+    combine = None
+    if args.verb == "bmodel-combine":
+        combine = "layer" if args.layer is not None else "head" if args.head else "model"
+    step = step_of(args.verb, getattr(args, "net", None), combine)
     if step is None:
         return recipe
     view, log = watch(recipe, step, STEPS[step].allows())
@@ -142,7 +145,7 @@ def cmd_bmodel_combine(args: argparse.Namespace) -> None:
 def cmd_bmodel_check(args: argparse.Namespace) -> None:
     from llmbuild.verify.bmodel_checks import check_bmodel
 
-    check_bmodel(_recipe(args))
+    check_bmodel(_recipe(args), args.part)
 
 
 def cmd_link(args: argparse.Namespace) -> None:
@@ -289,7 +292,8 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--layer", type=int)
     which.add_argument("--head", action="store_true")
     which.add_argument("--model", action="store_true")
-    verb("bmodel-check", cmd_bmodel_check, "run the bmodel on the vendor's simulator against the reference")
+    sp = verb("bmodel-check", cmd_bmodel_check, "run the bmodel on the vendor's simulator against the reference")
+    sp.add_argument("--part", help="a real-size model's part, checked before the combine: head or layer_I")
     verb("e2e", cmd_e2e, "run the binary against transformers generate: e2e.json")
     verb("verify", cmd_verify, "apply the recipe's tolerances to every check: verify.json")
     sp = verb("zoo-recipe", cmd_zoo_recipe, "build one recipe for the zoo and record its outcome (never fails)")

@@ -57,6 +57,11 @@ class Toolchain:
         return self.bin / "model_tool"
 
     @property
+    def bmodel_schema(self) -> Path:
+        """The flatbuffer schema of the bmodel files this version writes (read by bmodel/combine.py)."""
+        return self.root / "include" / "tpu_mlir" / "Builder" / "BM168x" / "bmodel.fbs"
+
+    @property
     def ppl_root(self) -> Path:
         return self.root / "cross_toolchains" / "ppl_compile"
 

@@ -48,14 +48,14 @@ rule bmodel_layer:
         # Kept (one copy of the layer's weights): an edit that leaves a layer alone does not recompile it.
         bmodel=f"{BUILD}/{{recipe}}/bmodel/layers/{{layer}}.bmodel",
     params:
-        **_bmodel_params("bmodel_combine"),
+        **_bmodel_params("bmodel_combine_layer"),
     resources:
         mem_mb=lambda w: dag.bmodel_resources(w.recipe, "combine", "layer").mem_mb,
         runtime=lambda w: dag.bmodel_resources(w.recipe, "combine", "layer").runtime_min,
     log:
         f"{BUILD}/{{recipe}}/logs/bmodel_layer_{{layer}}.log",
     shell:
-        dag.command("bmodel_combine", "{wildcards.recipe} --layer {wildcards.layer}")
+        dag.command("bmodel_combine_layer", "{wildcards.recipe} --layer {wildcards.layer}")
 
 
 rule bmodel_head:
@@ -64,14 +64,14 @@ rule bmodel_head:
     output:
         bmodel=f"{BUILD}/{{recipe}}/bmodel/head.bmodel",
     params:
-        **_bmodel_params("bmodel_combine"),
+        **_bmodel_params("bmodel_combine_head"),
     resources:
         mem_mb=lambda w: dag.bmodel_resources(w.recipe, "combine", "head").mem_mb,
         runtime=lambda w: dag.bmodel_resources(w.recipe, "combine", "head").runtime_min,
     log:
         f"{BUILD}/{{recipe}}/logs/bmodel_head.log",
     shell:
-        dag.command("bmodel_combine", "{wildcards.recipe} --head")
+        dag.command("bmodel_combine_head", "{wildcards.recipe} --head")
 
 
 rule bmodel:
@@ -93,12 +93,42 @@ rule bmodel:
         dag.command("bmodel_combine", "{wildcards.recipe} --model")
 
 
+def _part_file(w):
+    return f"{BUILD}/{w.recipe}/bmodel/head.bmodel" if w.part == "head" else \
+        f"{BUILD}/{w.recipe}/bmodel/layers/{w.part.removeprefix('layer_')}.bmodel"
+
+
+# A real-size model's checks run on its parts as soon as each is combined (the head's, each sampled layer's),
+# each part alone in its runtime, so the cmodel's minutes overlap the compile jobs.
+rule bmodel_check_part:
+    input:
+        part=_part_file,
+        reference=rules.reference.output.reference,
+    output:
+        checks=f"{BUILD}/{{recipe}}/bmodel/checks/{{part}}.json",
+    wildcard_constraints:
+        part="head|layer_[0-9]+",
+    params:
+        **_bmodel_params("bmodel_check"),
+    priority: dag.priority("bmodel_check")
+    resources:
+        mem_mb=lambda w: dag.bmodel_resources(w.recipe, "check").mem_mb,
+        runtime=lambda w: dag.bmodel_resources(w.recipe, "check").runtime_min,
+    benchmark:
+        f"{BUILD}/{{recipe}}/benchmarks/bmodel_check_{{part}}.tsv"
+    log:
+        f"{BUILD}/{{recipe}}/logs/bmodel_check_{{part}}.log",
+    shell:
+        dag.command("bmodel_check", "{wildcards.recipe} --part {wildcards.part}")
+
+
 rule bmodel_check:
     input:
         # The binary itself (its parts loaded one by one into one runtime make the BM1684X cmodel assert on an
-        # f32 net's alignment: not what a board loads).
+        # f32 net's alignment: not what a board loads); a real-size model's parts were checked on their own.
         bmodel=rules.bmodel.output.bmodel,
         reference=rules.reference.output.reference,
+        parts=lambda w: [f"{BUILD}/{w.recipe}/bmodel/checks/{p}.json" for p in dag.bmodel_check_parts(w.recipe)],
     output:
         checks=report(f"{BUILD}/{{recipe}}/bmodel.json", caption="../report/bmodel.rst", category="{recipe}",
                       subcategory="verification"),

@@ -54,6 +54,61 @@ def test_tiny_bf16_bmodel_is_built_checked_on_the_cmodel_and_verified(build_root
     assert (build / "bmodel" / "nets" / "block_0" / "block_0.mlir").is_file()  # the vendor module, to read
 
 
+def test_the_streamed_combine_is_what_model_tool_combines(build_root, tmp_path):
+    """llmbuild combines bmodels as a stream (bmodel/combine.py); the vendor's `model_tool --combine` of the
+    same parts gives the same nets, fields and data bytes, laid out the same (only the description's own
+    flatbuffer layout differs), and the same `model_tool --info`."""
+    import subprocess
+
+    from llmbuild.bmodel.combine import combine_stream, content_view
+    from llmbuild.bmodel.flat_schema import load_schema
+    from llmbuild.bmodel.vendor_compile import combine
+
+    snakemake(build_root, "qwen2_tiny_bf16", *BMODEL)
+    build = build_root / "qwen2_tiny_bf16"
+    parts = [build / "bmodel" / "head.bmodel", *(build / "bmodel" / "layers" / f"{i}.bmodel" for i in range(4))]
+    chain = locate()
+    schema = load_schema(chain.bmodel_schema)
+    ours = combine_stream(schema, parts, tmp_path / "ours.bmodel")
+    theirs = combine(chain, parts, tmp_path / "theirs.bmodel", tmp_path / "theirs.log")
+    assert content_view(schema, ours) == content_view(schema, theirs)
+    assert ours.read_bytes() == (build / "qwen2_tiny_bf16.bmodel").read_bytes()  # the build's own final combine
+    a, b = ours.read_bytes(), theirs.read_bytes()
+    assert len(a) == len(b) and a[:20] == b[:20]  # sizes of header, description and data
+    start = int.from_bytes(a[4:8], "little") + int.from_bytes(a[8:12], "little")
+    assert a[start:] == b[start:]  # the data, byte for byte
+
+    def info(path):
+        text = subprocess.run([str(chain.model_tool), "--info", str(path)], capture_output=True, text=True,
+                              env=chain.environment(tmp_path, tmp_path), check=True).stdout
+        return text.replace(str(path), "FILE")
+
+    assert info(ours) == info(theirs)
+
+
+def test_a_real_size_model_is_checked_part_by_part_before_the_combine(build_root, tmp_path, monkeypatch):
+    """At real size the head and the sampled layers are checked each in a job of its own, on their own
+    bmodels, as soon as they are combined; the final check loads the whole binary and gathers them. Forced
+    on the tiny model (LLMBUILD_SMALL_MODEL_PARAMS=0), its decode nets give the very numbers the whole
+    binary gives them."""
+    snakemake(build_root, "qwen2_tiny_bf16", *BMODEL)
+    whole = json.loads((build_root / "qwen2_tiny_bf16" / "bmodel.json").read_text())
+    monkeypatch.setenv("LLMBUILD_SMALL_MODEL_PARAMS", "0")
+    build = tmp_path / "build"
+    snakemake(build, "qwen2_tiny_bf16", *BMODEL)
+    out = build / "qwen2_tiny_bf16"
+    parts = sorted(p.stem for p in (out / "bmodel" / "checks").glob("*.json"))
+    assert parts[0] == "head" and all(p.startswith("layer_") for p in parts[1:]) and len(parts) > 2
+    checks = json.loads((out / "bmodel.json").read_text())
+    assert checks["coverage"] == "decode of the sampled layers and the head" and checks["end_to_end"] is None
+    decode = {n for n in checks["nets"] if n.startswith("block_cache_")}
+    assert decode == {f"block_cache_{p.removeprefix('layer_')}" for p in parts[1:]}
+    for net in decode | {"lm_head"}:
+        assert checks["nets"][net] == whole["nets"][net], net
+    assert "embedding_cache" in checks["nets"]  # run on the combined binary itself
+    assert json.loads((out / "verify.json").read_text())["passed"]
+
+
 def test_internvl_vit_net_computes_transformers_image_features_on_the_cmodel(build_root):
     """The tiny InternVL in bf16: its vision tower, exported from the ONNX import's TopOp, is the bmodel's
     `vit` net (pixels in, [tokens, hidden] out, as LLM-TPU's demos load it) and gives transformers' own

@@ -135,7 +135,10 @@ def test_real_checkpoints_sit_inside_their_error_budget_and_a_tenfold_error_woul
     from llmbuild.recipe import load_recipe
     from llmbuild.recipe.tolerances import KINDS, relative_error
 
-    for name in ("smollm2_135m_bf16", "smollm2_135m_hf_bf16", "smollm2_135m_w4", "smollm2_135m_w8"):
+    names = [n for n in ("smollm2_135m_bf16", "smollm2_135m_hf_bf16", "smollm2_135m_w4", "smollm2_135m_w8")
+             if (build / n / "e2e.json").is_file()]  # the HF directory is a checkpoint some machines lack
+    assert len(names) >= 3, names
+    for name in names:
         worst, tolerances = margins(build / name), load_recipe(name).verify
         for kind in KINDS:
             share = relative_error(kind, worst[kind]) / relative_error(kind, getattr(tolerances, kind))
@@ -225,8 +228,8 @@ RERUN_SAMPLE = [
 
 def _planned_steps(jobs: dict[str, int], recipe: str) -> set[str]:
     """The steps of a dry run's jobs (a layer or check shard is its step)."""
-    named = {"head_check": "check", "bmodel_layer": "bmodel_combine", "bmodel_head": "bmodel_combine",
-             "bmodel": "bmodel_combine"}
+    named = {"head_check": "check", "bmodel_layer": "bmodel_combine_layer", "bmodel_head": "bmodel_combine_head",
+             "bmodel": "bmodel_combine", "bmodel_check_part": "bmodel_check"}
     steps = set()
     for rule in jobs:
         if rule != recipe:

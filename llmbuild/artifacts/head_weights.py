@@ -23,13 +23,14 @@ from llmbuild.recipe_types import Recipe
 STREAMED_BYTES = 256 << 20
 
 
-def head_weights(recipe: Recipe, paths: BuildPaths, spec: ModelSpec, shapes: Shapes) -> tuple[dict, dict]:
-    """(TopOp weights, device weights) of the head nets: the RoPE tables, the embedding, the final norm and
-    lm_head; tables read by rows where they are large; lm_head rounded to nearest if the recipe says."""
+def head_weights(recipe: Recipe, paths: BuildPaths, spec: ModelSpec, shapes: Shapes | None) -> tuple[dict, dict]:
+    """(TopOp weights, device weights) of the head nets: the RoPE tables (for `shapes`' cache length; None:
+    none, as the vendor's head nets take), the embedding, the final norm and lm_head; tables read by rows
+    where they are large; lm_head rounded to nearest if the recipe says."""
     source = tensor_source(recipe, paths)
     weights: dict[str, Any] = {name: _head_tensor(source, name) for name in head_weight_names(spec)}
-    cos, sin = rope_tables(spec, shapes.seq_length)
-    weights[ROPE_COS], weights[ROPE_SIN] = cos, sin
+    if shapes is not None:
+        weights[ROPE_COS], weights[ROPE_SIN] = rope_tables(spec, shapes.seq_length)
     head = head_scheme(recipe.quantization)
     if head is None:
         return weights, weights

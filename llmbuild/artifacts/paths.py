@@ -107,6 +107,10 @@ class BuildPaths:
     def bmodel_head(self) -> Path:
         return self.bmodel_dir / "head.bmodel"
 
+    def bmodel_part_checks(self, part: str) -> Path:
+        """A real-size bmodel's checks of one part (`head`, `layer_I`), run before the parts are combined."""
+        return self.bmodel_dir / "checks" / f"{part}.json"
+
     @property
     def bmodel_jit(self) -> Path:
         """The attention kernel's compile cache ($HOME/.ppl of TPU-MLIR's JIT), shared by a build's nets."""

@@ -29,15 +29,21 @@ def header(data: bytes, origin: str) -> tuple[int, int, int]:
 
 
 def pin_creation_time(path: Path) -> None:
-    """Rewrite the creation time in `path`'s flatbuffer as the epoch, in place."""
-    data = bytearray(path.read_bytes())
-    head, flat, _ = header(bytes(data), str(path))
-    found = list(_CTIME.finditer(bytes(data[head:head + flat])))
-    if len(found) != 1:
-        raise LlmbuildError(f"{path}: expected one creation time in the bmodel's description, found {len(found)}")
-    start = head + found[0].start()
-    data[start:start + len(PINNED_TIME)] = PINNED_TIME
-    path.write_bytes(bytes(data))
+    """Rewrite the creation time in `path`'s flatbuffer as the epoch, in place (the description alone is read:
+    a vocabulary net's data is a gigabyte)."""
+    with open(path, "r+b") as f:
+        first = f.read(BMODEL_HEADER_BYTES)
+        found_header = bmodel_header(first)
+        if found_header is None:
+            raise LlmbuildError(f"{path}: expected a bmodel (magic {BMODEL_MAGIC:#x})")
+        head, flat, _ = found_header
+        f.seek(head)
+        description = f.read(flat)
+        found = list(_CTIME.finditer(description))
+        if len(found) != 1:
+            raise LlmbuildError(f"{path}: expected one creation time in the bmodel's description, found {len(found)}")
+        f.seek(head + found[0].start())
+        f.write(PINNED_TIME)
 
 
 def creation_time_span(data: bytes) -> tuple[int, int] | None:

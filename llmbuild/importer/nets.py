@@ -132,11 +132,15 @@ def lm_head_weight(spec: ModelSpec) -> str:
 
 def head_nets(spec: ModelSpec, shapes: Shapes, head: QuantScheme | None = None) -> dict[str, ModuleOp]:
     """`head`: the lm_head's quantization (quantization.lm_head), None to keep it in the activation type."""
-    return {
-        "embedding": build_embedding(spec, shapes.prefill_length, "embedding", head),
-        "embedding_cache": build_embedding(spec, 1, "embedding_cache", head),
-        "lm_head": build_lm_head(spec, head),
-    }
+    return {name: head_net(spec, name, shapes.prefill_length, head)
+            for name in ("embedding", "embedding_cache", "lm_head")}
+
+
+def head_net(spec: ModelSpec, name: str, prefill_length: int, head: QuantScheme | None = None) -> ModuleOp:
+    """One head net: `embedding` (the prefill's L rows), `embedding_cache` (one row) or `lm_head`."""
+    if name == "lm_head":
+        return build_lm_head(spec, head)
+    return build_embedding(spec, prefill_length if name == "embedding" else 1, name, head)
 
 
 def head_weight_names(spec: ModelSpec) -> list[str]:

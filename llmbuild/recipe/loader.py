@@ -775,7 +775,7 @@ def _build(name: str, path: Path, raw: dict[str, Any], checkpoint: Path | None,
         seed=src["seed"],
         config_file=str(config_file) if config_file is not None else None,
     )
-    layers = _num_layers(source)
+    layers, params = _model_size(source)
     return Recipe(
         name=name,
         path=path.resolve(),
@@ -785,7 +785,7 @@ def _build(name: str, path: Path, raw: dict[str, Any], checkpoint: Path | None,
         quantization=QuantConfig(**quant),
         target=TargetConfig(**raw["target"]),
         stages=StagesConfig(**raw["stages"]),
-        verify=VerifyConfig(**{**verify, **_absent_tolerances(verify, quant["mode"], layers),
+        verify=VerifyConfig(**{**verify, **_absent_tolerances(verify, quant["mode"], layers, params),
                                "prompt_ids": prompt_ids}),
         build=raw["build"],
         bmodel=BmodelConfig(**raw["bmodel"]),
@@ -794,15 +794,18 @@ def _build(name: str, path: Path, raw: dict[str, Any], checkpoint: Path | None,
     )
 
 
-def _num_layers(source: SourceConfig) -> int | None:
-    """The model's depth, which the logits' error budget grows with; None where the configuration does not
-    say (the model's own check, or prepare, names what is missing)."""
+def _model_size(source: SourceConfig) -> tuple[int | None, float | None]:
+    """(layers, parameters) of the model, which the default tolerances depend on (recipe/tolerances.py); None
+    where the configuration does not say (the model's own check, or prepare, names what is missing)."""
     from llmbuild.frontend.config_spec import spec_without_weights
 
     try:
-        return spec_without_weights(source).num_layers
+        spec = spec_without_weights(source)
     except (LlmbuildError, KeyError, TypeError, ValueError):
-        return None
+        return None, None
+    q, kv = spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim
+    layer = spec.hidden_size * (2 * q + 2 * kv) + 3 * spec.hidden_size * spec.intermediate_size
+    return spec.num_layers, float(spec.num_layers * layer + spec.vocab_size * spec.hidden_size)
 
 
 def _vision(vision: dict[str, Any], mode: str) -> VisionConfig | None:
@@ -813,8 +816,10 @@ def _vision(vision: dict[str, Any], mode: str) -> VisionConfig | None:
                         vision["max_tiles"])
 
 
-def _absent_tolerances(verify: dict[str, Any], mode: str, layers: int | None) -> dict[str, float]:
-    return {kind: value for kind, value in default_tolerances(mode, layers).items() if verify.get(kind) is None}
+def _absent_tolerances(verify: dict[str, Any], mode: str, layers: int | None,
+                       params: float | None) -> dict[str, float]:
+    defaults = default_tolerances(mode, layers, params)
+    return {kind: value for kind, value in defaults.items() if verify.get(kind) is None}
 
 
 def section_digest(recipe: Recipe, *sections: str) -> str:

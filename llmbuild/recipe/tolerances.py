@@ -22,9 +22,12 @@ docs/verification.md has the derivation and the measured builds beside it; in sh
 
 The safety factors were set once against the builds measured in docs/verification.md, to two conditions:
 every shipped and real-size build of a real checkpoint sits inside its budget with room (at least 1.5x
-on the relative error), and the same build with ten times its relative error fails. Tiny random-weight
-fixtures state their own logits tolerance in their recipes: their near-flat logits over a 512-token
-vocabulary are not what the budget describes.
+on the relative error), and the same build with ten times its relative error fails.
+
+Models under `TINY_PARAMS` parameters are the project's random-weight fixtures (no published checkpoint is
+that small): their near-flat logits over a few hundred tokens carry 18-30 roundings' worth of relative error
+through 1-4 layers, which no rounding budget of a real model describes, so their logits keep the measured
+`TINY_LOGITS_COSINE`; their per-op and float32 comparisons keep the budget.
 """
 
 from __future__ import annotations
@@ -44,6 +47,10 @@ COSINE_FLOOR = 5e-7  # a recorded cosine has 7 decimals: 1 - 5e-7 is the tightes
 # 27 layers).
 DEFAULT_LAYERS = 32
 TOWER_LAYERS = 27
+TINY_PARAMS = 2e7
+# Twice the worst relative error the random-weight fixtures measured (bf16: 0.9929 at llama_tiny_w4_awq's worst
+# step; f16: 0.99975), as a cosine.
+TINY_LOGITS_COSINE = {"bf16": 0.97, "f16": 0.999}
 
 
 def activation_dtype(mode: str) -> str:
@@ -83,10 +90,14 @@ def relative_error(kind: str, similarity: float) -> float:
     return 1.0 - similarity
 
 
-def default_tolerances(mode: str, num_layers: int | None = None) -> dict[str, float]:
+def default_tolerances(mode: str, num_layers: int | None = None, params: float | None = None) -> dict[str, float]:
+    """The budget of a model of `num_layers` layers and `params` parameters (None: a real model's depth)."""
     dtype = activation_dtype(mode)
     layers = num_layers or DEFAULT_LAYERS
-    return {kind: tolerance(kind, error_budget(kind, dtype, layers)) for kind in KINDS}
+    out = {kind: tolerance(kind, error_budget(kind, dtype, layers)) for kind in KINDS}
+    if params is not None and params < TINY_PARAMS and dtype in TINY_LOGITS_COSINE:
+        out["logits_cosine"] = TINY_LOGITS_COSINE[dtype]
+    return out
 
 
 def default_image_cosine(mode: str) -> float:

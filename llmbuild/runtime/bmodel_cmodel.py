@@ -582,15 +582,18 @@ def _close_all() -> None:
 # helpers
 
 BMODEL_MAGIC = 0xFF55AAEE
-BMODEL_HEADER_BYTES = 16
+BMODEL_HEADER_BYTES = 20  # magic, header size and description size (uint32), data size (uint64), packed
+BMODEL_FULL_HEADER = 64  # with the eleven reserved words after them
 
 
 def bmodel_header(head: bytes) -> tuple[int, int, int] | None:
-    """(header size, flatbuffer size, binary size) from a bmodel's first 16 bytes (magic 0xFF55AAEE, then
-    those three little-endian words), or None when they are not a bmodel's."""
+    """(header size, flatbuffer size, binary size) from a bmodel's first 20 bytes (magic 0xFF55AAEE, then
+    those sizes, little-endian: the data's as 64 bits, a 7B's exceeds 4 GiB), or None when they are not a
+    bmodel's."""
     if len(head) < BMODEL_HEADER_BYTES:
         return None
-    magic, header_size, fb_size, binary_size = (int.from_bytes(head[k:k + 4], "little") for k in (0, 4, 8, 12))
+    magic, header_size, fb_size = (int.from_bytes(head[k:k + 4], "little") for k in (0, 4, 8))
+    binary_size = int.from_bytes(head[12:20], "little")
     if magic != BMODEL_MAGIC or not BMODEL_HEADER_BYTES <= header_size <= 4096 or not 0 < fb_size <= 1 << 26:
         return None
     return header_size, fb_size, binary_size

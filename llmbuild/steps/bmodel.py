@@ -6,8 +6,9 @@
   bmodel/vit_export.py), compiled by TPU-MLIR's `tpuc-opt`
   (bmodel/vendor_compile.py) into `bmodel/nets/NET/NET.bmodel`; the vendor's intermediate files (float32
   npz, tpu modules) are deleted once the bmodel is written.
-- `llmbuild bmodel-combine RECIPE --layer I | --head | --model`: `model_tool --combine` in stages: a layer's
-  nets (one copy of its weights for its three stages), the head nets, then every part into `<recipe>.bmodel`.
+- `llmbuild bmodel-combine RECIPE --layer I | --head | --model`: what `model_tool --combine` makes, written as
+  a stream (bmodel/combine.py), in stages: a layer's nets (one copy of its weights for its three stages), the
+  head nets, then every part into `<recipe>.bmodel`.
 
 Each net is a job of its own, so a change that touches one net recompiles that net, and the nets of a
 real-size model compile in parallel, each holding one layer's weights.
@@ -32,12 +33,14 @@ from llmbuild.allocator import release_freed_memory
 from llmbuild.artifacts.head_weights import head_weights
 from llmbuild.artifacts.layer_weights import layer_weights, tensor_source
 from llmbuild.artifacts.paths import VIT_NET, BuildPaths, read_spec, shapes_of, vlm_dir
+from llmbuild.bmodel.combine import combine_stream
+from llmbuild.bmodel.flat_schema import load_schema
 from llmbuild.bmodel.top_export import DynamicPrefill, FinalNorm, export_net
-from llmbuild.bmodel.vendor_compile import NetOptions, combine, compile_net
+from llmbuild.bmodel.vendor_compile import NetOptions, compile_net
 from llmbuild.bmodel.vit_export import export_vit
 from llmbuild.chips import load_chip
 from llmbuild.frontend.spec import ModelSpec
-from llmbuild.importer.nets import ROPE_COS, ROPE_SIN, head_nets
+from llmbuild.importer.nets import ROPE_COS, ROPE_SIN, head_net
 from llmbuild.importer.rope import rope_tables
 from llmbuild.numerics.stored import materialize
 from llmbuild.passes import run_passes
@@ -123,9 +126,10 @@ def net_source(recipe: Recipe, paths: BuildPaths, spec: ModelSpec, net: str) -> 
     if net == VIT_NET:
         return vit_source(recipe, paths)
     if net in HEAD_NETS:
-        shapes = shapes_of(recipe)  # the vit net reads no stage shape
-        module = head_nets(spec, shapes, head_scheme(recipe.quantization))[net]
-        top_weights, _ = head_weights(recipe, paths, spec, shapes)
+        # Only `embedding` reads a stage shape (the prefill length); the vendor's head nets take no RoPE table.
+        prefill = recipe.stages.prefill_length if net == "embedding" else 1
+        module = head_net(spec, net, prefill, head_scheme(recipe.quantization))
+        top_weights, _ = head_weights(recipe, paths, spec, None)
         return NetSource(module, _LazyWeights(top_weights), None)
     raise LlmbuildError(f"net {net!r}: expected block_I, block_kv_I, block_cache_I, {VIT_NET} or one of "
                         f"{', '.join(HEAD_NETS)}")
@@ -214,21 +218,26 @@ def combine_layer(recipe: Recipe, layer: int) -> None:
     paths = BuildPaths.of(recipe)
     target = paths.bmodel_layer(layer)
     target.parent.mkdir(parents=True, exist_ok=True)
-    combine(locate(), [paths.bmodel_net(n) for n in layer_net_names(recipe, layer)], target,
-            target.with_suffix(".log"))
+    _combine([paths.bmodel_net(n) for n in layer_net_names(recipe, layer)], target)
 
 
 def combine_head(recipe: Recipe) -> None:
     paths = BuildPaths.of(recipe)
-    combine(locate(), [paths.bmodel_net(n) for n in head_net_names(recipe)], paths.bmodel_head,
-            paths.bmodel_head.with_suffix(".log"))
+    _combine([paths.bmodel_net(n) for n in head_net_names(recipe)], paths.bmodel_head)
 
 
 def combine_model(recipe: Recipe) -> None:
     paths = BuildPaths.of(recipe)
     spec = read_spec(paths.spec)
     parts = [paths.bmodel_head, *(paths.bmodel_layer(i) for i in range(spec.num_layers))]
-    combine(locate(), parts, paths.bmodel(recipe.name), paths.bmodel_dir / "combine.log")
+    _combine(parts, paths.bmodel(recipe.name))
+
+
+def _combine(parts: list[Path], target: Path) -> None:
+    """`model_tool --combine`'s result, as a stream (bmodel/combine.py): a 7B's final combine holds its
+    descriptions and one chunk, not twice the binary."""
+    combine_stream(load_schema(locate().bmodel_schema), parts, target)
+    print(f"{target.name}: {len(parts)} parts combined, {target.stat().st_size} bytes")
 
 
 __all__ = ["HEAD_NETS", "build_net", "combine_head", "combine_layer", "combine_model", "net_names",

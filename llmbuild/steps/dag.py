@@ -200,6 +200,13 @@ def head_net_names(vision: bool) -> list[str]:
     return [*BMODEL_HEAD_NETS, *([VIT_NET] if vision else [])]
 
 
+def bmodel_check_parts(name: str) -> list[str]:
+    """The parts of a real-size recipe's bmodel checked in jobs of their own (verify/bmodel_checks.py)."""
+    from llmbuild.verify.bmodel_checks import check_parts
+
+    return check_parts(recipe_spec(name))
+
+
 def bmodel_head_nets(name: str) -> list[str]:
     return head_net_names(recipe(name).vision is not None)
 

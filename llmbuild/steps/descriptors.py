@@ -95,6 +95,9 @@ class Step:
     derived: tuple[Derived, ...] = ()
     data: tuple[str, ...] = ()  # files and folders under the package it reads
     after: tuple[str, ...] = ()  # the steps whose outputs it reads
+    # Those of them whose outputs it reads are temporary (deleted once read, to bound the disk): when this step
+    # reruns, they rerun first to make them again.
+    temp_from: tuple[str, ...] = ()
     priority: int = 0
     when: Callable[[Recipe], bool] | None = None  # whether a recipe's build has this step (None: every build)
 
@@ -125,6 +128,7 @@ def _bmodel_net(name: str, reads: tuple[str, ...], when: Callable[[Recipe], bool
 
 
 _CHIPS = ("chips/data",)
+_HEAD_NETS = ("bmodel_embedding", "bmodel_embedding_cache", "bmodel_lm_head", "bmodel_vit")
 STEPS: dict[str, Step] = {s.name: s for s in (
     Step("prepare", "prepare", ("llmbuild.steps.prepare",), ("source", "vision.family", "vision.config"),
          derived=(IMPORTS_PACKED,), data=("data/corpus.txt",)),
@@ -134,8 +138,8 @@ STEPS: dict[str, Step] = {s.name: s for s in (
     Step("reference", "reference", ("llmbuild.verify.reference",),
          ("source", "stages", "verify.prompt", "verify.prompt_ids", "verify.max_new_tokens", "verify.check_tokens"),
          derived=(ROUNDED_WEIGHTS,), after=("prepare", "quantize"), priority=PRIORITY_REFERENCE),
-    Step("plan", "plan", ("llmbuild.steps.plan",), ("stages", "target"), (STORAGE,), data=_CHIPS, after=("prepare",),
-         priority=PRIORITY_COMPILE),
+    Step("plan", "plan", ("llmbuild.steps.plan",), ("stages", "target"), (STORAGE,), data=_CHIPS,
+         after=("prepare", "quantize"), priority=PRIORITY_COMPILE),
     Step("layer", "layer", ("llmbuild.steps.layer",), ("source", "stages", "target.chip"), (STORAGE,), data=_CHIPS,
          after=("prepare", "quantize", "plan"), priority=PRIORITY_COMPILE),
     Step("head", "head", ("llmbuild.steps.head",), ("source", "stages", "target.chip"), (STORAGE,), data=_CHIPS,
@@ -147,31 +151,37 @@ STEPS: dict[str, Step] = {s.name: s for s in (
          ("source", "quantization.mode", "stages", "target", "vision.family", "vision.max_tiles"), data=_CHIPS,
          after=("layer", "head", "vision"), priority=PRIORITY_COMPILE),
     Step("check", "check", ("llmbuild.verify.checks",), ("source", "stages", "verify.check_tokens"), (STORAGE,),
-         data=_CHIPS, after=("reference", "layer", "head"), priority=PRIORITY_CHECKS),
+         data=_CHIPS, after=("prepare", "quantize", "plan", "reference", "layer", "head"),
+         temp_from=("layer", "head"), priority=PRIORITY_CHECKS),
     Step("e2e", "e2e", ("llmbuild.verify.e2e",),
          ("source", "verify.prompt", "verify.max_new_tokens", "vision.family", "vision.max_tiles"), (STORAGE,),
          data=_CHIPS, after=("reference", "link"), priority=PRIORITY_E2E),
     Step("verify", "verify", ("llmbuild.verify.verdict",),
          ("verify", "bmodel.build", "target.chip", "vision.family", "vision.image_cosine"),
-         after=("check", "e2e", "vision", "bmodel_check")),
+         after=("reference", "check", "e2e", "bmodel_check")),
     # The vendor's bmodel, one job per net: a net reads only what shapes it, so an edit recompiles the nets it
-    # changes (the head's nets are built from the stage shapes with the rope tables, so they read `stages`
-    # too; `bmodel.history` changes only the blocks).
+    # changes (stages.seq_length: the blocks; prefill_length: those and `embedding`; bmodel.history: the blocks).
     _bmodel_net("bmodel_block", ("source", "stages", "target.chip", "bmodel.history", "bmodel.cores")),
-    _bmodel_net("bmodel_embedding", ("source", "stages", "target.chip", "bmodel.cores")),
-    _bmodel_net("bmodel_embedding_cache", ("source", "stages", "target.chip", "bmodel.cores")),
-    _bmodel_net("bmodel_lm_head", ("source", "stages", "target.chip", "bmodel.cores")),
+    _bmodel_net("bmodel_embedding", ("source", "stages.prefill_length", "target.chip", "bmodel.cores")),
+    _bmodel_net("bmodel_embedding_cache", ("source", "target.chip", "bmodel.cores")),
+    _bmodel_net("bmodel_lm_head", ("source", "target.chip", "bmodel.cores")),
     _bmodel_net("bmodel_vit", ("source", "quantization.mode", "target.chip", "vision.family", "vision.exporter",
                                "bmodel.cores"), when=_vit_bmodel, derived=()),
-    Step("bmodel_combine", "bmodel-combine", ("llmbuild.steps.bmodel",), ("bmodel.history", "vision.family"),
-         after=("bmodel_block", "bmodel_embedding", "bmodel_embedding_cache", "bmodel_lm_head", "bmodel_vit"),
-         when=builds_bmodel),
+    # The combine in stages: a layer's nets (which they are: `bmodel.history`), the head's (with the vit net of a
+    # vision-language model), then every part; each reads its parts' files, the nets' deleted once combined.
+    Step("bmodel_combine_layer", "bmodel-combine", ("llmbuild.steps.bmodel",), ("bmodel.history",),
+         after=("bmodel_block",), temp_from=("bmodel_block",), when=builds_bmodel),
+    Step("bmodel_combine_head", "bmodel-combine", ("llmbuild.steps.bmodel",), ("vision.family",),
+         after=_HEAD_NETS, temp_from=_HEAD_NETS, when=builds_bmodel),
+    Step("bmodel_combine", "bmodel-combine", ("llmbuild.steps.bmodel",), (),
+         after=("bmodel_combine_layer", "bmodel_combine_head"), when=builds_bmodel),
     Step("bmodel_check", "bmodel-check", ("llmbuild.verify.bmodel_checks",),
          ("source", "stages", "target.chip", "bmodel.history", "vision.family"), (STORAGE,),
-         after=("bmodel_combine", "reference", "vision"), priority=PRIORITY_CHECKS, when=builds_bmodel),
+         after=("bmodel_combine_layer", "bmodel_combine_head", "bmodel_combine", "reference"),
+         priority=PRIORITY_DEVICE_CHECKS, when=builds_bmodel),
 )}
 
-_SINGLE_STEP_VERBS = {s.verb: s.name for s in STEPS.values() if s.verb != "bmodel-net"}
+_SINGLE_STEP_VERBS = {s.verb: s.name for s in STEPS.values() if s.verb not in ("bmodel-net", "bmodel-combine")}
 
 
 def steps_of(recipe: Recipe) -> list[str]:
@@ -179,10 +189,13 @@ def steps_of(recipe: Recipe) -> list[str]:
     return [s.name for s in STEPS.values() if s.when is None or s.when(recipe)]
 
 
-def step_of(verb: str, net: str | None = None) -> str | None:
-    """The step a verb runs (a bmodel net's by its name); None for a verb that is not a build step."""
+def step_of(verb: str, net: str | None = None, combine: str | None = None) -> str | None:
+    """The step a verb runs (a bmodel net's by its name, a combine's by its stage: layer, head or model); None
+    for a verb that is not a build step."""
     if verb == "bmodel-net":
         return net_step(net or "")
+    if verb == "bmodel-combine":
+        return {"layer": "bmodel_combine_layer", "head": "bmodel_combine_head"}.get(combine or "", "bmodel_combine")
     return _SINGLE_STEP_VERBS.get(verb)
 
 

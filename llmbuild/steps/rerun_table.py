@@ -45,16 +45,19 @@ def step_digests(recipe) -> dict[str, str]:
 
 
 def downstream_of(direct: set[str], present: set[str]) -> set[str]:
-    """The steps among `present` that read, directly or not, an output of `direct` (descriptors' `after`)."""
-    found: set[str] = set()
+    """The steps among `present` that rerun because `direct` do: those reading an output of a rerun step
+    (descriptors' `after`), and those whose temporary outputs a rerun step reads (`temp_from`: deleted once
+    read, they are made again), to a fixed point."""
+    rerun = set(direct)
     changed = True
     while changed:
         changed = False
-        for name in present - direct - found:
-            if any(a in direct | found for a in STEPS[name].after):
-                found.add(name)
+        for name in present - rerun:
+            step = STEPS[name]
+            if any(a in rerun for a in step.after) or any(name in STEPS[r].temp_from for r in rerun):
+                rerun.add(name)
                 changed = True
-    return found
+    return rerun - direct
 
 
 def candidates(spec: FieldSpec, current: Any, recipes: Path) -> Iterator[Any]:
@@ -159,7 +162,9 @@ def table_markdown(recipes_dir: Path) -> str:
              "(`llmbuild/steps/descriptors.py`): each field of the recipe schema set to another valid value on "
              "representative recipes. *Reads it*: the steps whose rerun digest covers the field (their "
              "descriptors declare it, and under the tests a step that reads an undeclared field fails). *Then*: "
-             "the steps that rerun because an output they read was rewritten. A test checks both columns "
+             "the steps that rerun because an output they read was rewritten, or because a rerun step reads a "
+             "temporary output of theirs (a layer's weight file, deleted once link and the checks read it, is "
+             "made again: a changed check recompiles the layers it checks). A test checks both columns "
              "against Snakemake's own dry run and keeps this page identical to the code. Steps named `bmodel_*` "
              "exist where the recipe builds the vendor's bmodel.", ""]
     for name in REPRESENTATIVE:

@@ -11,6 +11,10 @@ already streamed (reference.safetensors), writing bmodel.json; `llmbuild verify`
   recipe's `vit` net on the vision step's tile against transformers' image features.
 - End to end, for small models: the greedy ids LLM-TPU's runtime contract gives on the cmodel
   (runtime/bmodel_generate.py) against transformers' `generate` in the reference.
+- At real size each checked part runs in a job of its own as soon as it is combined (`--part head`,
+  `--part layer_I`: the head's bmodel, a sampled layer's), so the cmodel's minutes overlap the compile jobs
+  instead of following the final combine on one core; the final check loads the combined binary, runs its
+  `embedding_cache` net against the table (the binary as a board loads it) and gathers the parts' results.
 
 The vendor's last block also applies the model's final norm (bmodel/top_export.py), so the last layer's
 output is compared with the reference's output after that norm, computed here in float64.
@@ -18,12 +22,15 @@ output is compared with the reference's output after that norm, computed here in
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from functools import cached_property
 
 import numpy as np
 from safetensors import safe_open
 
+from llmbuild import LlmbuildError
 from llmbuild.artifacts.layer_weights import tensor_source
 from llmbuild.artifacts.paths import BuildPaths, read_spec, vlm_dir, write_json
 from llmbuild.cost.chip_estimate import param_count
@@ -42,10 +49,13 @@ from llmbuild.verify.vision_cases import check_cases
 # block 1.5 s, 0.2 s a decode block a token), so it is checked as a real-size model is.
 SMALL_MODEL_PARAMS = 2e7
 E2E_TOKENS = 16
+# Another bound for this process and the jobs it starts (0: every model is checked as a real-size one, part by
+# part: how the tests exercise that path on a tiny model in seconds).
+SMALL_MODEL_ENV = "LLMBUILD_SMALL_MODEL_PARAMS"
 
 
 def is_small(spec: ModelSpec) -> bool:
-    return param_count(spec) <= SMALL_MODEL_PARAMS
+    return param_count(spec) <= float(os.environ.get(SMALL_MODEL_ENV, SMALL_MODEL_PARAMS))
 
 
 def checked_layers(spec: ModelSpec) -> list[int]:
@@ -53,24 +63,46 @@ def checked_layers(spec: ModelSpec) -> list[int]:
     return list(range(spec.num_layers)) if is_small(spec) else sorted(faithful_layers(spec.num_layers))
 
 
-def check_bmodel(recipe: Recipe) -> dict:
+def check_parts(spec: ModelSpec) -> list[str]:
+    """The parts a real-size bmodel's checks run on before the combine: the head and each sampled layer; none
+    for a small model (checked whole, end to end)."""
+    return [] if is_small(spec) else ["head", *(f"layer_{i}" for i in checked_layers(spec))]
+
+
+def check_bmodel(recipe: Recipe, part: str | None = None) -> dict:
+    """The final check (`part` None) or one part's; writes bmodel.json or the part's JSON."""
     paths = BuildPaths.of(recipe)
     spec = read_spec(paths.spec)
     chain = locate()
     started = time.perf_counter()
     small = is_small(spec)
+    if part is not None and part not in check_parts(spec):
+        raise LlmbuildError(f"bmodel-check --part {part}: expected one of {', '.join(check_parts(spec)) or 'none'} "
+                            "(a small model is checked whole)")
+    binary = paths.bmodel(recipe.name) if part is None else \
+        paths.bmodel_head if part == "head" else paths.bmodel_layer(int(part.removeprefix("layer_")))
     with quiet_simulator(), safe_open(str(paths.reference), "np") as ref, \
             CmodelRuntime(chain.lib, recipe.target.chip) as rt:
-        rt.load(paths.bmodel(recipe.name))
+        rt.load(binary)
         checker = _NetChecks(recipe, paths, spec, ref, rt)
-        nets = checker.run(small)
-        if recipe.vision is not None:
-            nets["vit"] = _vit(recipe, paths, rt)
-        e2e = _end_to_end(recipe, spec, ref, rt) if small else None
+        e2e = None
+        if part == "head":
+            nets = checker.head(small=False)
+            if recipe.vision is not None:
+                nets["vit"] = _vit(recipe, paths, rt)
+        elif part is not None:
+            nets = {f"block_cache_{part.removeprefix('layer_')}": checker.decode(int(part.removeprefix("layer_")))}
+        elif small:
+            nets = checker.run(small)
+            if recipe.vision is not None:
+                nets["vit"] = _vit(recipe, paths, rt)
+            e2e = _end_to_end(recipe, spec, ref, rt)
+        else:
+            nets = {"embedding_cache": checker.embedding_cache()}
         launches = {name: round(float(np.mean(t)), 3) for name, t in rt.launch_seconds.items()}
     report = {
         "recipe": recipe.name,
-        "binary": paths.bmodel(recipe.name).name,
+        "binary": binary.name,
         "simulator": f"TPU-MLIR {chain.root.parent.name.removeprefix('tpu-mlir-') or ''} cmodel, {recipe.target.chip}",
         "coverage": "every net" if small else "decode of the sampled layers and the head",
         "nets": nets,
@@ -78,6 +110,14 @@ def check_bmodel(recipe: Recipe) -> dict:
         "launch_seconds": launches,
         "seconds": round(time.perf_counter() - started, 1),
     }
+    if part is not None:
+        write_json(paths.bmodel_part_checks(part), report)
+        return report
+    for name in check_parts(spec):  # each part's nets, checked in its own job before the combine
+        done = json.loads(paths.bmodel_part_checks(name).read_text())
+        report["nets"].update(done["nets"])
+        report["launch_seconds"].update(done["launch_seconds"])
+        report["seconds"] = round(report["seconds"] + done["seconds"], 1)
     write_json(paths.bmodel_checks, report)
     return report
 
@@ -88,7 +128,11 @@ class _NetChecks:
         self.ids = ref.get_tensor("ids").astype(np.int64)
         self.S, self.L = recipe.stages.seq_length, recipe.stages.prefill_length
         self.history = recipe.bmodel.history
-        mask_dtype = rt.net_info("embedding_cache").outputs[0].dtype
+        # LLM-TPU reads the mask value off `embedding_cache`'s output type; a layer's own bmodel has no such
+        # net, and its decode net's mask input is of the same (activation) type.
+        nets = rt.net_names()
+        mask_dtype = rt.net_info("embedding_cache").outputs[0].dtype if "embedding_cache" in nets else \
+            rt.net_info(next(n for n in nets if n.startswith("block_cache_"))).inputs[2].dtype
         self.mask_value = MASK_VALUE.get(mask_dtype, F32_MASK_VALUE)
         self.n = min(self.L, len(self.ids) - 1)  # prefill rows; the next row is the decode check's
 
@@ -192,9 +236,14 @@ class _NetChecks:
             padded[0, :self.n] = ids
             emb = self.rt.launch("embedding", [padded])[0][0, :self.n]
             out["embedding"] = {"outputs": {"hidden_states": similarity(emb, want)}}
-            one = self.rt.launch("embedding_cache", [np.array([[ids[-1]]], np.int32)])[0].reshape(1, -1)
-            out["embedding_cache"] = {"outputs": {"hidden_states": similarity(one, want[-1:])}}
+            out["embedding_cache"] = self.embedding_cache()
         return out
+
+    def embedding_cache(self) -> dict:
+        """One token's row against what transformers' own embedding gave it."""
+        ids, want = self.ids[:self.n], self.ref.get_tensor("layers.0.input")[:self.n]
+        one = self.rt.launch("embedding_cache", [np.array([[ids[-1]]], np.int32)])[0].reshape(1, -1)
+        return {"outputs": {"hidden_states": similarity(one, want[-1:])}}
 
 
 def _vit(recipe: Recipe, paths: BuildPaths, rt: CmodelRuntime) -> dict:
@@ -239,4 +288,4 @@ def _end_to_end(recipe: Recipe, spec: ModelSpec, ref, rt: CmodelRuntime) -> dict
             "teacher_forced_differing": steps, "seconds": round(seconds, 1)}
 
 
-__all__ = ["check_bmodel", "checked_layers"]
+__all__ = ["check_bmodel", "check_parts", "checked_layers"]
