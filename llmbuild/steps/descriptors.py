@@ -149,7 +149,7 @@ STEPS: dict[str, Step] = {s.name: s for s in (
          data=_CHIPS, after=("prepare",), when=_vision),
     Step("link", "link", ("llmbuild.steps.link",),
          ("source", "quantization.mode", "stages", "target", "vision.family", "vision.max_tiles"), data=_CHIPS,
-         after=("layer", "head", "vision"), priority=PRIORITY_COMPILE),
+         after=("layer", "head", "vision"), temp_from=("layer", "head", "vision"), priority=PRIORITY_COMPILE),
     Step("check", "check", ("llmbuild.verify.checks",), ("source", "stages", "verify.check_tokens"), (STORAGE,),
          data=_CHIPS, after=("prepare", "quantize", "plan", "reference", "layer", "head"),
          temp_from=("layer", "head"), priority=PRIORITY_CHECKS),
