@@ -224,7 +224,9 @@ def rule_table(recipe: str, out: Path, env: dict[str, str]) -> dict[str, dict]:
     rows: dict[str, dict] = {}
     for tsv in sorted((out / "benchmarks").glob("*.tsv")):
         rule = tsv.stem if tsv.stem in ("head_check", "bmodel_check", "bmodel") else tsv.stem.split("_")[0]
-        if rule == "bmodel" and tsv.stem != "bmodel":
+        if tsv.stem.startswith("bmodel_check_"):
+            rule = "bmodel_check"  # a real-size model's parts, checked before the combine
+        elif rule == "bmodel" and tsv.stem != "bmodel":
             rule = "bmodel_net"  # bmodel_<net>.tsv: one per net
         with tsv.open() as f:
             for rec in csv.DictReader(f, delimiter="\t"):
