@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import BinaryIO
 
 from llmbuild import LlmbuildError
 from llmbuild.runtime.bmodel_cmodel import BMODEL_HEADER_BYTES, BMODEL_MAGIC, bmodel_header
@@ -28,17 +29,24 @@ def header(data: bytes, origin: str) -> tuple[int, int, int]:
     return found
 
 
+def read_description(f: BinaryIO, path: Path) -> tuple[int, bytes]:
+    """(header size, the flatbuffer description) of the open bmodel `f`, its data left unread (a vocabulary
+    net's is a gigabyte); LlmbuildError naming `path` when it is no bmodel or ends early."""
+    found = bmodel_header(f.read(BMODEL_HEADER_BYTES))
+    if found is None:
+        raise LlmbuildError(f"{path}: expected a bmodel (magic {BMODEL_MAGIC:#x})")
+    head, flat, _ = found
+    f.seek(head)
+    description = f.read(flat)
+    if len(description) != flat:
+        raise LlmbuildError(f"{path}: the bmodel's description ends early")
+    return head, description
+
+
 def pin_creation_time(path: Path) -> None:
-    """Rewrite the creation time in `path`'s flatbuffer as the epoch, in place (the description alone is read:
-    a vocabulary net's data is a gigabyte)."""
+    """Rewrite the creation time in `path`'s flatbuffer as the epoch, in place (the description alone is read)."""
     with open(path, "r+b") as f:
-        first = f.read(BMODEL_HEADER_BYTES)
-        found_header = bmodel_header(first)
-        if found_header is None:
-            raise LlmbuildError(f"{path}: expected a bmodel (magic {BMODEL_MAGIC:#x})")
-        head, flat, _ = found_header
-        f.seek(head)
-        description = f.read(flat)
+        head, description = read_description(f, path)
         found = list(_CTIME.finditer(description))
         if len(found) != 1:
             raise LlmbuildError(f"{path}: expected one creation time in the bmodel's description, found {len(found)}")
@@ -55,4 +63,4 @@ def creation_time_span(data: bytes) -> tuple[int, int] | None:
     return head + found[0].start(), head + found[0].end()
 
 
-__all__ = ["PINNED_TIME", "creation_time_span", "header", "pin_creation_time"]
+__all__ = ["PINNED_TIME", "creation_time_span", "header", "pin_creation_time", "read_description"]

@@ -25,9 +25,9 @@ from typing import Any, BinaryIO
 import flatbuffers
 
 from llmbuild import LlmbuildError
-from llmbuild.bmodel.bmodel_file import PINNED_TIME
+from llmbuild.bmodel.bmodel_file import PINNED_TIME, read_description
 from llmbuild.bmodel.flat_schema import SCALARS, Reader, Schema
-from llmbuild.runtime.bmodel_cmodel import BMODEL_FULL_HEADER, BMODEL_HEADER_BYTES, BMODEL_MAGIC, bmodel_header
+from llmbuild.runtime.bmodel_cmodel import BMODEL_FULL_HEADER, BMODEL_MAGIC
 
 ALIGN = 4096
 CHUNK = 16 << 20
@@ -42,16 +42,8 @@ class Part:
 
 def read_part(schema: Schema, path: Path) -> Part:
     with open(path, "rb") as f:
-        head = f.read(BMODEL_HEADER_BYTES)
-        found = bmodel_header(head)
-        if found is None:
-            raise LlmbuildError(f"{path}: expected a bmodel (magic {BMODEL_MAGIC:#x})")
-        header_size, flat_size, _ = found
-        f.seek(header_size)
-        flat = f.read(flat_size)
-    if len(flat) != flat_size:
-        raise LlmbuildError(f"{path}: the bmodel's description ends early")
-    return Part(path, Reader(schema, flat).root(), header_size + flat_size)
+        head, description = read_description(f, path)
+    return Part(path, Reader(schema, description).root(), head + len(description))
 
 
 def _binaries(value: Any) -> Iterator[dict[str, int]]:
@@ -86,15 +78,13 @@ def combine_stream(schema: Schema, parts: list[Path], output: Path) -> Path:
     model = {k: v for k, v in first.items() if k != "net"}
     model["time"] = PINNED_TIME.decode()
     model["neuron_size"] = max(p.model.get("neuron_size", 0) for p in loaded)
-    model["net"] = [n for p in loaded for n in p.model["net"]]
 
     # Where each range goes: by content, first seen first. The firmware and any other model-level range
     # come from the first part; each part's nets bring their own.
     layout: dict[tuple[str, int], int] = {}
     copies: list[tuple[Path, int, int, int]] = []  # (file, offset in it, size, offset in the output's data)
     end = 0
-    owners = [(loaded[0], {k: v for k, v in first.items() if k != "net"})]
-    owners += [(p, n) for p in loaded for n in p.model["net"]]
+    owners = [(loaded[0], model), *((p, n) for p in loaded for n in p.model["net"])]
     digests: dict[tuple[Path, int, int], str] = {}
     for index, (part, value) in enumerate(owners):
         for binary in _binaries(value):
@@ -114,6 +104,7 @@ def combine_stream(schema: Schema, parts: list[Path], output: Path) -> Path:
                 end = _aligned(end + size)
             binary["start"] = layout[key]
 
+    model["net"] = [n for p in loaded for n in p.model["net"]]
     flat = _build(schema, model)
     flat_size = _aligned(BMODEL_FULL_HEADER + len(flat)) - BMODEL_FULL_HEADER
     head = struct.pack("<IIIQ", BMODEL_MAGIC, BMODEL_FULL_HEADER, flat_size, end)
@@ -248,14 +239,8 @@ def _vector(b: flatbuffers.Builder, schema: Schema, element: str, items: list[An
 def _struct(b: flatbuffers.Builder, schema: Schema, name: str, value: dict[str, int]) -> None:
     size, align = schema.struct_size(name)
     b.Prep(align, size)
-    layout, offset = [], 0
-    for f in schema.structs[name]:
-        width = struct.calcsize(SCALARS[f.type])
-        offset = (offset + width - 1) // width * width
-        layout.append((offset, width, f))
-        offset += width
     position = size
-    for offset, width, f in reversed(layout):
+    for offset, width, f in reversed(schema.struct_layout(name)):
         b.Pad(position - offset - width)
         getattr(b, f"Prepend{_PREPEND[SCALARS[f.type]]}")(value[f.name])
         position = offset

@@ -43,14 +43,23 @@ class Schema:
     tables: dict[str, list[Field]] = field(default_factory=dict)
     root: str = ""
 
-    def struct_size(self, name: str) -> tuple[int, int]:
-        """(size, alignment) of a struct of scalars laid out as flatbuffers does (each field at its size)."""
-        size, align = 0, 1
+    def struct_layout(self, name: str) -> list[tuple[int, int, Field]]:
+        """(offset, width, field) of each field of a struct of scalars, as flatbuffers lays them out (each
+        field aligned to its own width)."""
+        layout, offset = [], 0
         for f in self.structs[name]:
             width = struct.calcsize(SCALARS[f.type])
-            size = (size + width - 1) // width * width + width
-            align = max(align, width)
-        return (size + align - 1) // align * align, align
+            offset = (offset + width - 1) // width * width
+            layout.append((offset, width, f))
+            offset += width
+        return layout
+
+    def struct_size(self, name: str) -> tuple[int, int]:
+        """(size, alignment) of a struct: its last field's end, rounded up to its widest field."""
+        layout = self.struct_layout(name)
+        end = max((offset + width for offset, width, _ in layout), default=0)
+        align = max((width for _, width, _ in layout), default=1)
+        return (end + align - 1) // align * align, align
 
 
 _DECL = re.compile(r"\b(struct|table)\s+(\w+)\s*\{([^}]*)\}", re.S)
@@ -130,10 +139,5 @@ class Reader:
         return self.table(kind, target)
 
     def struct(self, name: str, pos: int) -> dict[str, int]:
-        out, offset = {}, 0
-        for f in self.schema.structs[name]:
-            width = struct.calcsize(SCALARS[f.type])
-            offset = (offset + width - 1) // width * width
-            out[f.name] = struct.unpack_from("<" + SCALARS[f.type], self.buf, pos + offset)[0]
-            offset += width
-        return out
+        return {f.name: struct.unpack_from("<" + SCALARS[f.type], self.buf, pos + offset)[0]
+                for offset, _, f in self.schema.struct_layout(name)}
