@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from llmbuild import LlmbuildError
-from llmbuild.recipe import list_recipes, load_recipe, schema_markdown, section_digest
+from llmbuild.recipe import list_recipes, load_recipe, schema_markdown
 from llmbuild.recipe.schema_table import FIELDS
 from llmbuild.recipe.tolerances import (
     COSINE_FLOOR,
@@ -502,35 +502,6 @@ def test_inheritance_cycle_and_missing_base(tmp_path: Path) -> None:
     assert_error(write(tmp_path, "self", "base: self\n"), 1, "base", "cycle self -> self")
     assert_error(write(tmp_path, "orphan", "base: _gone\n"), 1, "base", "_gone")
     assert_error(write(tmp_path, "slash", "base: ../x\n"), 1, "base", "expected the name of a recipe")
-
-
-# --- section digests -------------------------------------------------------------------------
-
-
-def test_section_digest(tmp_path: Path) -> None:
-    one = load_recipe(write(tmp_path, "one", VALID))
-    two = load_recipe(write(tmp_path, "two", VALID))
-    assert section_digest(one, "source") == section_digest(two, "source")
-    assert re.fullmatch(r"[0-9a-f]{64}", section_digest(one, "source", "stages"))
-    assert section_digest(one, "source", "stages") == section_digest(one, "stages", "source")
-    assert section_digest(one, "source") != section_digest(one, "stages")
-
-    verify_changed = load_recipe(write(tmp_path, "v", VALID.replace("top_cosine: 0.99", "top_cosine: 0.9")))
-    assert section_digest(verify_changed, "source", "quantization", "stages") == section_digest(
-        one, "source", "quantization", "stages")
-    assert section_digest(verify_changed, "verify") != section_digest(one, "verify")
-
-    bf16 = load_recipe(write(tmp_path, "q", VALID + "quantization: {mode: bf16}\n"))
-    assert section_digest(bf16, "source", "stages") == section_digest(one, "source", "stages")
-    assert section_digest(bf16, "quantization") != section_digest(one, "quantization")
-
-    # An explicit default and an absent field are the same recipe.
-    explicit = load_recipe(
-        write(tmp_path, "e", VALID + "quantization: {mode: f32}\ntarget: {chip: bm1684x}\n"))
-    assert section_digest(explicit, "quantization", "target") == section_digest(one, "quantization", "target")
-
-    with pytest.raises(LlmbuildError, match="nonsense"):
-        section_digest(one, "nonsense")
 
 
 # --- docs ------------------------------------------------------------------------------------

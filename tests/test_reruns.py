@@ -15,10 +15,26 @@ from llmbuild.recipe import load_recipe
 from llmbuild.recipe.reads import UndeclaredRead, covers, watch
 from llmbuild.recipe.schema_table import FIELDS
 from llmbuild.steps.descriptors import STEPS, net_step, step_of
-from llmbuild.steps.rerun_table import REPRESENTATIVE, flips, table_markdown
+from llmbuild.steps.rerun_table import REPRESENTATIVE, flips, step_digests, table_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "recipes"
+VALID = """\
+description: a test recipe
+architecture: qwen2
+source:
+  kind: synthetic
+  seed: 0
+  config:
+    model_type: qwen2
+    vocab_size: 512
+stages:
+  seq_length: 64
+  prefill_length: 16
+verify:
+  prompt_ids: [1, 2]
+  top_cosine: 0.99
+"""
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +103,27 @@ def test_a_bmodel_net_is_its_kind_s_step() -> None:
     assert {net_step(n) for n in ("block_0", "block_cache_3", "block_kv_1")} == {"bmodel_block"}
     assert step_of("bmodel-net", "lm_head") == "bmodel_lm_head" and step_of("bmodel-net", "vit") == "bmodel_vit"
     assert step_of("run") is None
+
+
+def test_a_step_s_digest_is_what_it_reads_and_nothing_else(tmp_path: Path) -> None:
+    """The digest hashes the declared fields' values as the step sees them: not the recipe's name or file, not
+    its key order, not whether a default is written out; a field the step does not read changes nothing."""
+    def digests(text: str, name: str) -> dict[str, str]:
+        (tmp_path / f"{name}.yaml").write_text(text)
+        return step_digests(load_recipe(name, tmp_path))
+
+    one = digests(VALID, "one")
+    assert re.fullmatch(r"[0-9a-f]{16}", one["layer"])
+    assert digests(VALID, "two") == one  # another name, the same recipe
+    reordered = "stages:\n  prefill_length: 16\n  seq_length: 64\n" + VALID.replace(
+        "stages:\n  seq_length: 64\n  prefill_length: 16\n", "")
+    assert digests(reordered, "r") == one
+    explicit = digests(VALID + "quantization: {mode: f32}\ntarget: {chip: bm1684x}\n", "e")
+    assert explicit == one  # an explicit default and an absent field are the same recipe
+    tolerance = digests(VALID.replace("top_cosine: 0.99", "top_cosine: 0.9"), "v")
+    assert {s for s in one if tolerance[s] != one[s]} == {"verify"}
+    bf16 = digests(VALID + "quantization: {mode: bf16}\n", "q")
+    assert bf16["layer"] != one["layer"] and bf16["reference"] == one["reference"] and bf16["prepare"] == one["prepare"]
 
 
 # The view a step reads its recipe through.

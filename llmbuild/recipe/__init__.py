@@ -1,7 +1,7 @@
 """Recipes: declarative YAML build descriptions, validated into `llmbuild.recipe_types.Recipe`."""
 
-from llmbuild.recipe.loader import list_recipes, load_recipe, section_digest
+from llmbuild.recipe.loader import list_recipes, load_recipe
 from llmbuild.recipe.schema_table import schema_markdown
 from llmbuild.recipe_types import Recipe
 
-__all__ = ["Recipe", "list_recipes", "load_recipe", "schema_markdown", "section_digest"]
+__all__ = ["Recipe", "list_recipes", "load_recipe", "schema_markdown"]

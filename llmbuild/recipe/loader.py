@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import difflib
-import hashlib
 import importlib.util
 import json
 import os
@@ -820,19 +819,3 @@ def _absent_tolerances(verify: dict[str, Any], mode: str, layers: int | None,
                        params: float | None) -> dict[str, float]:
     defaults = default_tolerances(mode, layers, params)
     return {kind: value for kind, value in defaults.items() if verify.get(kind) is None}
-
-
-def section_digest(recipe: Recipe, *sections: str) -> str:
-    """sha256 of the named top-level sections of `recipe.raw`, as canonical JSON.
-
-    A Snakemake rule takes it as a param, so it reruns exactly when one of those sections changes.
-    """
-    if not sections:
-        raise LlmbuildError("section_digest: expected at least one section name, got none")
-    unknown = [s for s in sections if s not in recipe.raw]
-    if unknown:
-        raise LlmbuildError(f"section_digest: expected sections among {', '.join(recipe.raw)}, "
-                            f"got {', '.join(unknown)}")
-    data = {s: recipe.raw[s] for s in sections}
-    blob = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(blob.encode()).hexdigest()
