@@ -148,3 +148,12 @@ def library_dequantized_greedy(fixture: Path, out: Path, prompt: list[int], step
         ids = model.generate(torch.tensor([prompt]), max_new_tokens=steps, do_sample=False, pad_token_id=0)[0]
         logits = model(ids[None]).logits[0, len(prompt) - 1:-1].numpy()
     return ids[len(prompt):].tolist(), logits
+
+
+def equal_but_unset_bytes(a: bytes, b: bytes) -> bool:
+    """Two bmodels of the same net equal but for lm_head's 3 bytes that the vendor's code generator leaves
+    unset (stack contents: they vary between runs of the vendor's own converter too; docs/bmodel.md)."""
+    if len(a) != len(b):
+        return False
+    differing = np.flatnonzero(np.frombuffer(a, np.uint8) != np.frombuffer(b, np.uint8))
+    return differing.size == 0 or (differing.size <= 3 and int(differing[-1] - differing[0]) < 3)

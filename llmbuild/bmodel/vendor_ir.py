@@ -16,7 +16,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 # Element types as the vendor's modules spell them.
-F32, SI32, UI8 = "f32", "si32", "ui8"
+F32, SI32, UI8, BF16, F16 = "f32", "si32", "ui8", "bf16", "f16"
+# A weight's element type from its array's: levels are bytes, bf16 is its bit patterns (formats.STORAGE's
+# uint16), f16 numpy's float16; the npz holds both 16-bit types as uint16 bit patterns, as TPU-MLIR's own
+# weight files do (its npz writer takes no 2-byte float).
+_ELEMENT = {np.dtype(np.uint8): UI8, np.dtype(np.uint16): BF16, np.dtype(np.float16): F16}
 
 
 def tensor_type(shape: Sequence[int], element: str = F32) -> str:
@@ -116,12 +120,14 @@ class VendorModule:
         return self._emit(body, out, shape, name)
 
     def weight(self, key: str, array: np.ndarray) -> Value:
-        """A weight: `key` is both its npz key and its location (TPU-MLIR finds the data by the loc)."""
+        """A weight: `key` is both its npz key and its location (TPU-MLIR finds the data by the loc). Levels
+        (uint8) and 16-bit storage (uint16 bf16 bit patterns, float16) keep their type; anything else is
+        float32, the top dialect's type."""
         if key in self.weights:
             raise ValueError(f"net {self.net}: weight {key} written twice")
-        element = UI8 if array.dtype == np.uint8 else F32
-        data = np.ascontiguousarray(array, dtype=np.uint8 if element == UI8 else np.float32)
-        self.weights[key] = data
+        element = _ELEMENT.get(array.dtype, F32)
+        data = np.ascontiguousarray(array, dtype=array.dtype if element != F32 else np.float32)
+        self.weights[key] = data.view(np.uint16) if element == F16 else data
         out = tensor_type(data.shape, element)
         return self._emit(f'"top.Weight"() : () -> {out}', out, data.shape, key)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from llmbuild.numerics.formats import decode
+from llmbuild.numerics.formats import STORAGE, decode, encode
 
 
 class RowReader:
@@ -90,6 +90,25 @@ def take_rows(w: Weight, index: np.ndarray) -> np.ndarray:
 
 def materialize(w: Weight) -> np.ndarray:
     return w.whole() if isinstance(w, RowReader) else w
+
+
+ENCODE_BLOCK_BYTES = 64 << 20
+
+
+def encoded(w: Weight, dtype: str) -> np.ndarray:
+    """`w` in storage type `dtype` (formats.STORAGE), encoded by blocks of rows: a 7B vocabulary table
+    (545M values) never exists in float32 beside its 16-bit copy; rows the reader holds in `dtype` already
+    are copied as they are."""
+    if not isinstance(w, RowReader):
+        return encode(np.asarray(w), dtype)
+    out = np.empty(w.shape, dtype=STORAGE[dtype][1])
+    row_bytes = 4 * max(1, int(np.prod(w.shape[1:])))
+    step = max(1, ENCODE_BLOCK_BYTES // row_bytes)
+    for lo in range(0, w.shape[0], step):
+        hi = min(w.shape[0], lo + step)
+        stored = w.stored_rows(lo, hi, dtype)
+        out[lo:hi] = stored if stored is not None else encode(w.rows(lo, hi), dtype)
+    return out
 
 
 def is_lazy(*ws: object) -> bool:

@@ -144,6 +144,8 @@ class BmodelLM:
         self._v = [np.zeros(self.kv_shape, self.blocks_cache[i].inputs[4].np_dtype) for i in range(self.num_layers)]
         self._cached: list[int] = []  # tokens whose K/V fill cache rows 0..len-1
         self._pending: int | None = None  # the last generated token: in the conversation, its K/V not computed
+        self._image_rows: list[np.ndarray] = []  # float32 rows for the conversation's image tokens, in order
+        self._image_token: int | None = None
         self.stats = GenerationStats()
 
     # -- checks --------------------------------------------------------------------------------------------
@@ -191,6 +193,33 @@ class BmodelLM:
             a.fill(0)
         self._cached = []
         self._pending = None
+        self._image_rows = []
+
+    def add_image(self, rows: np.ndarray, image_token: int) -> None:
+        """The vision net's rows of an image whose tokens (`image_token`, one per row) the next prompt holds:
+        their embeddings are these rows, as LLM-TPU's vision demos copy the vit output over the embedding
+        output. Images follow one another in the order their runs of tokens appear."""
+        if self._image_token is not None and image_token != self._image_token:
+            raise CmodelError(f"image token {image_token}: this conversation's images use {self._image_token}")
+        self._image_token = int(image_token)
+        self._image_rows.extend(np.asarray(rows, np.float32).reshape(-1, self.hidden))
+
+    def _put_image_rows(self, raw: np.ndarray, t: TensorInfo, tokens: Sequence[int],
+                        before: Sequence[int]) -> np.ndarray:
+        """`raw` ([1, n, H] embeddings of `tokens`, `t`'s dtype) with the image tokens' rows replaced; `before`:
+        the conversation's tokens ahead of them (the image rows they used come first)."""
+        if self._image_token is None:
+            return raw
+        where = np.flatnonzero(np.asarray(tokens) == self._image_token)
+        if where.size == 0:
+            return raw
+        first = int(np.count_nonzero(np.asarray(before, dtype=np.int64) == self._image_token))
+        if first + where.size > len(self._image_rows):
+            raise CmodelError(f"prompt: {first + where.size} image tokens ({self._image_token}) and rows for "
+                              f"{len(self._image_rows)}; add_image() each image first")
+        out = np.array(raw)
+        out[0, where] = _encode(np.stack(self._image_rows[first:first + where.size]), t)
+        return out
 
     # -- the nets ------------------------------------------------------------------------------------------
 
@@ -210,8 +239,9 @@ class BmodelLM:
             return int(self.rt.launch("greedy_head", [logits], convert=False)[0].reshape(-1)[0])
         return int(np.argmax(_to_f32(out, self.lm_head.outputs[0]).reshape(-1)))
 
-    def _embed(self, tokens: Sequence[int]) -> tuple[np.ndarray, TensorInfo]:
-        """Embeddings of up to max_input_length tokens: ([1,n,H] raw, its dtype)."""
+    def _embed(self, tokens: Sequence[int], before: Sequence[int] = ()) -> tuple[np.ndarray, TensorInfo]:
+        """Embeddings of up to max_input_length tokens, image rows in place: ([1,n,H] raw, its dtype);
+        `before`: the conversation's tokens ahead of them."""
         n = len(tokens)
         if self.embed.is_dynamic:
             ids = np.asarray([tokens], np.int32)
@@ -219,7 +249,7 @@ class BmodelLM:
             ids = np.zeros((1, self.max_input_length), np.int32)
             ids[0, :n] = tokens
         out = self.rt.launch("embedding", [ids], convert=False)[0]
-        return out[:, :n], self.embed.outputs[0]
+        return self._put_image_rows(out[:, :n], self.embed.outputs[0], tokens, before), self.embed.outputs[0]
 
     def _prefill_fresh(self, tokens: Sequence[int]) -> int:
         """chat.cpp forward_first: tokens at positions 0..n-1 through block_i; fills cache rows 0..n-1."""
@@ -252,7 +282,7 @@ class BmodelLM:
         old, n = len(self._cached), len(tokens)
         if old > self.prefill_kv_length:
             raise CmodelError(f"net 'block_kv_0': history of {old} tokens exceeds its {self.prefill_kv_length}")
-        hidden, src = self._embed(tokens)
+        hidden, src = self._embed(tokens, self._cached)
         pos = np.arange(old, old + n, dtype=np.int32)[None, :]
         for i, net in enumerate(self.blocks_kv):
             hk = _recast(self._k[i][:, :old], self.blocks_cache[i].inputs[3], net.inputs[2])
@@ -273,6 +303,7 @@ class BmodelLM:
             raise CmodelError(f"net 'block_cache_0': position {p} is past SEQLEN {s}")
         x = self.rt.launch("embedding_cache", [np.array([[token]], np.int32)], convert=False)[0]
         src = self.embed_cache.outputs[0]
+        x = self._put_image_rows(x.reshape(1, 1, -1), src, [token], self._cached).reshape(x.shape)
         pos = np.array([[p]], np.int32)
         visible = np.ones(s + 1, bool)
         visible[p:s] = False

@@ -1,6 +1,8 @@
 """`llmbuild run TARGET --bmodel`: a recipe's `.bmodel` generating on the vendor's cmodel (TPU-MLIR's
 simulator of the chip the bmodel was built for), for a user without a board. Greedy, as LLM-TPU's demos run
-it (`lm_head` returns the top-1 token); the tokenizer and chat template are the `.llmb`'s beside it."""
+it (`lm_head` returns the top-1 token); the tokenizer and chat template are the `.llmb`'s beside it. An
+image (`--image`, an InternVL bmodel) is read and tiled as the `.llmb`'s runtime does, each tile run through
+the bmodel's `vit` net on the cmodel, and its rows put where its tokens are in the prompt."""
 
 from __future__ import annotations
 
@@ -13,9 +15,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
+
 from llmbuild import LlmbuildError
 from llmbuild.locations import build_root
+from llmbuild.runtime.session import image_prompt
 from llmbuild.vendor_toolchain import locate
+
+VIT_NET = "vit"  # the vision net's name in LLM-TPU's vision-language bmodels
 
 
 def resolve_bmodel(target: str) -> Path:
@@ -37,29 +44,36 @@ def run_bmodel(args: argparse.Namespace) -> None:
     from llmbuild.runtime.bmodel_cmodel import CmodelRuntime, bmodel_chip
     from llmbuild.runtime.bmodel_generate import BmodelLM
 
-    if args.temperature or args.top_k or args.top_p != 1.0 or args.repetition_penalty != 1.0 or args.image:
-        raise LlmbuildError("run --bmodel: the bmodel's lm_head picks the top-1 token on the chip; sampling and "
-                            "images are the .llmb's (drop --bmodel)")
+    if args.temperature or args.top_k or args.top_p != 1.0 or args.repetition_penalty != 1.0:
+        raise LlmbuildError("run --bmodel: the bmodel's lm_head picks the top-1 token on the chip; sampling is "
+                            "the .llmb's (drop --bmodel)")
     path = resolve_bmodel(args.target)
     chip = bmodel_chip(path)
     if chip is None:
         raise LlmbuildError(f"{path}: expected a BM1684X or BM1688 bmodel")
-    tokenizer, eos = _tokenizer_beside(path)
+    model = _llmb_beside(path)
+    tokenizer, eos = _tokenizer(model)
+    vision = _vision(path, model) if args.image else None
+    images = [vision.prepare(image) for image in args.image] if vision is not None else []
     if args.prompt_ids is not None:
         from llmbuild.runtime.cli_runtime import _parse_ids
 
         prompt = _parse_ids(args.prompt_ids)
+        if vision is not None:  # the image tokens first, as a chat message would have them
+            prompt = [i for k, p in enumerate(images) for i in vision.image_ids(p, k)] + prompt
     elif args.prompt is not None:
         if tokenizer is None:
             raise LlmbuildError(f"{path}: no .llmb beside it to tokenize --prompt with; give --prompt-ids")
-        prompt = tokenizer.encode(args.prompt) if args.raw else tokenizer.chat_ids(
-            [{"role": "user", "content": args.prompt}])
+        text = (image_prompt(tokenizer, vision, images) if vision is not None else "") + args.prompt
+        prompt = tokenizer.encode(text) if args.raw else tokenizer.chat_ids([{"role": "user", "content": text}])
     else:
         raise LlmbuildError("run: give --prompt TEXT or --prompt-ids 1,2,3")
     with quiet_simulator(), CmodelRuntime(locate().lib, chip) as runtime:
         runtime.load(path)
         lm = BmodelLM(runtime)
         started = time.perf_counter()
+        for tiles in images:
+            lm.add_image(vit_rows(runtime, tiles), int(vision.meta["image_token_id"]))
         ids = lm.generate(prompt, args.max_new_tokens, eos_ids=() if args.ignore_eos else eos)
         seconds = time.perf_counter() - started
         stats = lm.stats
@@ -92,15 +106,39 @@ def quiet_simulator() -> Iterator[None]:
         os.close(devnull)
 
 
-def _tokenizer_beside(path: Path):
-    """The tokenizer and EOS ids of the .llmb built with this bmodel, if it is there."""
-    from llmbuild.runtime.compiled_model import CompiledModel, load_tokenizer
+def vit_rows(runtime, tiles: np.ndarray) -> np.ndarray:
+    """[tiles * tokens, hidden] float32: the bmodel's `vit` net (compiled for one tile, as LLM-TPU's InternVL
+    demos run it) on each tile [3, size, size] of one image, rows in tile order."""
+    rows = [runtime.launch(VIT_NET, [tile[None]])[0] for tile in np.asarray(tiles, np.float32)]
+    return np.concatenate([r.reshape(-1, r.shape[-1]) for r in rows])
+
+
+def _llmb_beside(path: Path):
+    """The .llmb built with this bmodel (its tokenizer, chat template and image preparation), if it is there."""
+    from llmbuild.runtime.compiled_model import CompiledModel
 
     llmb = sorted(path.parent.glob("*.llmb"))
-    if not llmb:
+    return CompiledModel(llmb[0]) if llmb else None
+
+
+def _tokenizer(model):
+    """The tokenizer and EOS ids of the .llmb beside the bmodel; (None, ()) without one."""
+    from llmbuild.runtime.compiled_model import load_tokenizer
+
+    if model is None:
         return None, ()
-    model = CompiledModel(llmb[0])
     return load_tokenizer(model), tuple(model.meta.get("eos_token_ids") or ())
 
 
-__all__ = ["quiet_simulator", "resolve_bmodel", "run_bmodel"]
+def _vision(path: Path, model):
+    """The .llmb's image preparation for a bmodel with a `vit` net (InternVL's: tiles of the tower's size)."""
+    if model is None or not isinstance(model.meta.get("vision"), dict):
+        raise LlmbuildError(f"{path}: --image needs the vision-language .llmb built beside the bmodel (its image "
+                            "preparation and tokens)")
+    if model.vision.family != "internvl":
+        raise LlmbuildError(f"{path}: --image on a bmodel runs InternVL's vit net; a {model.vision.family} "
+                            "bmodel has none (run the .llmb)")
+    return model.vision
+
+
+__all__ = ["quiet_simulator", "resolve_bmodel", "run_bmodel", "vit_rows"]

@@ -143,12 +143,7 @@ class Session:
         return [rows for p in prepared for rows in self.model.vision.run_rows(p)]
 
     def image_prompt(self, pixels: Sequence[np.ndarray]) -> str:
-        """The text that stands for these images at the start of a user message (InternVL: `<img>`, one
-        `<IMG_CONTEXT>` per feature row, `</img>`, a new line, each); the tokenizer makes them special ids."""
-        if not pixels:
-            return ""
-        vision = self.model.vision
-        return "".join(self.tokenizer.decode_all(vision.image_ids(p, i)) + "\n" for i, p in enumerate(pixels))
+        return image_prompt(self.tokenizer, self.model.vision, pixels)
 
     def send(self, message: str, max_new_tokens: int | None = None, stream: Stream | None = None,
              images: Sequence[str | Path | np.ndarray] = ()) -> str:
@@ -370,3 +365,9 @@ class Session:
             mid = (lo + hi) // 2
             lo, hi = (mid, hi) if fits(mid) else (lo, mid)
         return lo
+
+
+def image_prompt(tokenizer: Any, vision: Any, pixels: Sequence[Any]) -> str:
+    """The text that stands for these prepared images at the start of a user message (InternVL: `<img>`, one
+    `<IMG_CONTEXT>` per feature row, `</img>`, a new line, each); the tokenizer makes them special ids."""
+    return "".join(tokenizer.decode_all(vision.image_ids(p, i)) + "\n" for i, p in enumerate(pixels))

@@ -42,7 +42,6 @@ from llmbuild.chips import load_chip
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.importer.nets import ROPE_COS, ROPE_SIN, head_net
 from llmbuild.importer.rope import rope_tables
-from llmbuild.numerics.stored import materialize
 from llmbuild.passes import run_passes
 from llmbuild.passes.canonicalize import Canonicalize
 from llmbuild.quant.scheme import head_scheme, recipe_scheme
@@ -129,8 +128,8 @@ def net_source(recipe: Recipe, paths: BuildPaths, spec: ModelSpec, net: str) -> 
         # Only `embedding` reads a stage shape (the prefill length); the vendor's head nets take no RoPE table.
         prefill = recipe.stages.prefill_length if net == "embedding" else 1
         module = head_net(spec, net, prefill, head_scheme(recipe.quantization))
-        top_weights, _ = head_weights(recipe, paths, spec, None)
-        return NetSource(module, _LazyWeights(top_weights), None)
+        top_weights, _ = head_weights(recipe, paths, spec, None)  # large tables as RowReaders, read when used
+        return NetSource(module, top_weights, None)
     raise LlmbuildError(f"net {net!r}: expected block_I, block_kv_I, block_cache_I, {VIT_NET} or one of "
                         f"{', '.join(HEAD_NETS)}")
 
@@ -144,13 +143,6 @@ def vit_source(recipe: Recipe, paths: BuildPaths) -> NetSource:
         raise LlmbuildError(f"net {VIT_NET}: exported for InternVL recipes (vision.family internvl)")
     net = import_tower(recipe, vlm_dir(recipe, paths), paths.bmodel_net_dir(VIT_NET) / "vit.onnx", VIT_NET)
     return NetSource(net.module, net.weights, None)
-
-
-class _LazyWeights(dict):
-    """Head weights read only when the exported net asks (a table read by rows is materialized then)."""
-
-    def __getitem__(self, key: str) -> np.ndarray:
-        return np.asarray(materialize(super().__getitem__(key)))
 
 
 def build_net(recipe: Recipe, net: str) -> None:
@@ -170,14 +162,15 @@ def build_net(recipe: Recipe, net: str) -> None:
     else:
         # Only the block nets have a history form: the head's nets do not read `bmodel.history`.
         dynamic = dynamic_prefill(recipe) if _BLOCK.match(net) else None
+        act = activation_type(recipe)
         vendor = export_net(source.module, source.weights, weight_file, source.final_norm,
-                            dynamic, explicit_attention=recipe.quantization.mode == "f32")
+                            dynamic, explicit_attention=act == "f32", table_storage=None if act == "f32" else act)
     (out_dir / f"{net}.mlir").write_text(vendor.text())
     np.savez(out_dir / weight_file, **vendor.weights)
     bits, group = _quantized(source.module)
     options = net_options(recipe, net, bits, group)
-    # The weights are in the npz now: freed before tpuc-opt reads them again (a 7B's lm_head table is 2.2 GB
-    # in float32, which the job would otherwise hold twice).
+    # The weights are in the npz now: freed before tpuc-opt reads them again (a 7B's lm_head table is 1.1 GB
+    # in bf16, which the job would otherwise hold twice).
     del vendor, source
     release_freed_memory()
     try:

@@ -245,8 +245,11 @@ def step_resources(recipe: Recipe, spec: ModelSpec, step: str, faithful: bool = 
 
 
 # The vendor's tools, measured at DeepSeek-R1-Distill-Qwen-1.5B's shape (docs/bmodel.md): a w4 block net
-# 0.40 GB, a BF16 vocabulary net (151936 x 1536) 2.8 GB, that is about three float32 copies of its table.
+# 0.40 GB. A vocabulary net's largest step is the code generator, about four copies of the table as the net
+# stores it (Qwen2-7B's 152064 x 3584 lm_head in bf16: 4.32 GB, its table 1.09 GB); its lowering holds the
+# table once, declared in 16 bits (top_export's `table_storage`; three float32 copies, 6.4 GB, before).
 VENDOR_BASE_MB = 400
+VOCAB_NET_COPIES = 4.1
 
 
 def bmodel_resources(recipe: Recipe, spec: ModelSpec, job: str, net: str = "") -> Resources:
@@ -266,16 +269,13 @@ def bmodel_resources(recipe: Recipe, spec: ModelSpec, job: str, net: str = "") -
             mb = VENDOR_BASE_MB + (COMPILE_BYTES[origin] + 6) * size.layer / MB
             minutes = 2 + billions
         else:
-            mb = VENDOR_BASE_MB + 3 * 4 * size.vocab_table / MB
+            element = 4 if recipe.quantization.mode == "f32" else 2
+            mb = VENDOR_BASE_MB + VOCAB_NET_COPIES * element * size.vocab_table / MB
             minutes = 2 + billions
     elif job == "combine":
-        # model_tool holds its inputs and its output: about twice what it writes (the 1.5B's 1.6 GB model:
-        # 3270 MB measured). A layer's part is one layer's weights, the head's its tables, the model all.
-        weight_bytes = 0.6 if recipe.quantization.mode.startswith("w4") else (1.1 if recipe.quantization.mode
-                                                                               .startswith("w8") else 2.1)
-        parts = {"layer": weight_bytes * size.layer, "head": 2.0 * size.vocab_table * size.tables}
-        written = parts.get(net, weight_bytes * size.layer * size.layers + parts["head"])
-        mb = 300 + 2.1 * written / MB
+        # The streamed combine (bmodel/combine.py) holds the parts' descriptions and a 16 MiB copy buffer
+        # (the 1.5B's final combine: 85 MB); its time is the copy of what it writes.
+        mb = 300
         minutes = 2 + billions
     else:
         # The cmodel's device memory holds the whole combined binary and the tiny recipes' activations.
