@@ -9,6 +9,8 @@ import os
 import re
 import shutil
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -201,6 +203,23 @@ def test_a_bmodel_answers_about_an_image_as_transformers_does(build_root, tmp_pa
         want = model.generate(input_ids=torch.tensor([prompt]), pixel_values=torch.from_numpy(tiles),
                               generation_config=config)[0, len(prompt):].tolist()
     assert len(tiles) == 5 and got == want
+
+
+@pytest.mark.skipif(not os.environ.get("LLMBUILD_LLM_TPU"), reason="no LLM-TPU checkout (LLMBUILD_LLM_TPU=DIR)")
+def test_llm_tpus_own_chat_cpp_runs_the_bmodel_as_llmbuild_does(build_root, tmp_path):
+    """LLM-TPU's own runtime (its Qwen3 demo's chat.cpp, built here against the cmodel libraries) on the tiny
+    Qwen2's bmodel: both turns of a conversation give the ids llmbuild's driver gives."""
+    pytest.importorskip("pybind11")
+    snakemake(build_root, "qwen2_tiny_bf16", *BMODEL)
+    out = tmp_path / "chat.json"
+    done = subprocess.run([sys.executable, "benchmarks/incumbent/llmtpu_chat.py", "--llm-tpu",
+                           os.environ["LLMBUILD_LLM_TPU"], "--bmodel",
+                           str(build_root / "qwen2_tiny_bf16" / "qwen2_tiny_bf16.bmodel"), "--prompt-ids",
+                           "1,5,9,42", "--turn", "11,12,13", "--steps", "4", "--work", str(tmp_path / "work"),
+                           "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["equal"] and len(result["llm_tpu_chat"]) == 2 and not result["history_nets"]
 
 
 def test_gptq_act_order_bmodel_matches_the_reference(build_root):
