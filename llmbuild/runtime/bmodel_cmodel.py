@@ -318,6 +318,20 @@ _LIBS: _Libs | None = None
 _LIBS_LOCK = threading.Lock()
 
 
+# The simulator's device memory, read once per process when it starts, in hexadecimal (a decimal value is
+# read as hexadecimal too). Its default holds less than a 7B binary (5.35 GB: "Memory exhausted" at load).
+CMODEL_MEMORY_ENV = "CMODEL_GLOBAL_MEM_SIZE"
+
+
+def _size_device_memory(chip: str) -> None:
+    """The board's device memory (chips data) for the simulator, unless the caller set it: a binary that fits
+    the board loads on its simulator. Host memory is used only where the loaded binary and its buffers are."""
+    if CMODEL_MEMORY_ENV not in os.environ:
+        from llmbuild.chips import load_chip
+
+        os.environ[CMODEL_MEMORY_ENV] = hex(load_chip(chip).device_memory_bytes)
+
+
 def _libs_for(lib_dir: Path, chip: str) -> _Libs:
     global _LIBS
     with _LIBS_LOCK:
@@ -382,6 +396,7 @@ class CmodelRuntime:
         self.loaded: list[Path] = []  # bmodel files loaded, in order
         self.launch_seconds: dict[str, list[float]] = {}  # wall time of each launch, per net
 
+        _size_device_memory(chip)
         caller_env = _FPENV.save()
         try:
             status = self._libs.bmlib.bm_dev_request(ctypes.byref(self._handle), device_id)
