@@ -54,6 +54,16 @@ def test_an_edit_of_the_cli_reruns_nothing_that_reads_weights(package_copy: Path
     assert {s for s in WEIGHT_STEPS if after[s] != before[s]} == set()
 
 
+def test_an_edit_of_the_simulator_runtime_recompiles_no_bmodel_net(package_copy: Path) -> None:
+    """The cmodel runtime is what the checks run, not what compiles a net: an edit of it reruns the checks of a
+    bmodel (a 7B's 59 nets are 18 minutes of job time), not its nets or combines."""
+    nets = ("bmodel_block", "bmodel_embedding", "bmodel_lm_head", "bmodel_combine_layer", "bmodel_combine")
+    before = _digests()
+    _append(package_copy / "runtime" / "bmodel_cmodel.py", "\n# changed\n")
+    after = _digests()
+    assert {s for s in (*nets, "bmodel_check") if after[s] != before[s]} == {"bmodel_check"}
+
+
 def test_the_closure_follows_function_level_imports() -> None:
     closure = dag.import_closure(("llmbuild.verify.reference",))
     assert "verify/stream_model.py" in closure  # imported inside make_reference only

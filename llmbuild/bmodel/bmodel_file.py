@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from llmbuild import LlmbuildError
-from llmbuild.runtime.bmodel_cmodel import BMODEL_HEADER_BYTES, BMODEL_MAGIC, bmodel_header
+from llmbuild.runtime.bmodel_header import BMODEL_HEADER_BYTES, BMODEL_MAGIC, bmodel_header
 
 PINNED_TIME = b"Thu Jan  1 00:00:00 1970\n"
 _CTIME = re.compile(rb"[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}\n")

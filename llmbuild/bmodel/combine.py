@@ -27,7 +27,7 @@ import flatbuffers
 from llmbuild import LlmbuildError
 from llmbuild.bmodel.bmodel_file import PINNED_TIME, read_description
 from llmbuild.bmodel.flat_schema import SCALARS, Reader, Schema
-from llmbuild.runtime.bmodel_cmodel import BMODEL_FULL_HEADER, BMODEL_MAGIC
+from llmbuild.runtime.bmodel_header import BMODEL_FULL_HEADER, BMODEL_MAGIC
 
 ALIGN = 4096
 CHUNK = 16 << 20

@@ -201,8 +201,8 @@ def head_net_names(vision: bool) -> list[str]:
 
 
 def bmodel_check_parts(name: str) -> list[str]:
-    """The parts of a real-size recipe's bmodel checked in jobs of their own (verify/bmodel_checks.py)."""
-    from llmbuild.verify.bmodel_checks import check_parts
+    """The parts of a real-size recipe's bmodel checked in jobs of their own (verify/bmodel_check_policy.py)."""
+    from llmbuild.verify.bmodel_check_policy import check_parts
 
     return check_parts(recipe_spec(name))
 

@@ -23,7 +23,6 @@ output is compared with the reference's output after that norm, computed here in
 from __future__ import annotations
 
 import json
-import os
 import time
 from functools import cached_property
 
@@ -33,40 +32,17 @@ from safetensors import safe_open
 from llmbuild import LlmbuildError
 from llmbuild.artifacts.layer_weights import tensor_source
 from llmbuild.artifacts.paths import BuildPaths, read_spec, vlm_dir, write_json
-from llmbuild.cost.chip_estimate import param_count
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.recipe_types import Recipe
 from llmbuild.runtime.bmodel_cmodel import CmodelRuntime
 from llmbuild.runtime.bmodel_generate import F32_MASK_VALUE, MASK_VALUE, BmodelLM
 from llmbuild.runtime.bmodel_run import quiet_simulator
 from llmbuild.vendor_toolchain import locate
-from llmbuild.verify.layer_check_policy import faithful_layers
+from llmbuild.verify.bmodel_check_policy import check_parts, checked_layers, is_small
 from llmbuild.verify.similarity import similarity
 from llmbuild.verify.vision_cases import check_cases
 
-# Up to this size every net is checked and the model generates end to end on the cmodel: the tiny recipes
-# (under a million parameters) in seconds. SmolLM2-135M's 30 layers would take minutes there (a prefill
-# block 1.5 s, 0.2 s a decode block a token), so it is checked as a real-size model is.
-SMALL_MODEL_PARAMS = 2e7
 E2E_TOKENS = 16
-# Another bound for this process and the jobs it starts (0: every model is checked as a real-size one, part by
-# part: how the tests exercise that path on a tiny model in seconds).
-SMALL_MODEL_ENV = "LLMBUILD_SMALL_MODEL_PARAMS"
-
-
-def is_small(spec: ModelSpec) -> bool:
-    return param_count(spec) <= float(os.environ.get(SMALL_MODEL_ENV, SMALL_MODEL_PARAMS))
-
-
-def checked_layers(spec: ModelSpec) -> list[int]:
-    """Every layer of a small model; the first, middle and last of a real-size one."""
-    return list(range(spec.num_layers)) if is_small(spec) else sorted(faithful_layers(spec.num_layers))
-
-
-def check_parts(spec: ModelSpec) -> list[str]:
-    """The parts a real-size bmodel's checks run on before the combine: the head and each sampled layer; none
-    for a small model (checked whole, end to end)."""
-    return [] if is_small(spec) else ["head", *(f"layer_{i}" for i in checked_layers(spec))]
 
 
 def check_bmodel(recipe: Recipe, part: str | None = None) -> dict:
