@@ -1,6 +1,6 @@
 """Random-weight stand-ins for four published checkpoints, in their exact configuration and on-disk format.
 
-    python benchmarks/make_checkpoint.py --model all --out /work/models [--seed 0] [--layers N] [--vocab-size V]
+    python benchmarks/make_checkpoint.py --model all --out models [--seed 0] [--layers N] [--vocab-size V]
 
 Users build these 1.5B-8B models, but their weights cannot be downloaded here. The import, the memory
 plan, the compiler and the runtime only care about the configuration, the tensor names, shapes, dtypes

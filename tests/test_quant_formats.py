@@ -2,7 +2,7 @@
 
 The fixtures (tests/fixtures/quant/, built by make_fixtures.py with gptqmodel, autoawq, auto-round and
 llmcompressor) are read by `llmbuild.quant` and compared with (1) a dequantization written here from
-docs' format facts (/work/shared/reference/quant-formats.md), without calling llmbuild's unpacking, and
+the formats as the libraries define them, without calling llmbuild's unpacking, and
 (2) the library's own dequantization saved beside each fixture (reference_dequant.safetensors).
 """
 
