@@ -143,6 +143,8 @@ class Session:
         return [rows for p in prepared for rows in self.model.vision.run_rows(p)]
 
     def image_prompt(self, pixels: Sequence[np.ndarray]) -> str:
+        if not pixels:  # a text turn: a text model has no vision net to ask
+            return ""
         return image_prompt(self.tokenizer, self.model.vision, pixels)
 
     def send(self, message: str, max_new_tokens: int | None = None, stream: Stream | None = None,
