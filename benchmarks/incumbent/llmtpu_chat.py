@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from llmbuild.runtime.bmodel_cmodel import bmodel_chip  # noqa: E402
+from llmbuild.runtime.bmodel_cmodel import bmodel_chip, link_chip_libraries  # noqa: E402
 from llmbuild.vendor_toolchain import locate  # noqa: E402
 
 CHAT_SOURCE = Path("models/Qwen3/python_demo/chat.cpp")
@@ -55,21 +55,6 @@ for k, turn in enumerate(turns):
 print("IDS " + json.dumps({"ids": out, "history": bool(model.support_history)}), flush=True)
 model.deinit()
 """
-
-
-def private_lib_dir(lib: Path, chip: str, where: Path) -> Path:
-    """The toolchain's runtime libraries linked into a directory whose `libcmodel.so` is the chip's cmodel
-    (libbmlib dlopens `libcmodel.so` beside itself; the installed package is left as it is)."""
-    where.mkdir(parents=True, exist_ok=True)
-    for entry in lib.iterdir():
-        if ".so" in entry.name and entry.is_file() and entry.name != "libcmodel.so":
-            link = where / entry.name
-            link.unlink(missing_ok=True)
-            link.symlink_to(entry.resolve())
-    link = where / "libcmodel.so"
-    link.unlink(missing_ok=True)
-    link.symlink_to((lib / f"libcmodel_{chip}.so").resolve())
-    return where
 
 
 def build_module(llm_tpu: Path, libs: Path, work: Path) -> Path:
@@ -173,7 +158,7 @@ def main() -> int:
     if chip is None:
         raise SystemExit(f"{args.bmodel}: expected a BM1684X or BM1688 bmodel")
     args.work.mkdir(parents=True, exist_ok=True)
-    libs = private_lib_dir(locate().lib, chip, args.work / f"lib-{chip}")
+    libs = link_chip_libraries(locate().lib, chip, args.work / f"lib-{chip}")
     module = build_module(args.llm_tpu.resolve(), libs, args.work)
     turns = [args.prompt_ids, *args.turn]
     theirs = llmtpu_ids(module.parent, libs, args.bmodel.resolve(), turns, args.steps)

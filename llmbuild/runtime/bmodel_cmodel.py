@@ -264,10 +264,7 @@ class _Libs:
         self.cmodel_real = (lib_dir / f"libcmodel_{chip}.so").resolve()
         self.private_dir = Path(tempfile.mkdtemp(prefix=f"llmbuild-cmodel-{chip}-"))
         try:
-            for entry in sorted(lib_dir.iterdir()):
-                if ".so" in entry.name and entry.is_file() and entry.name != "libcmodel.so":
-                    (self.private_dir / entry.name).symlink_to(entry.resolve())
-            (self.private_dir / "libcmodel.so").symlink_to(self.cmodel_real)
+            link_chip_libraries(lib_dir, chip, self.private_dir)
             mode = os.RTLD_NOW | os.RTLD_GLOBAL
             # Dependencies first, by the private paths: libbmrt's NEEDED libbmlib.so.0 then resolves to the
             # object already loaded, and libbmlib's dlopen("libcmodel.so") to the private symlink.
@@ -336,6 +333,20 @@ def _size_device_memory(chip: str) -> None:
         from llmbuild.chips import load_chip
 
         os.environ[CMODEL_MEMORY_ENV] = hex(load_chip(chip).device_memory_bytes)
+
+
+def link_chip_libraries(lib_dir: Path, chip: str, where: Path) -> Path:
+    """`where` made a directory of links to the toolchain's runtime libraries whose `libcmodel.so` is `chip`'s
+    simulator (libbmlib dlopens `libcmodel.so` from its own directory); links already there are replaced.
+    The installed package is left as it is."""
+    where.mkdir(parents=True, exist_ok=True)
+    for entry in sorted(lib_dir.iterdir()):
+        if ".so" in entry.name and entry.is_file() and entry.name != "libcmodel.so":
+            (where / entry.name).unlink(missing_ok=True)
+            (where / entry.name).symlink_to(entry.resolve())
+    (where / "libcmodel.so").unlink(missing_ok=True)
+    (where / "libcmodel.so").symlink_to((lib_dir / f"libcmodel_{chip}.so").resolve())
+    return where
 
 
 def _libs_for(lib_dir: Path, chip: str) -> _Libs:
