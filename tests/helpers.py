@@ -13,6 +13,28 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# A minimal valid recipe (tests/test_recipe.py's error tests name its line numbers).
+MINIMAL_RECIPE = """\
+description: test recipe
+architecture: qwen2
+source:
+  kind: synthetic
+  seed: 0
+  config:
+    model_type: qwen2
+    vocab_size: 512
+stages:
+  seq_length: 64
+  prefill_length: 16
+verify:
+  prompt_ids: [1, 2]
+  top_cosine: 0.99
+"""
+#  1 description   2 architecture   3 source   4 kind   5 seed   6 config   7 model_type
+#  8 vocab_size    9 stages        10 seq_length   11 prefill_length   12 verify
+# 13 prompt_ids   14 top_cosine
+
+
 def _env(build: Path, recipes: Path | None = None, models: Path | None = None) -> dict[str, str]:
     # The vendor's bmodel only where a test asks for it (`--config bmodel=true`): each tiny recipe's would
     # add half a minute of TPU-MLIR compiles and cmodel runs to every build the tests make.

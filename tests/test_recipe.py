@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import MINIMAL_RECIPE
 
 from llmbuild import LlmbuildError
 from llmbuild.recipe import list_recipes, load_recipe, schema_markdown
@@ -30,26 +31,7 @@ from llmbuild.recipe.tolerances import (
 REPO = Path(__file__).resolve().parents[1]
 RECIPES = REPO / "recipes"
 
-# A minimal valid recipe; the line numbers matter to the error tests below.
-VALID = """\
-description: test recipe
-architecture: qwen2
-source:
-  kind: synthetic
-  seed: 0
-  config:
-    model_type: qwen2
-    vocab_size: 512
-stages:
-  seq_length: 64
-  prefill_length: 16
-verify:
-  prompt_ids: [1, 2]
-  top_cosine: 0.99
-"""
-#  1 description   2 architecture   3 source   4 kind   5 seed   6 config   7 model_type
-#  8 vocab_size    9 stages        10 seq_length   11 prefill_length   12 verify
-# 13 prompt_ids   14 top_cosine
+VALID = MINIMAL_RECIPE  # its line numbers matter to the error tests below (tests/helpers.py)
 
 HF_HEAD = "architecture: qwen2\nstages: {seq_length: 64, prefill_length: 16}\nsource:\n  kind: hf\n"
 GGUF_HEAD = "architecture: llama\nstages: {seq_length: 64, prefill_length: 16}\nsource:\n  kind: gguf\n"

@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers import MINIMAL_RECIPE
 
 from llmbuild.recipe import load_recipe
 from llmbuild.recipe.reads import UndeclaredRead, covers, watch
@@ -19,22 +20,7 @@ from llmbuild.steps.rerun_table import REPRESENTATIVE, flips, step_digests, tabl
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "recipes"
-VALID = """\
-description: a test recipe
-architecture: qwen2
-source:
-  kind: synthetic
-  seed: 0
-  config:
-    model_type: qwen2
-    vocab_size: 512
-stages:
-  seq_length: 64
-  prefill_length: 16
-verify:
-  prompt_ids: [1, 2]
-  top_cosine: 0.99
-"""
+VALID = MINIMAL_RECIPE
 
 
 @pytest.fixture(scope="module")
