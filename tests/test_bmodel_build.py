@@ -99,6 +99,81 @@ def test_a_table_declared_in_16_bits_compiles_to_the_bmodel_of_its_float32_decla
     assert equal_but_unset_bytes(*bmodels)
 
 
+@pytest.mark.parametrize("mode", ["BF16", "F32"])
+@pytest.mark.parametrize("net", ["lm_head", "embedding"])
+def test_a_table_given_in_parts_computes_what_the_whole_table_does(tmp_path, net, mode):
+    """A vocabulary table too large for the vendor's code generator in one job is given to it in parts (rows
+    of lm_head, columns of the embedding) joined by a Concat: on the cmodel the same token ids and the same
+    embedding rows as the net with the table whole, for parts that do not divide the table evenly."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from llmbuild.bmodel.top_export import export_net
+    from llmbuild.bmodel.vendor_compile import NetOptions, compile_net
+    from llmbuild.frontend.config_spec import spec_from_hf_config_file
+    from llmbuild.importer.nets import head_net, head_weight_names
+    from llmbuild.numerics.stored import StoredTensor
+
+    spec = replace(spec_from_hf_config_file(ROOT / "recipes/configs/deepseek_r1_distill_qwen_1_5b.json"),
+                   vocab_size=2000, hidden_size=64)
+    rng = np.random.default_rng(11)
+    table = rng.standard_normal((spec.vocab_size, spec.hidden_size)).astype(np.float32)
+    module = head_net(spec, net, 16, None)
+    if net == "lm_head":
+        # each part's rows hold the best token of one input (parts of 2000 rows in 3: 666, 667, 667)
+        inputs = [rng.standard_normal((1, spec.hidden_size)).astype(np.float32) for _ in range(3)]
+        for k, x in enumerate(inputs):
+            table[300 + 667 * k] = 4 * x[0] / np.linalg.norm(x[0]) ** 2 * np.abs(table @ x[0]).max()
+    else:
+        inputs = [np.array([[0, 1, 665, 666, 667, 1333, 1334, 1999, *rng.integers(0, 2000, 8)]], np.int32)]
+    got = {}
+    for parts in (1, 3):
+        weights = {n: StoredTensor(table, "f32") for n in head_weight_names(spec)}
+        weights["norm.weight"] = np.ones(spec.hidden_size, np.float32)
+        out = tmp_path / f"parts{parts}"
+        out.mkdir()
+        vendor = export_net(module, weights, f"{net}_top_weights.npz",
+                            table_storage=None if mode == "F32" else mode.lower(), table_parts=parts)
+        assert vendor.text().count('"top.Weight"') == parts
+        (out / f"{net}.mlir").write_text(vendor.text())
+        np.savez(out / f"{net}_top_weights.npz", **vendor.weights)
+        options = NetOptions(chip="bm1684x", mode=mode, quant_output=net != "lm_head")
+        bmodel = compile_net(locate(), out, net, options, tmp_path / "jit", out / "tpuc.log")
+        got[parts] = _launched(bmodel, net, inputs, tmp_path)
+    if net == "lm_head":
+        assert [int(t.reshape(-1)[0]) for t in got[3]] == [300, 967, 1634]
+    for whole, split in zip(got[1], got[3], strict=True):
+        assert np.array_equal(whole, split)
+
+
+_LAUNCH = """
+import sys, numpy as np
+from llmbuild.runtime.bmodel_cmodel import CmodelRuntime
+from llmbuild.runtime.bmodel_run import quiet_simulator
+from llmbuild.vendor_toolchain import locate
+bmodel, net, given, result = sys.argv[1:]
+inputs = np.load(given)
+with quiet_simulator(), CmodelRuntime(locate().lib, "bm1684x") as rt:
+    rt.load(bmodel)
+    np.savez(result, *(rt.launch(net, [inputs[k]])[0] for k in sorted(inputs.files, key=len)))
+"""
+
+
+def _launched(bmodel: Path, net: str, inputs: list, tmp_path: Path) -> list:
+    """The net's first output for each input, on the cmodel in a process of its own (its threads spin until
+    their process exits)."""
+    import numpy as np
+
+    given, result = tmp_path / "inputs.npz", tmp_path / "outputs.npz"
+    np.savez(given, *inputs)
+    proc = subprocess.run([sys.executable, "-c", _LAUNCH, str(bmodel), net, str(given), str(result)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    outputs = np.load(result)
+    return [outputs[f"arr_{i}"] for i in range(len(inputs))]
+
+
 def test_the_streamed_combine_is_what_model_tool_combines(build_root, tmp_path):
     """llmbuild combines bmodels as a stream (bmodel/combine.py); the vendor's `model_tool --combine` of the
     same parts gives the same nets, fields and data bytes, laid out the same (only the description's own

@@ -91,7 +91,8 @@ def vendor_weight_key(name: str) -> str:
 
 def export_net(module: ModuleOp, weights: Mapping[str, np.ndarray], weight_file: str,
                final_norm: FinalNorm | None = None, dynamic: DynamicPrefill | None = None,
-               explicit_attention: bool = False, table_storage: str | None = None) -> ir.VendorModule:
+               explicit_attention: bool = False, table_storage: str | None = None,
+               table_parts: int = 1) -> ir.VendorModule:
     """`module`: one TopOp net as the layer or head step built it (canonicalized or not); `weights`: its
     TopOp weights by name (arrays, or RowReaders read when the net uses them); `weight_file`: the npz path
     the module names; `dynamic`: the history form of the block nets (else static nets with a mask input).
@@ -100,11 +101,14 @@ def export_net(module: ModuleOp, weights: Mapping[str, np.ndarray], weight_file:
     computes in, in which its vocabulary table (the embedding's, lm_head's) is declared: rounded here to
     nearest-even as TPU-MLIR's lowering would round it from float32 (the same bmodel, tests/test_bmodel_build.py),
     so the vendor's lowering holds the table once in 16 bits instead of three float32 copies (a 7B's
-    lm_head: 1.1 GB instead of 6.4)."""
+    lm_head: 1.1 GB instead of 6.4). `table_parts`: that table as this many weights, each with its own op,
+    joined by a Concat (lm_head's rows, the embedding's columns: the same values, the same gather and the same
+    top-1), because the vendor's code generator holds about four copies of a table given as one weight and
+    three given in parts (steps/resources.py's `vocab_table_parts` decides)."""
     fn = next(op for op in module.ops if isinstance(op, FuncOp))
     net = module.attributes["top.net"].data  # type: ignore[attr-defined]
     return NetExporter(net, weights, weight_file, final_norm, dynamic, explicit_attention,
-                       table_storage).run(fn)
+                       table_storage, table_parts).run(fn)
 
 
 class NetExporter:
@@ -114,9 +118,10 @@ class NetExporter:
 
     def __init__(self, net: str, weights: Mapping[str, np.ndarray], weight_file: str,
                  final_norm: FinalNorm | None, dynamic: DynamicPrefill | None, explicit_attention: bool,
-                 table_storage: str | None = None):
+                 table_storage: str | None = None, table_parts: int = 1):
         self.net = net
         self.table_storage = table_storage
+        self.table_parts = table_parts
         self.explicit_attention = explicit_attention
         self.weights = weights
         self.final_norm = final_norm
@@ -206,13 +211,26 @@ class NetExporter:
             data = data.reshape(shape)
         return self.out.weight(key or self.weight_key(name), data)
 
-    def table_value(self, value: SSAValue, key: str | None = None) -> ir.Value:
+    def table_value(self, value: SSAValue, key: str | None = None, axis: int = 0) -> list[ir.Value]:
         """A vocabulary table as the vendor reads it: in `table_storage` where the net has one (encoded by
-        blocks of rows, never whole in float32), else float32."""
-        if self.table_storage is None:
-            return self.weight_value(value, key=key)
+        blocks of rows, never whole in float32), else float32; cut along `axis` into `table_parts` weights."""
         name = self.array_name(value)
-        return self.out.weight(key or self.weight_key(name), encoded(self.weights[name], self.table_storage))
+        key = key or self.weight_key(name)
+        stored = self.weights[name]
+        data = self.array(value)[1] if self.table_storage is None else encoded(stored, self.table_storage)
+        if self.table_parts == 1:
+            return [self.out.weight(key, data)]
+        n = data.shape[axis]
+        bounds = [n * i // self.table_parts for i in range(self.table_parts + 1)]
+        return [self.out.weight(f"{key}.part{i}", data[lo:hi] if axis == 0 else data[:, lo:hi])
+                for i, (lo, hi) in enumerate(zip(bounds, bounds[1:], strict=False))]
+
+    def joined(self, parts: list[ir.Value], shape: tuple[int, ...], axis: int, loc: str) -> ir.Value:
+        """The parts' results as one (a table given in parts); a single part is itself."""
+        if len(parts) == 1:
+            return parts[0]
+        attrs = {**ir.CONCAT, "only_merge": ir.boolean(False), "axis": ir.si32(axis)}
+        return self.out.op("top.Concat", parts, shape, loc, attrs)
 
     def array_name(self, value: SSAValue) -> str:
         op = value.owner
@@ -264,9 +282,13 @@ class NetExporter:
         if self.net == "lm_head":
             # The vendor multiplies W[V, H] by x[1, H]ᵀ and reshapes, then takes the top-1 on the chip.
             v = common.shape_of(w)[0]
-            table = self.table_value(w, key="lm_head.weight")
+            tables = self.table_value(w, key="lm_head.weight")
             attrs = {**ir.MATMUL, "right_transpose": "true"}
-            column = self.out.op("top.MatMul", [table, self.operand(x), self.out.none], (v, 1), "lm_head", attrs)
+            x_value = self.operand(x)
+            loc = "lm_head" if len(tables) == 1 else "lm_head.part{}"
+            columns = [self.out.op("top.MatMul", [t, x_value, self.out.none], (t.shape[0], 1), loc.format(i), attrs)
+                       for i, t in enumerate(tables)]
+            column = self.joined(columns, (v, 1), 0, "lm_head")
             return self.out.op("top.Reshape", [column], (1, v), "lm_head.reshape", {"flatten_start_dim": ir.i64(-1)})
         bias_value = self.leading_ones(bias, len(shape)) if bias is not None else self.out.none
         weight = self.weight_value(w, transpose=True)
@@ -308,11 +330,15 @@ class NetExporter:
             name = table.owner.attributes["name"].data  # type: ignore[attr-defined]
             if name in _ROPE_KEYS:
                 return self.rope_table(op, name)
-            if axis == 0 and not self.is_block:  # the embedding
-                weight = self.table_value(table)
+            if axis == 0 and not self.is_block:  # the embedding, its table in parts by columns
                 shape = common.shape_of(op.results[0])
                 attrs = {**ir.GATHER, "axis": ir.si32(0)}
-                return self.out.op("top.Gather", [weight, self.operand(indices)], shape, self.net, attrs)
+                ids = self.operand(indices)
+                tables = self.table_value(table, axis=1)
+                loc = self.net if len(tables) == 1 else self.net + ".part{}"
+                rows = [self.out.op("top.Gather", [t, ids], (*shape[:-1], t.shape[1]), loc.format(i), attrs)
+                        for i, t in enumerate(tables)]
+                return self.joined(rows, shape, len(shape) - 1, self.net)
         if isinstance(indices.owner, top.WeightOp):  # act order: the input permuted to the levels' order
             name, perm = self.array(indices)
             index_weight = self.out.weight(vendor_weight_key(name), perm.astype(np.float32))

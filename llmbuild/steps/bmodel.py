@@ -47,6 +47,7 @@ from llmbuild.passes.canonicalize import Canonicalize
 from llmbuild.quant.scheme import head_scheme, recipe_scheme
 from llmbuild.recipe_types import Recipe
 from llmbuild.steps import dag
+from llmbuild.steps.resources import vocab_table_parts
 from llmbuild.vendor_toolchain import locate
 
 HEAD_NETS = dag.BMODEL_HEAD_NETS
@@ -164,7 +165,8 @@ def build_net(recipe: Recipe, net: str) -> None:
         dynamic = dynamic_prefill(recipe) if _BLOCK.match(net) else None
         act = activation_type(recipe)
         vendor = export_net(source.module, source.weights, weight_file, source.final_norm,
-                            dynamic, explicit_attention=act == "f32", table_storage=None if act == "f32" else act)
+                            dynamic, explicit_attention=act == "f32", table_storage=None if act == "f32" else act,
+                            table_parts=vocab_table_parts(recipe, spec))
     (out_dir / f"{net}.mlir").write_text(vendor.text())
     np.savez(out_dir / weight_file, **vendor.weights)
     bits, group = _quantized(source.module)

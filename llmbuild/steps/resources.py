@@ -245,11 +245,27 @@ def step_resources(recipe: Recipe, spec: ModelSpec, step: str, faithful: bool = 
 
 
 # The vendor's tools, measured at DeepSeek-R1-Distill-Qwen-1.5B's shape (docs/bmodel.md): a w4 block net
-# 0.40 GB. A vocabulary net's largest step is the code generator, about four copies of the table as the net
-# stores it (Qwen2-7B's 152064 x 3584 lm_head in bf16: 4.32 GB, its table 1.09 GB); its lowering holds the
-# table once, declared in 16 bits (top_export's `table_storage`; three float32 copies, 6.4 GB, before).
+# 0.40 GB. A vocabulary net's largest step is the code generator: about four copies of the table as the net
+# stores it when the table is one weight (Qwen2-7B's 152064 x 3584 lm_head in bf16: 4.32 GB, its table
+# 1.09 GB), about three when it is given in parts (the 1.5B's tables, 0.47 GB: 1.89 GB whole, 1.44 GB in 2,
+# 4 or 16 parts, lm_head and embedding alike). Its lowering holds the table once, declared in 16 bits
+# (top_export's `table_storage`).
 VENDOR_BASE_MB = 400
-VOCAB_NET_COPIES = 4.1
+VOCAB_NET_COPIES = {1: 4.1, 2: 3.1}
+# What one job of a build may use: the largest single job of a 7B build on a 24 GiB machine, so that several
+# run beside each other.
+JOB_LIMIT_MB = 4096
+
+
+def vocab_table_parts(recipe: Recipe, spec: ModelSpec) -> int:
+    """How many weights a vocabulary net's table is given to the vendor as: one (the bmodel `llm_convert`
+    makes) unless its code generator would then pass the job limit; two after that (no fewer copies in more)."""
+    return 1 if _vocab_net_mb(recipe, spec, 1) <= JOB_LIMIT_MB else 2
+
+
+def _vocab_net_mb(recipe: Recipe, spec: ModelSpec, parts: int) -> float:
+    element = 4 if recipe.quantization.mode == "f32" else 2
+    return VENDOR_BASE_MB + VOCAB_NET_COPIES[parts] * element * model_size(spec).vocab_table / MB
 
 
 def bmodel_resources(recipe: Recipe, spec: ModelSpec, job: str, net: str = "") -> Resources:
@@ -269,8 +285,7 @@ def bmodel_resources(recipe: Recipe, spec: ModelSpec, job: str, net: str = "") -
             mb = VENDOR_BASE_MB + (COMPILE_BYTES[origin] + 6) * size.layer / MB
             minutes = 2 + billions
         else:
-            element = 4 if recipe.quantization.mode == "f32" else 2
-            mb = VENDOR_BASE_MB + VOCAB_NET_COPIES * element * size.vocab_table / MB
+            mb = _vocab_net_mb(recipe, spec, vocab_table_parts(recipe, spec))
             minutes = 2 + billions
     elif job == "combine":
         # The streamed combine (bmodel/combine.py) holds the parts' descriptions and a 16 MiB copy buffer
