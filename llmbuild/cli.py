@@ -143,9 +143,13 @@ def cmd_bmodel_combine(args: argparse.Namespace) -> None:
 
 
 def cmd_bmodel_check(args: argparse.Namespace) -> None:
+    from llmbuild.artifacts.paths import BuildPaths, read_spec
+    from llmbuild.steps.resources import final_check_loads_binary
     from llmbuild.verify.bmodel_checks import check_bmodel
 
-    check_bmodel(_recipe(args), args.part)
+    recipe = _recipe(args)
+    spec = read_spec(BuildPaths.of(recipe).spec)
+    check_bmodel(recipe, args.part, load_binary=args.part is not None or final_check_loads_binary(recipe, spec))
 
 
 def cmd_link(args: argparse.Namespace) -> None:

@@ -112,8 +112,8 @@ rule bmodel_check_part:
         **_bmodel_params("bmodel_check"),
     priority: dag.priority("bmodel_check")
     resources:
-        mem_mb=lambda w: dag.bmodel_resources(w.recipe, "check").mem_mb,
-        runtime=lambda w: dag.bmodel_resources(w.recipe, "check").runtime_min,
+        mem_mb=lambda w: dag.bmodel_resources(w.recipe, "check", w.part).mem_mb,
+        runtime=lambda w: dag.bmodel_resources(w.recipe, "check", w.part).runtime_min,
     benchmark:
         f"{BUILD}/{{recipe}}/benchmarks/bmodel_check_{{part}}.tsv"
     log:
@@ -125,7 +125,8 @@ rule bmodel_check_part:
 rule bmodel_check:
     input:
         # The binary itself (its parts loaded one by one into one runtime make the BM1684X cmodel assert on an
-        # f32 net's alignment: not what a board loads); a real-size model's parts were checked on their own.
+        # f32 net's alignment: not what a board loads); a real-size model's parts were checked on their own,
+        # and its binary is loaded where it fits a job (steps/resources.py's final_check_loads_binary).
         bmodel=rules.bmodel.output.bmodel,
         reference=rules.reference.output.reference,
         parts=lambda w: [f"{BUILD}/{w.recipe}/bmodel/checks/{p}.json" for p in dag.bmodel_check_parts(w.recipe)],

@@ -208,9 +208,10 @@ def test_the_streamed_combine_is_what_model_tool_combines(build_root, tmp_path):
 
 def test_a_real_size_model_is_checked_part_by_part_before_the_combine(build_root, tmp_path, monkeypatch):
     """At real size the head and the sampled layers are checked each in a job of its own, on their own
-    bmodels, as soon as they are combined; the final check loads the whole binary and gathers them. Forced
-    on the tiny model (LLMBUILD_SMALL_MODEL_PARAMS=0), its decode nets give the very numbers the whole
-    binary gives them."""
+    bmodels, as soon as they are combined; the final check finds the nets they ran in the binary byte for
+    byte, loads the binary where it fits a job and gathers them. Forced on the tiny model
+    (LLMBUILD_SMALL_MODEL_PARAMS=0), its decode nets give the very numbers the whole binary gives them; a
+    byte changed in a checked net's weights in the binary fails verify, naming the net."""
     snakemake(build_root, "qwen2_tiny_bf16", *BMODEL)
     whole = json.loads((build_root / "qwen2_tiny_bf16" / "bmodel.json").read_text())
     monkeypatch.setenv("LLMBUILD_SMALL_MODEL_PARAMS", "0")
@@ -220,13 +221,38 @@ def test_a_real_size_model_is_checked_part_by_part_before_the_combine(build_root
     parts = sorted(p.stem for p in (out / "bmodel" / "checks").glob("*.json"))
     assert parts[0] == "head" and all(p.startswith("layer_") for p in parts[1:]) and len(parts) > 2
     checks = json.loads((out / "bmodel.json").read_text())
-    assert checks["coverage"] == "decode of the sampled layers and the head" and checks["end_to_end"] is None
+    assert checks["coverage"] == "decode of the sampled layers, the head's nets" and checks["end_to_end"] is None
     decode = {n for n in checks["nets"] if n.startswith("block_cache_")}
     assert decode == {f"block_cache_{p.removeprefix('layer_')}" for p in parts[1:]}
     for net in decode | {"lm_head"}:
         assert checks["nets"][net] == whole["nets"][net], net
-    assert "embedding_cache" in checks["nets"]  # run on the combined binary itself
+    assert "embedding_cache" in checks["nets"] and checks["binary_loaded"]  # run on the combined binary itself
+    assert checks["parts_in_binary"] == {"nets": len(decode) + 3, "differing": []}  # + lm_head, the embeddings
     assert json.loads((out / "verify.json").read_text())["passed"]
+
+    # A binary too large to load (a 7B's): its nets' bytes still answer for what the parts ran.
+    from llmbuild import LlmbuildError
+    from llmbuild.bmodel.combine import read_part
+    from llmbuild.bmodel.flat_schema import load_schema
+    from llmbuild.recipe.loader import load_recipe
+    from llmbuild.verify.bmodel_checks import check_bmodel
+    from llmbuild.verify.verdict import verify
+
+    monkeypatch.setenv("LLMBUILD_BUILD_DIR", str(build))
+    recipe = load_recipe("qwen2_tiny_bf16", ROOT / "recipes")
+    assert check_bmodel(recipe, None, load_binary=False)["parts_in_binary"]["differing"] == []
+    binary = out / "qwen2_tiny_bf16.bmodel"
+    part = read_part(load_schema(locate().bmodel_schema), binary)
+    net = next(n for n in part.model["net"] if n["name"] == sorted(decode)[0])
+    coeff = net["parameter"][0]["coeff_mem"]["binary_coeff"]
+    data = bytearray(binary.read_bytes())
+    data[part.data_start + coeff["start"] + coeff["size"] // 2] ^= 0x40
+    binary.write_bytes(bytes(data))
+    report = check_bmodel(recipe, None, load_binary=False)
+    assert not report["binary_loaded"] and "embedding_cache" in report["nets"]  # the head part's run
+    assert report["parts_in_binary"]["differing"] == [sorted(decode)[0]]
+    with pytest.raises(LlmbuildError, match=f"nets {sorted(decode)[0]} are not the bytes"):
+        verify(recipe)
 
 
 def test_internvl_vit_net_computes_transformers_image_features_on_the_cmodel(build_root):

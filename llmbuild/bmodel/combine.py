@@ -15,6 +15,7 @@ the parts in chunks. Memory: the descriptions and one chunk.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import struct
 from collections.abc import Iterator
@@ -127,18 +128,28 @@ def content_view(schema: Schema, path: Path) -> dict[str, Any]:
     """A bmodel's description with each binary range replaced by its size and the sha256 of its bytes: equal
     for two files exactly when they hold the same nets, fields and data, wherever their builders put them."""
     part = read_part(schema, path)
+    digests: dict[tuple[int, int], str] = {}  # a layer's weights are one range its nets share: read once
 
     def view(value: Any) -> Any:
         if isinstance(value, dict):
             if value.keys() == {"start", "size"}:
-                return {"size": value["size"],
-                        "sha256": _digest(path, part.data_start + value["start"], value["size"])}
+                at = (value["start"], value["size"])
+                if at not in digests:
+                    digests[at] = _digest(path, part.data_start + value["start"], value["size"])
+                return {"size": value["size"], "sha256": digests[at]}
             return {k: view(v) for k, v in value.items()}
         if isinstance(value, list):
             return [view(v) for v in value]
         return value
 
     return view(part.model)
+
+
+def net_digests(schema: Schema, path: Path) -> dict[str, str]:
+    """Each net of a bmodel by name: the sha256 of its description with its data ranges as their contents'
+    digests. A net combined into another file keeps its digest (its data moves, its bytes do not)."""
+    nets = content_view(schema, path).get("net") or []
+    return {net["name"]: hashlib.sha256(json.dumps(net, sort_keys=True).encode()).hexdigest() for net in nets}
 
 
 def _aligned(n: int) -> int:

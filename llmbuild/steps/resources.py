@@ -293,8 +293,33 @@ def bmodel_resources(recipe: Recipe, spec: ModelSpec, job: str, net: str = "") -
         mb = 300
         minutes = 2 + billions
     else:
-        # The cmodel's device memory holds the whole combined binary and the tiny recipes' activations.
-        weights_bytes = (size.layer * size.layers) * (0.6 if recipe.quantization.mode.startswith("w4") else 2.1)
-        mb = 1500 + (weights_bytes + 2 * size.vocab_table * size.tables) / MB
+        # `net`: the part checked (head, layer_I), or "" for the final check. The cmodel's device memory holds
+        # the binary it loads (the part's, or the whole one's) and the tiny recipes' activations.
+        if net == "head":
+            mb = CMODEL_BASE_MB + 2 * size.vocab_table * size.tables / MB
+        elif net.startswith("layer_"):
+            mb = CMODEL_BASE_MB + _stored_layer_bytes(recipe, size) / MB
+        else:
+            mb = _whole_binary_check_mb(recipe, spec) if final_check_loads_binary(recipe, spec) else \
+                BASE_MB["light"] + 300  # the binary's nets read and hashed in 16 MiB chunks
         minutes = 10 + billions * 20
     return Resources(int(mb), int(math.ceil(minutes)))
+
+
+CMODEL_BASE_MB = 1500
+
+
+def final_check_loads_binary(recipe: Recipe, spec: ModelSpec) -> bool:
+    """Whether the final bmodel check loads the whole binary into the cmodel (whose device memory is host
+    memory: a 7B's 5.35 GB binary needs 5.6 GB): where that fits a job. Beyond, its nets' bytes are shown to
+    be the ones the part checks ran (verify/bmodel_checks.py)."""
+    return _whole_binary_check_mb(recipe, spec) <= JOB_LIMIT_MB
+
+
+def _whole_binary_check_mb(recipe: Recipe, spec: ModelSpec) -> float:
+    size = model_size(spec)
+    return CMODEL_BASE_MB + (_stored_layer_bytes(recipe, size) * size.layers + 2 * size.vocab_table * size.tables) / MB
+
+
+def _stored_layer_bytes(recipe: Recipe, size: ModelSize) -> float:
+    return size.layer * (0.6 if recipe.quantization.mode.startswith("w4") else 2.1)

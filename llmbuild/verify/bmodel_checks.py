@@ -7,14 +7,17 @@ already streamed (reference.safetensors), writing bmodel.json; `llmbuild verify`
   as the history, and in the history form its history-prefill net on a chunk after a history; `lm_head`
   on the last hidden state (the token id against the reference's top-1), the embedding nets against the
   table. Every net of a small model; at real size the decode net of the sampled layers (the first, middle
-  and last: the cmodel takes tens of seconds per decode block of a 1.5B) and the head. A vision-language
-  recipe's `vit` net on the vision step's tile against transformers' image features.
+  and last: the cmodel takes tens of seconds per decode block of a 1.5B) and the head's nets. A
+  vision-language recipe's `vit` net on the vision step's tile against transformers' image features.
 - End to end, for small models: the greedy ids LLM-TPU's runtime contract gives on the cmodel
   (runtime/bmodel_generate.py) against transformers' `generate` in the reference.
 - At real size each checked part runs in a job of its own as soon as it is combined (`--part head`,
   `--part layer_I`: the head's bmodel, a sampled layer's), so the cmodel's minutes overlap the compile jobs
-  instead of following the final combine on one core; the final check loads the combined binary, runs its
-  `embedding_cache` net against the table (the binary as a board loads it) and gathers the parts' results.
+  instead of following the final combine on one core. Each part records the digest of every net it ran
+  (bmodel/combine.py's `net_digests`: its description with its data ranges' sha256); the final check finds
+  the same digests in the combined binary (verify fails on any other bytes), loads the binary into the
+  cmodel where it fits a job (a 7B's 5.35 GB does not) and runs its `embedding_cache` net there (the binary
+  as a board loads it), and gathers the parts' results.
 
 The vendor's last block also applies the model's final norm (bmodel/top_export.py), so the last layer's
 output is compared with the reference's output after that norm, computed here in float64.
@@ -32,6 +35,8 @@ from safetensors import safe_open
 from llmbuild import LlmbuildError
 from llmbuild.artifacts.layer_weights import tensor_source
 from llmbuild.artifacts.paths import BuildPaths, read_spec, vlm_dir, write_json
+from llmbuild.bmodel.combine import net_digests
+from llmbuild.bmodel.flat_schema import load_schema
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.recipe_types import Recipe
 from llmbuild.runtime.bmodel_cmodel import CmodelRuntime
@@ -45,8 +50,10 @@ from llmbuild.verify.vision_cases import check_cases
 E2E_TOKENS = 16
 
 
-def check_bmodel(recipe: Recipe, part: str | None = None) -> dict:
-    """The final check (`part` None) or one part's; writes bmodel.json or the part's JSON."""
+def check_bmodel(recipe: Recipe, part: str | None = None, load_binary: bool = True) -> dict:
+    """The final check (`part` None) or one part's; writes bmodel.json or the part's JSON. `load_binary`: the
+    final check of a real-size model loads the whole binary into the cmodel (steps/resources.py decides:
+    where it fits a job)."""
     paths = BuildPaths.of(recipe)
     spec = read_spec(paths.spec)
     chain = locate()
@@ -57,45 +64,65 @@ def check_bmodel(recipe: Recipe, part: str | None = None) -> dict:
                             "(a small model is checked whole)")
     binary = paths.bmodel(recipe.name) if part is None else \
         paths.bmodel_head if part == "head" else paths.bmodel_layer(int(part.removeprefix("layer_")))
-    with quiet_simulator(), safe_open(str(paths.reference), "np") as ref, \
-            CmodelRuntime(chain.lib, recipe.target.chip) as rt:
-        rt.load(binary)
-        checker = _NetChecks(recipe, paths, spec, ref, rt)
-        e2e = None
-        if part == "head":
-            nets = checker.head(small=False)
-            if recipe.vision is not None:
-                nets["vit"] = _vit(recipe, paths, rt)
-        elif part is not None:
-            nets = {f"block_cache_{part.removeprefix('layer_')}": checker.decode(int(part.removeprefix("layer_")))}
-        elif small:
-            nets = checker.run(small)
-            if recipe.vision is not None:
-                nets["vit"] = _vit(recipe, paths, rt)
-            e2e = _end_to_end(recipe, spec, ref, rt)
-        else:
-            nets = {"embedding_cache": checker.embedding_cache()}
-        launches = {name: round(float(np.mean(t)), 3) for name, t in rt.launch_seconds.items()}
+    nets: dict[str, dict] = {}
+    e2e, launches, loaded = None, {}, small or load_binary
+    if loaded:
+        with quiet_simulator(), safe_open(str(paths.reference), "np") as ref, \
+                CmodelRuntime(chain.lib, recipe.target.chip) as rt:
+            rt.load(binary)
+            checker = _NetChecks(recipe, paths, spec, ref, rt)
+            if part == "head":
+                nets = checker.head()
+                if recipe.vision is not None:
+                    nets["vit"] = _vit(recipe, paths, rt)
+            elif part is not None:
+                layer = int(part.removeprefix("layer_"))
+                nets = {f"block_cache_{layer}": checker.decode(layer)}
+            elif small:
+                nets = checker.run()
+                if recipe.vision is not None:
+                    nets["vit"] = _vit(recipe, paths, rt)
+                e2e = _end_to_end(recipe, spec, ref, rt)
+            else:
+                nets = {"embedding_cache": checker.embedding_cache()}
+            launches = {name: round(float(np.mean(t)), 3) for name, t in rt.launch_seconds.items()}
     report = {
         "recipe": recipe.name,
         "binary": binary.name,
         "simulator": f"TPU-MLIR {chain.root.parent.name.removeprefix('tpu-mlir-') or ''} cmodel, {recipe.target.chip}",
-        "coverage": "every net" if small else "decode of the sampled layers and the head",
+        "coverage": "every net" if small else "decode of the sampled layers, the head's nets",
+        "binary_loaded": loaded,
         "nets": nets,
         "end_to_end": e2e,
         "launch_seconds": launches,
-        "seconds": round(time.perf_counter() - started, 1),
     }
+    digests = net_digests(load_schema(chain.bmodel_schema), binary)
+    report["seconds"] = round(time.perf_counter() - started, 1)
     if part is not None:
+        # What the final check finds in the binary: the bytes of the nets this part ran.
+        report["net_digests"] = {name: digests[name] for name in nets if name in digests}
         write_json(paths.bmodel_part_checks(part), report)
         return report
+    if check_parts(spec):
+        _gather_parts(report, paths, spec, digests)
+    write_json(paths.bmodel_checks, report)
+    return report
+
+
+def _gather_parts(report: dict, paths: BuildPaths, spec: ModelSpec, in_binary: dict[str, str]) -> None:
+    """The parts' results into the final report (this check's own runs on the whole binary kept over theirs),
+    and which of the nets they ran the binary holds other bytes for (verify fails on any)."""
+    own = report["nets"]
+    report["nets"], differing, count = {}, [], 0
     for name in check_parts(spec):  # each part's nets, checked in its own job before the combine
         done = json.loads(paths.bmodel_part_checks(name).read_text())
         report["nets"].update(done["nets"])
-        report["launch_seconds"].update(done["launch_seconds"])
+        report["launch_seconds"] = {**done["launch_seconds"], **report["launch_seconds"]}
         report["seconds"] = round(report["seconds"] + done["seconds"], 1)
-    write_json(paths.bmodel_checks, report)
-    return report
+        count += len(done["net_digests"])
+        differing += [net for net, digest in done["net_digests"].items() if in_binary.get(net) != digest]
+    report["nets"].update(own)
+    report["parts_in_binary"] = {"nets": count, "differing": differing}
 
 
 class _NetChecks:
@@ -112,15 +139,15 @@ class _NetChecks:
         self.mask_value = MASK_VALUE.get(mask_dtype, F32_MASK_VALUE)
         self.n = min(self.L, len(self.ids) - 1)  # prefill rows; the next row is the decode check's
 
-    def run(self, small: bool) -> dict[str, dict]:
+    def run(self) -> dict[str, dict]:
+        """Every net of a small model."""
         out: dict[str, dict] = {}
         for i in checked_layers(self.spec):
-            if small:
-                out[f"block_{i}"] = self.prefill(i)
-                if self.history:
-                    out[f"block_kv_{i}"] = self.prefill_kv(i)
+            out[f"block_{i}"] = self.prefill(i)
+            if self.history:
+                out[f"block_kv_{i}"] = self.prefill_kv(i)
             out[f"block_cache_{i}"] = self.decode(i)
-        out.update(self.head(small))
+        out.update(self.head())
         return out
 
     def expected(self, layer: int, rows: slice) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -193,7 +220,7 @@ class _NetChecks:
         got = [out[0][0, :c], out[1][0, :c], out[2][0, :c]]
         return self.compare(net, got, self.expected(layer, slice(a, a + c)))
 
-    def head(self, small: bool) -> dict[str, dict]:
+    def head(self) -> dict[str, dict]:
         out: dict[str, dict] = {}
         last = self.spec.num_layers - 1
         # The last row of the reference's sequence, whose logits the reference keeps.
@@ -204,15 +231,14 @@ class _NetChecks:
         out["lm_head"] = {"token": token, "reference_token": int(first),
                           "reference_top2_gap": round(float(logits[first] - logits[second]), 6),
                           "reference_logit_scale": round(float(np.max(np.abs(logits))), 6)}
-        if small:
-            # Against what transformers' own embedding gave (the first layer's input): the dequantized table
-            # where a quantized lm_head is tied to it.
-            ids, want = self.ids[:self.n], self.ref.get_tensor("layers.0.input")[:self.n]
-            padded = np.zeros((1, self.L), np.int32)
-            padded[0, :self.n] = ids
-            emb = self.rt.launch("embedding", [padded])[0][0, :self.n]
-            out["embedding"] = {"outputs": {"hidden_states": similarity(emb, want)}}
-            out["embedding_cache"] = self.embedding_cache()
+        # Against what transformers' own embedding gave (the first layer's input): the dequantized table where a
+        # quantized lm_head is tied to it.
+        ids, want = self.ids[:self.n], self.ref.get_tensor("layers.0.input")[:self.n]
+        padded = np.zeros((1, self.L), np.int32)
+        padded[0, :self.n] = ids
+        emb = self.rt.launch("embedding", [padded])[0][0, :self.n]
+        out["embedding"] = {"outputs": {"hidden_states": similarity(emb, want)}}
+        out["embedding_cache"] = self.embedding_cache()
         return out
 
     def embedding_cache(self) -> dict:

@@ -147,6 +147,10 @@ def _bmodel_verdict(recipe: Recipe, paths: BuildPaths, failures: list[str]) -> d
     if head["token"] != head["reference_token"] and (v.exact_tokens or head["reference_top2_gap"] > allowance):
         failures.append(f"bmodel net lm_head: token {head['token']}, the reference's top-1 is "
                         f"{head['reference_token']} (top-2 gap {head['reference_top2_gap']})")
+    differing = checks.get("parts_in_binary", {}).get("differing", [])
+    if differing:
+        failures.append(f"bmodel {checks['binary']}: nets {', '.join(differing)} are not the bytes their part "
+                        "checks ran on the cmodel")
     e2e = checks.get("end_to_end")
     if e2e is not None:
         if v.exact_tokens and not e2e["tokens_equal"]:
@@ -161,6 +165,7 @@ def _bmodel_verdict(recipe: Recipe, paths: BuildPaths, failures: list[str]) -> d
                 break
     return {"binary": checks["binary"], "simulator": checks["simulator"], "coverage": checks["coverage"],
             "nets_checked": len(checks["nets"]), "worst_cosine": worst,
+            "binary_loaded": checks.get("binary_loaded", True),
             "end_to_end": None if e2e is None else {
                 **{k: e2e[k] for k in ("tokens_equal", "first_difference", "reference_top2_gap_at_difference")},
                 "teacher_forced_steps": len(e2e["teacher_forced_ids"]),
