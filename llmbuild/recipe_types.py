@@ -1,6 +1,11 @@
-"""The typed form of a recipe. `llmbuild.recipe.load_recipe` validates YAML into these classes.
+"""The typed form of a recipe, and the one definition of the recipe schema's fields: their names, types and
+defaults (a section is a class, a field its attribute). `llmbuild.recipe.schema_table` adds each field's words
+and constraints (one row per field, a test keeps the rows and these classes the same set) and renders
+docs/recipe.md; `llmbuild.recipe.load_recipe` validates YAML against both and builds these classes.
 
-The field-by-field documentation for users lives in docs/recipe.md; keep the two in step.
+`None` as a default means absent: the loader fills what it stands for (a tolerance from the mode's error
+budget, the chip's memory, ...), as the field's row says. Attributes marked `LOADER` are not in recipe files:
+the loader sets them.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 SourceKind = Literal["synthetic", "hf", "gguf"]
+LOADER = {"recipe_file": False}  # field metadata: set by the loader, not a recipe field
 FLOAT_MODES = ("f32", "bf16", "f16")
 # Weight-only quantized modes: 4- or 8-bit weights in groups with scales and zero points, bf16/f16
 # activations.
@@ -54,7 +60,7 @@ class QuantConfig:
     options: dict[str, Any] = field(default_factory=dict)  # library knobs (validated by the method)
     lm_head: str = "float"  # float | w8 | w4: round-to-nearest lm_head (and the tied embedding table)
     # Filled by the loader from the source's config.json when the checkpoint is already quantized.
-    checkpoint: CheckpointQuant | None = None
+    checkpoint: CheckpointQuant | None = field(default=None, metadata=LOADER)
 
     @property
     def origin(self) -> str:
@@ -106,10 +112,10 @@ def builds_bmodel(recipe: Recipe) -> bool:
 
 @dataclass(frozen=True)
 class VisionConfig:
-    family: str  # how the tower and projector are defined (schema_table.VISION_FAMILIES)
+    family: str | None = None  # how the tower and projector are defined; None (no tower): Recipe.vision is None
     exporter: str = "legacy"  # torch.onnx exporter: legacy | dynamo
     config: dict[str, Any] | None = None  # synthetic: the vision-language config.json fields
-    image_cosine: float = 0.9999  # the vision net's features against transformers
+    image_cosine: float | None = None  # the vision net's features against transformers (absent: the mode's)
     max_tiles: int = 1  # InternVL's dynamic tiling (a thumbnail added when an image takes several tiles)
 
 
@@ -121,35 +127,36 @@ class StagesConfig:
 
 @dataclass(frozen=True)
 class VerifyConfig:
-    # Tolerances: a recipe's own, else the loader fills the mode's default (llmbuild/recipe/tolerances.py).
+    # Tolerances: a recipe's own, else the loader fills the mode's error budget (llmbuild/recipe/tolerances.py):
+    # never None in a loaded recipe.
     # top (numpy interpretation of TopOp) against transformers, per layer and stage
-    top_cosine: float = 0.99999
-    top_euclid: float = 0.9999
+    top_cosine: float | None = None
+    top_euclid: float | None = None
     # tpu (mode arithmetic) against top, per layer, stage and op
-    tpu_cosine: float = 0.99999
-    tpu_euclid: float = 0.9999
+    tpu_cosine: float | None = None
+    tpu_euclid: float | None = None
     # end to end: greedy tokens against transformers generate
     prompt_ids: tuple[int, ...] | None = None  # default: derived from the prompt or fixed ids
     prompt: str | None = None  # a chat message; the chat template is applied
     max_new_tokens: int = 16
     check_tokens: int = 64  # real tokens per prefill / prefill_kv stage check
     exact_tokens: bool = True  # require identical greedy ids (f32); else only logits_cosine
-    logits_cosine: float = 0.99999  # every teacher-forced step's logits against transformers'
+    logits_cosine: float | None = None  # every teacher-forced step's logits against transformers'
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Recipe:
-    name: str  # the file stem; also the Snakemake target
-    path: Path
-    description: str
-    source: SourceConfig
-    architecture: str
-    quantization: QuantConfig
-    target: TargetConfig
-    stages: StagesConfig
-    verify: VerifyConfig
+    name: str = field(metadata=LOADER)  # the file stem; also the Snakemake target
+    path: Path = field(metadata=LOADER)
+    description: str = ""
     build: bool = True  # false: for `llmbuild estimate` only; `snakemake all` skips it
+    architecture: str
+    source: SourceConfig
+    quantization: QuantConfig = field(default_factory=QuantConfig)
+    target: TargetConfig = field(default_factory=TargetConfig)
+    stages: StagesConfig
+    vision: VisionConfig | None = None  # a vision-language model's tower (the `vit` net); None: a text model
     bmodel: BmodelConfig = field(default_factory=BmodelConfig)
-    vision: VisionConfig | None = None  # a vision-language model's tower (the `vit` net)
+    verify: VerifyConfig = field(default_factory=VerifyConfig)
     # The validated mapping, sections as plain data: used for per-section digests (Snakemake params).
-    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False, metadata=LOADER)

@@ -188,6 +188,35 @@ def test_defaults_are_filled(tmp_path: Path) -> None:
             assert key in (recipe.raw[section] if section else recipe.raw), f.path
 
 
+def test_the_schema_rows_and_the_typed_classes_are_one_set_of_fields(tmp_path: Path) -> None:
+    """A field's name, type and default are defined once, by its attribute in recipe_types.py: every
+    attribute has its row of words and constraints and every row its attribute, and a loaded recipe holds
+    each default the docs show where the file leaves the field out."""
+    import dataclasses
+
+    from llmbuild.recipe.schema_table import typed
+    from llmbuild.recipe_types import QuantConfig, Recipe
+
+    assert set(typed()) == {f.path for f in FIELDS}
+    recipe = load_recipe(write(tmp_path, "ok", VALID))
+    given = {"description", "source.kind", "source.seed", "source.config", "architecture", "stages.seq_length",
+             "stages.prefill_length", "verify.prompt_ids", "verify.top_cosine"}  # the fields VALID sets
+    for f in FIELDS:
+        if f.type == "section" or f.path in given or not f.has_default or f.default is None:
+            continue
+        if f.path.startswith("vision."):  # a text model: no tower, Recipe.vision is None
+            assert recipe.vision is None
+            continue
+        value = recipe
+        for key in f.path.split("."):
+            value = getattr(value, key)
+        assert value == f.default, f.path
+    # an attribute the loader sets (not a recipe field) has no row
+    assert not dataclasses.fields(QuantConfig)[-1].metadata["recipe_file"]
+    assert "name" not in typed() and "raw" not in typed() and {f.name for f in dataclasses.fields(Recipe)} >= {
+        p for p in typed() if "." not in p and p != "base"}
+
+
 # --- finding recipes -------------------------------------------------------------------------
 
 

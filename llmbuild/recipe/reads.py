@@ -94,13 +94,13 @@ def _recording_class(cls: type) -> type:
         log, prefix = state.pop("_reads_log", None), state.pop("_reads_prefix", "")
         if log is not None:
             log.read(f"{prefix}*")
-        return _plain, (cls, state)
+        return plain, (cls, state)
 
     hooks = {"__getattribute__": __getattribute__, "__reduce_ex__": __reduce_ex__}
     return type(f"Watched{cls.__name__}", (cls,), hooks)
 
 
-def _plain(cls: type, state: dict[str, Any]) -> Any:
+def plain(cls: type, state: dict[str, Any]) -> Any:
     plain = object.__new__(cls)
     object.__getattribute__(plain, "__dict__").update(state)
     return plain

@@ -13,7 +13,8 @@ from typing import Any
 
 from llmbuild import LlmbuildError
 from llmbuild.locations import BMODEL_ENV, BUILD_DIR_ENV
-from llmbuild.recipe.loader import MODELS_ENV, RECIPES_ENV
+from llmbuild.recipe.checkpoints import MODELS_ENV
+from llmbuild.recipe.finding import RECIPES_ENV
 
 # config key -> (environment variable, default when neither is set)
 _KEYS = {"build_dir": (BUILD_DIR_ENV, "build"), "recipes_dir": (RECIPES_ENV, "recipes"),
