@@ -41,8 +41,16 @@ readers.unpack_along_cols = _swapped
 """
 
 
+@pytest.mark.parametrize("block", [None, 8])
 @pytest.mark.parametrize("name", NAMES)
-def test_every_fixture_reads_as_its_library_reads_it(name: str) -> None:
+def test_every_fixture_reads_as_its_library_reads_it(name: str, block: int | None,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whole, and with the library called on blocks of 8 output columns (how a real-size projection is read,
+    in blocks of 2048: the fixtures' projections are narrower than one)."""
+    import llmbuild.verify.independent_dequant as independent
+
+    if block is not None:
+        monkeypatch.setattr(independent, "COLUMN_BLOCK", block)
     ckpt = QuantizedCheckpoint(FIXTURES / name)
     result = _quantized(ckpt, [0])
     module = INDEPENDENT.get(ckpt.info.layout)

@@ -138,6 +138,30 @@ def _torch_tensors(ckpt: QuantizedCheckpoint, prefix: str, suffixes: tuple[str, 
     return out
 
 
+# Output columns per library call. The libraries widen a whole projection to several int64 and float32
+# copies: one call on a 7B's MLP projection (18944 x 3584) held about 3 GB; in blocks of 2048 columns, a
+# few hundred MB. A block's result is the columns' own: each column is dequantized from its own levels,
+# zero points and scales.
+COLUMN_BLOCK = 2048
+
+
+def _column_blocks(t: dict, bits: int, packed_weight_columns: bool) -> list[dict]:
+    """The projection's tensors by blocks of output columns (a multiple of the values a 32-bit word packs):
+    `scales` and `qzeros` are [groups, N] and [groups, N / per word] in both layouts; `qweight` is
+    [K / per word, N] in GPTQ's layout and [K, N / per word] in AWQ's (`packed_weight_columns`)."""
+    per = 32 // bits
+    n = t["scales"].shape[1]
+    step = max(per, COLUMN_BLOCK // per * per)
+    out = []
+    for lo in range(0, n, step):
+        hi = min(n, lo + step)
+        words = slice(lo // per, -(-hi // per))
+        part = dict(t, scales=t["scales"][:, lo:hi].contiguous(), qzeros=t["qzeros"][:, words].contiguous())
+        part["qweight"] = (t["qweight"][:, words] if packed_weight_columns else t["qweight"][:, lo:hi]).contiguous()
+        out.append(part)
+    return out
+
+
 def _one_layer_file(tensors: dict, prefix: str, directory: Path) -> Path:
     """The layer's tensors alone in a safetensors file, for a library tool that reads whole files."""
     from safetensors.torch import save_file
@@ -161,9 +185,12 @@ def _gptqmodel_gptq(ckpt: QuantizedCheckpoint) -> Reader:
             group = info.group_size if info.group_size > 0 else k
             t["g_idx"] = torch.arange(k, dtype=torch.int32) // group
         t["scales"] = t["scales"].float()
-        with tempfile.TemporaryDirectory() as tmp:
-            out = convert_gptq_file(_one_layer_file(t, prefix, Path(tmp)), torch.float32, qc, "cpu")
-        return out[prefix + ".weight"].float().numpy()
+        rows = []
+        for part in _column_blocks(t, info.bits, packed_weight_columns=False):
+            with tempfile.TemporaryDirectory() as tmp:
+                out = convert_gptq_file(_one_layer_file(part, prefix, Path(tmp)), torch.float32, qc, "cpu")
+            rows.append(out[prefix + ".weight"].float().numpy())
+        return np.concatenate(rows)
 
     return read
 
@@ -177,8 +204,9 @@ def _autoawq(ckpt: QuantizedCheckpoint) -> Reader:
         t = _torch_tensors(ckpt, prefix, ("qweight", "qzeros", "scales"))
         k = t["qweight"].shape[0]
         group = info.group_size if info.group_size > 0 else k
-        w = dequantize_gemm(t["qweight"], t["qzeros"], t["scales"].float(), info.bits, group)
-        return w.float().numpy().T
+        rows = [dequantize_gemm(part["qweight"], part["qzeros"], part["scales"].float(), info.bits, group)
+                .float().numpy().T for part in _column_blocks(t, info.bits, packed_weight_columns=True)]
+        return np.concatenate(rows)
 
     return read
 
@@ -190,9 +218,12 @@ def _gptqmodel_awq(ckpt: QuantizedCheckpoint) -> Reader:
     def read(prefix: str) -> np.ndarray:
         t = _torch_tensors(ckpt, prefix, ("qweight", "qzeros", "scales"))
         t["scales"] = t["scales"].float()
-        with tempfile.TemporaryDirectory() as tmp:
-            out = convert_awq_file(_one_layer_file(t, prefix, Path(tmp)), torch.float32, "cpu")
-        return out[prefix + ".weight"].float().numpy()
+        rows = []
+        for part in _column_blocks(t, ckpt.info.bits, packed_weight_columns=True):
+            with tempfile.TemporaryDirectory() as tmp:
+                out = convert_awq_file(_one_layer_file(part, prefix, Path(tmp)), torch.float32, "cpu")
+            rows.append(out[prefix + ".weight"].float().numpy())
+        return np.concatenate(rows)
 
     return read
 
