@@ -238,7 +238,7 @@ def rule_table(recipe: str, out: Path, env: dict[str, str]) -> dict[str, dict]:
     for tsv in sorted((out / "benchmarks").glob("*.tsv")):
         rule = tsv.stem if tsv.stem in ("head_check", "bmodel_check", "bmodel") else tsv.stem.split("_")[0]
         if tsv.stem.startswith("bmodel_check_"):
-            rule = "bmodel_check"  # a real-size model's parts, checked before the combine
+            rule = "bmodel_part"  # a real-size model's parts (the head, sampled layers), checked before the combine
         elif rule == "bmodel" and tsv.stem != "bmodel":
             rule = "bmodel_net"  # bmodel_<net>.tsv: one per net
         with tsv.open() as f:
@@ -253,8 +253,10 @@ def rule_table(recipe: str, out: Path, env: dict[str, str]) -> dict[str, dict]:
         step = {"layers": "layer", "checks": "check", "head": "head"}.get(rule, rule)
         try:
             if rule.startswith("bmodel"):
-                job = {"bmodel_net": "net", "bmodel": "combine", "bmodel_check": "check"}[rule]
-                row["declared_mem_mb"] = dag.bmodel_resources(recipe, job, "lm_head" if job == "net" else "").mem_mb
+                # The largest declaration of the rule's jobs: a vocabulary net's, the head part's.
+                job, net = {"bmodel_net": ("net", "lm_head"), "bmodel": ("combine", ""),
+                            "bmodel_check": ("check", ""), "bmodel_part": ("check", "head")}[rule]
+                row["declared_mem_mb"] = dag.bmodel_resources(recipe, job, net).mem_mb
                 continue
             row["declared_mem_mb"] = dag.resources(recipe, step).mem_mb
         except Exception:  # noqa: BLE001 (a step without declared resources)
