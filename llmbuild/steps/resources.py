@@ -195,8 +195,8 @@ def step_resources(recipe: Recipe, spec: ModelSpec, step: str, faithful: bool = 
     elif step == "e2e":
         # The host path: what it keeps decoded (up to its cache), 10% more for the tiles decoded as they are
         # used, the quantized weights' scales (float32) and zero points, the KV cache (float32) and a
-        # prefill's rows, and the runtime's LLVM (the compiled one-row product, BASE_MB). Fitted: the 1.5B
-        # 1203 MiB, Qwen2.5-7B AWQ 1815, Llama-3-8B 2148, SmolLM2 bf16 486 (2026-12-03, stops 24-25).
+        # prefill's rows, and the runtime's LLVM (the compiled one-row product, BASE_MB). Fitted to the e2e
+        # jobs of the 1.5B, Qwen2.5-7B AWQ, Llama-3-8B and SmolLM2 bf16 (docs/performance.md).
         tower = tower_weights(recipe, spec.hidden_size)
         decoded = _host_kept_bytes(recipe, spec, HOST_CACHE if tower is None else VLM_HOST_CACHE)
         quantized = size.layer * size.layers if recipe.quantization.mode.startswith("w") else 0
