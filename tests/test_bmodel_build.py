@@ -253,6 +253,13 @@ def test_a_real_size_model_is_checked_part_by_part_before_the_combine(build_root
     assert report["parts_in_binary"]["differing"] == [sorted(decode)[0]]
     with pytest.raises(LlmbuildError, match=f"nets {sorted(decode)[0]} are not the bytes"):
         verify(recipe)
+    # a part check written before parts recorded their digests: one line, not a traceback
+    head = out / "bmodel" / "checks" / "head.json"
+    stale = json.loads(head.read_text())
+    del stale["net_digests"]
+    head.write_text(json.dumps(stale))
+    with pytest.raises(LlmbuildError, match="head.json: no net_digests"):
+        check_bmodel(recipe, None, load_binary=False)
 
 
 def test_internvl_vit_net_computes_transformers_image_features_on_the_cmodel(build_root):

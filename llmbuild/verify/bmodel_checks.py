@@ -115,7 +115,11 @@ def _gather_parts(report: dict, paths: BuildPaths, spec: ModelSpec, in_binary: d
     own = report["nets"]
     report["nets"], differing, count = {}, [], 0
     for name in check_parts(spec):  # each part's nets, checked in its own job before the combine
-        done = json.loads(paths.bmodel_part_checks(name).read_text())
+        path = paths.bmodel_part_checks(name)
+        done = json.loads(path.read_text())
+        if "net_digests" not in done:
+            raise LlmbuildError(f"{path}: no net_digests (a part check of an older llmbuild): run "
+                                f"`llmbuild bmodel-check {report['recipe']} --part {name}` again")
         report["nets"].update(done["nets"])
         report["launch_seconds"] = {**done["launch_seconds"], **report["launch_seconds"]}
         report["seconds"] = round(report["seconds"] + done["seconds"], 1)
