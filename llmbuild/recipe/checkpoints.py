@@ -52,7 +52,7 @@ def locate_checkpoint(out: Checked, require_checkpoint: bool = True) -> Path | N
                                             f"checkpoint there, {hint}){also}")
         if not (path / "config.json").is_file():
             raise located_error(node.loc, "source.path", f"expected a Hugging Face checkpoint directory holding "
-                                                 f"config.json, got {path} without it")
+                                                         f"config.json, got {path} without it")
         return path
     if source["kind"] == "gguf":
         if "source.path" in given:
@@ -92,17 +92,17 @@ def _package_file(pkg_node: Node, file_node: Node) -> Path:
     dirs = package_dirs(pkg_node.value)
     if not dirs:
         raise located_error(pkg_node.loc, "source.package",
-                    f"expected an installed Python package, got {pkg_node.value!r} (not found; install "
-                    f"the package that ships {file_node.value})")
+                            f"expected an installed Python package, got {pkg_node.value!r} (not found; install "
+                            f"the package that ships {file_node.value})")
     rel = Path(file_node.value)
     if rel.is_absolute() or ".." in rel.parts:
         raise located_error(file_node.loc, "source.file",
-                    f"expected a file name inside package {pkg_node.value}, got {file_node.value!r}")
+                            f"expected a file name inside package {pkg_node.value}, got {file_node.value!r}")
     for d in dirs:
         if (d / rel).is_file():
             return d / rel
     raise located_error(file_node.loc, "source.file", f"expected a file inside package {pkg_node.value} "
-                                              f"({dirs[0]}), got {file_node.value!r} (not found there)")
+                                                      f"({dirs[0]}), got {file_node.value!r} (not found there)")
 
 
 def config_json_path(checkpoint: str | Path | None, config_file: str | Path | None) -> Path | None:

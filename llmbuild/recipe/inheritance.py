@@ -28,17 +28,17 @@ def load_tree(path: Path, chain: tuple[Path, ...] = ()) -> Node:
     name = base.value
     if not isinstance(name, str) or not name or "/" in name or "\\" in name:
         raise located_error(base.loc, "base", f"expected the name of a recipe in {display_path(path.parent)}, "
-                                      f"got {describe_value(name)}")
+                                              f"got {describe_value(name)}")
     name = name.removesuffix(".yaml")
     base_path = path.parent / f"{name}.yaml"
     here = (*chain, path.resolve())
     if base_path.resolve() in here:
         cycle = " -> ".join([p.stem for p in here] + [name])
         raise located_error(base.loc, "base", f"expected a recipe that does not inherit from itself, got the "
-                                      f"cycle {cycle}")
+                                              f"cycle {cycle}")
     if not base_path.is_file():
         raise located_error(base.loc, "base", f"expected a recipe in {display_path(path.parent)}, got {name!r} "
-                                      f"(no file {display_path(base_path)})")
+                                              f"(no file {display_path(base_path)})")
     return _merge(load_tree(base_path, here), node)
 
 

@@ -9,15 +9,13 @@ import re
 from typing import TYPE_CHECKING, NoReturn
 
 from llmbuild import LlmbuildError
-from llmbuild.recipe_types import (
-    Recipe,
-)
-
-if TYPE_CHECKING:
-    from llmbuild.frontend.spec import ModelSpec
 from llmbuild.recipe.checkpoints import config_json_path
 from llmbuild.recipe.nodes import Loc, Node, located_error
 from llmbuild.recipe.validation import Checked
+from llmbuild.recipe_types import Recipe
+
+if TYPE_CHECKING:
+    from llmbuild.frontend.spec import ModelSpec
 
 MAX_VOCAB = 1 << 21  # far above any released vocabulary (Gemma's 262k); beyond it a build runs out of memory
 
@@ -27,7 +25,7 @@ def _check_architecture(recipe: Recipe, found: str, where: str, out: Checked) ->
     that said llama over a Qwen2 checkpoint would otherwise build the Qwen2 model and claim a Llama)."""
     if recipe.architecture != found:
         raise located_error(out.given["architecture"].loc, "architecture",
-                    f"expected {found} (what {where} names), got {recipe.architecture}")
+                            f"expected {found} (what {where} names), got {recipe.architecture}")
 
 
 def check_model(recipe: Recipe, out: Checked, check_fit: bool = True) -> None:
@@ -63,8 +61,8 @@ def check_model(recipe: Recipe, out: Checked, check_fit: bool = True) -> None:
     seq = recipe.stages.seq_length
     if seq > spec.max_position_embeddings:
         raise located_error(out.given["stages.seq_length"].loc, "stages.seq_length",
-                    f"expected at most {origin}.max_position_embeddings ({spec.max_position_embeddings}, the "
-                    f"positions the model was made for), got {seq}")
+                            f"expected at most {origin}.max_position_embeddings ({spec.max_position_embeddings}, the "
+                            f"positions the model was made for), got {seq}")
     if spec.num_heads % spec.num_kv_heads:
         _model_error(recipe, config_node, f"{origin}: num_attention_heads {spec.num_heads} is not a multiple of "
                      f"num_key_value_heads {spec.num_kv_heads}")
@@ -84,8 +82,8 @@ def check_model(recipe: Recipe, out: Checked, check_fit: bool = True) -> None:
             node = out.given.get("quantization.group_size") or out.given.get("quantization.mode") \
                 or out.sections["quantization"]
             raise located_error(node.loc, "quantization.group_size",
-                                f"expected a group size dividing every projection's inputs, got "
-                                f"{scheme.group_size}, which does not divide {what} {k}") from None
+                                        f"expected a group size dividing every projection's inputs, got "
+                                        f"{scheme.group_size}, which does not divide {what} {k}") from None
 
 
 def _check_fit(recipe: Recipe, spec: ModelSpec, out: Checked) -> None:
@@ -105,8 +103,8 @@ def _check_fit(recipe: Recipe, spec: ModelSpec, out: Checked) -> None:
         field = "quantization.mode" if "quantization.mode" in out.given else "target.chip"
     node = out.given.get(field) or out.sections["target"]
     raise located_error(node.loc, field, f"expected room for the model in {recipe.target.chip}'s "
-                f"{memory.limit_bytes / 2**30:.2f} GiB of device memory ({limit_source(recipe)}), got a model that "
-                f"needs {memory.breakdown()}: {FIT_ADVICE}")
+                        f"{memory.limit_bytes / 2**30:.2f} GiB of device memory ({limit_source(recipe)}), got a "
+                        f"model that needs {memory.breakdown()}: {FIT_ADVICE}")
 
 
 def _model_error(recipe: Recipe, config_node: Node, message: str, field: str | None = None) -> NoReturn:

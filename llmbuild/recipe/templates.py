@@ -75,4 +75,4 @@ def _render(node: Node, field: str, sandbox: BoundedSandbox, context: dict[str, 
         raise located_error(node.loc, field, f"expected a valid Jinja2 template, got {exc.message}") from None
     except Exception as exc:  # noqa: BLE001 - any failure inside a user template is a user error
         raise located_error(node.loc, field, f"expected a template that renders, got "
-                                     f"{type(exc).__name__}: {exc}") from None
+                                             f"{type(exc).__name__}: {exc}") from None

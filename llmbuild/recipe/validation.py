@@ -32,7 +32,7 @@ def check_section(section: str, node: Node, out: Checked) -> dict[str, Any]:
             close = difflib.get_close_matches(key, list(specs), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise located_error(child.loc, field, f"expected one of the keys {', '.join(specs)}, got unknown "
-                                          f"key {key!r}{hint}")
+                                                  f"key {key!r}{hint}")
     result: dict[str, Any] = {}
     for key, spec in specs.items():
         if spec.path in DIRECTIVES:
@@ -65,7 +65,7 @@ def _check_field(spec: st.FieldSpec, node: Node, out: Checked) -> Any:
             # Point at the offending item, not the list.
             bad = next(i for i, v in enumerate(node.value) if not st.type_ok("integer", v.value))
             raise located_error(node.value[bad].loc, f"{spec.path}[{bad}]",
-                        f"expected an integer, got {describe_value(node.value[bad].value)}")
+                                f"expected an integer, got {describe_value(node.value[bad].value)}")
         raise located_error(node.loc, spec.path, f"expected {st.TYPE_WORDS[spec.type]}, got {describe_value(value)}")
     if spec.type == "number":
         value = float(value)

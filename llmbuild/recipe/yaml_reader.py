@@ -44,7 +44,7 @@ def read_yaml(path: Path) -> Node:
         line = data[: exc.start].count(b"\n") + 1
         column = exc.start - data.rfind(b"\n", 0, exc.start)
         raise located_error(Loc(path, line), "", f"expected UTF-8 text, got byte {data[exc.start]:#04x} at column "
-                                         f"{column}") from None
+                                                 f"{column}") from None
     loader = None
     try:
         loader = _SafeLoader(text)  # may already refuse the text (non-printable characters)
@@ -85,7 +85,7 @@ def _to_node(loader: yaml.SafeLoader, yn: yaml.Node, loc: Loc, field: str, depth
             sub = f"{field}.{key}" if field else key
             if key in out:
                 raise located_error(key_loc, sub, f"expected each key once, got a duplicate (first at line "
-                                          f"{out[key].loc.line})")
+                                                  f"{out[key].loc.line})")
             out[key] = _to_node(loader, value_node, key_loc, sub, depth + 1, count)
         return Node(out, loc)
     if isinstance(yn, yaml.SequenceNode):
@@ -96,5 +96,5 @@ def _to_node(loader: yaml.SafeLoader, yn: yaml.Node, loc: Loc, field: str, depth
     # Timestamps, binary and the like have no place in a recipe and no canonical JSON form.
     if value is not None and not isinstance(value, str | int | float | bool):
         raise located_error(loc, field, f"expected a string, number or boolean, got {type(value).__name__} "
-                                f"{yn.value!r} (quote it to make it a string)")
+                                        f"{yn.value!r} (quote it to make it a string)")
     return Node(value, loc)
