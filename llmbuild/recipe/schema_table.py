@@ -212,13 +212,9 @@ def typed() -> dict[str, tuple[str, Any]]:
 
 def _walk(cls: type, prefix: str, out: dict[str, tuple[str, Any]]) -> bool:
     """Adds `cls`'s recipe fields under `prefix`; True when every one of them has a default."""
-    hints = typing.get_type_hints(cls)
     all_defaults = True
-    for f in dataclasses.fields(cls):
-        if not f.metadata.get("recipe_file", True):
-            continue
+    for f, hint in _recipe_fields(cls):
         path = prefix + f.name
-        hint = _without_none(hints[f.name])
         if dataclasses.is_dataclass(hint):
             complete = _walk(hint, path + ".", out)
             out[path] = ("section", {} if complete else _NO_DEFAULT)
@@ -233,12 +229,11 @@ def _walk(cls: type, prefix: str, out: dict[str, tuple[str, Any]]) -> bool:
 def build_section(cls: type, values: dict[str, Any], **computed: Any) -> Any:
     """An instance of `cls` (a recipe_types class) from its validated section: each recipe field as checked
     (mappings copied, id lists as tuples, a section built the same way), then what the loader computed."""
-    hints = typing.get_type_hints(cls)
     kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if f.name in computed or not f.metadata.get("recipe_file", True):
+    for f, hint in _recipe_fields(cls):
+        if f.name in computed:
             continue
-        value, hint = values[f.name], _without_none(hints[f.name])
+        value = values[f.name]
         if dataclasses.is_dataclass(hint):
             value = build_section(hint, value)
         elif isinstance(value, dict):
@@ -247,6 +242,14 @@ def build_section(cls: type, values: dict[str, Any], **computed: Any) -> Any:
             value = tuple(value)
         kwargs[f.name] = value
     return cls(**kwargs, **computed)
+
+
+@functools.cache
+def _recipe_fields(cls: type) -> tuple[tuple[dataclasses.Field, Any], ...]:
+    """`cls`'s fields that recipe files set (not those marked LOADER), each with its type, `None` aside."""
+    hints = typing.get_type_hints(cls)
+    return tuple((f, _without_none(hints[f.name])) for f in dataclasses.fields(cls)
+                 if f.metadata.get("recipe_file", True))
 
 
 def _without_none(hint: Any) -> Any:
