@@ -156,7 +156,7 @@ bmodel, net, given, result = sys.argv[1:]
 inputs = np.load(given)
 with quiet_simulator(), CmodelRuntime(locate().lib, "bm1684x") as rt:
     rt.load(bmodel)
-    np.savez(result, *(rt.launch(net, [inputs[k]])[0] for k in sorted(inputs.files, key=len)))
+    np.savez(result, *(rt.launch(net, [inputs[f"arr_{i}"]])[0] for i in range(len(inputs.files))))
 """
 
 

@@ -18,6 +18,7 @@ model's semantics (../docs/bmodel.md):
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -223,7 +224,7 @@ class NetExporter:
         n = data.shape[axis]
         bounds = [n * i // self.table_parts for i in range(self.table_parts + 1)]
         return [self.out.weight(f"{key}.part{i}", data[lo:hi] if axis == 0 else data[:, lo:hi])
-                for i, (lo, hi) in enumerate(zip(bounds, bounds[1:], strict=False))]
+                for i, (lo, hi) in enumerate(itertools.pairwise(bounds))]
 
     def joined(self, parts: list[ir.Value], shape: tuple[int, ...], axis: int, loc: str) -> ir.Value:
         """The parts' results as one (a table given in parts); a single part is itself."""

@@ -252,6 +252,7 @@ def step_resources(recipe: Recipe, spec: ModelSpec, step: str, faithful: bool = 
 # (top_export's `table_storage`).
 VENDOR_BASE_MB = 400
 VOCAB_NET_COPIES = {1: 4.1, 2: 3.1}
+CMODEL_BASE_MB = 1500  # the vendor's simulator and runtime, beside the binary its device memory holds
 # What one job of a build may use: the largest single job of a 7B build on a 24 GiB machine, so that several
 # run beside each other.
 JOB_LIMIT_MB = 4096
@@ -296,7 +297,7 @@ def bmodel_resources(recipe: Recipe, spec: ModelSpec, job: str, net: str = "") -
         # `net`: the part checked (head, layer_I), or "" for the final check. The cmodel's device memory holds
         # the binary it loads (the part's, or the whole one's) and the tiny recipes' activations.
         if net == "head":
-            mb = CMODEL_BASE_MB + 2 * size.vocab_table * size.tables / MB
+            mb = CMODEL_BASE_MB + _stored_tables_bytes(size) / MB
         elif net.startswith("layer_"):
             mb = CMODEL_BASE_MB + _stored_layer_bytes(recipe, size) / MB
         else:
@@ -305,8 +306,6 @@ def bmodel_resources(recipe: Recipe, spec: ModelSpec, job: str, net: str = "") -
         minutes = 10 + billions * 20
     return Resources(int(mb), int(math.ceil(minutes)))
 
-
-CMODEL_BASE_MB = 1500
 
 
 def final_check_loads_binary(recipe: Recipe, spec: ModelSpec) -> bool:
@@ -318,8 +317,12 @@ def final_check_loads_binary(recipe: Recipe, spec: ModelSpec) -> bool:
 
 def _whole_binary_check_mb(recipe: Recipe, spec: ModelSpec) -> float:
     size = model_size(spec)
-    return CMODEL_BASE_MB + (_stored_layer_bytes(recipe, size) * size.layers + 2 * size.vocab_table * size.tables) / MB
+    return CMODEL_BASE_MB + (_stored_layer_bytes(recipe, size) * size.layers + _stored_tables_bytes(size)) / MB
 
 
 def _stored_layer_bytes(recipe: Recipe, size: ModelSize) -> float:
     return size.layer * (0.6 if recipe.quantization.mode.startswith("w4") else 2.1)
+
+
+def _stored_tables_bytes(size: ModelSize) -> float:
+    return 2 * size.vocab_table * size.tables  # the head's tables, 16-bit

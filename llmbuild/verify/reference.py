@@ -117,8 +117,8 @@ def make_reference(recipe: Recipe, paths: BuildPaths, out: Path) -> None:
     tensors["generate.logits"] = logits
     save_reference(tensors, out)
     # The streamed model's heap, kept for reuse while it ran (allocator.reuse_freed_memory), is given back
-    # before the quantizer's library is imported and reads its layers: on a 7B the two had added up to the
-    # step's peak (4.37 GB of anonymous memory, against 3.5 GB for the reference alone).
+    # before the quantizer's library is imported and reads its layers, so that what the library takes comes
+    # on top of what this step still holds, not of what the model kept (a 7B's: about 3.3 GB).
     del model, store, tensors, logits
     gc.collect()
     release_freed_memory()
