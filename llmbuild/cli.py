@@ -213,6 +213,28 @@ def cmd_inspect(args: argparse.Namespace) -> None:
     print(json.dumps(report, indent=1) if args.json else format_report(report))
 
 
+def cmd_opt(args: argparse.Namespace) -> None:
+    """Run a pass pipeline on a module file, as mlir-opt does: e.g. the one a tpu_*.mlir names on its first
+    line, on the top_*.mlir beside it (relative file options such as assign-address's plan are read from
+    the current directory, where the build ran)."""
+    from pathlib import Path
+
+    from llmbuild.artifacts.paths import write_text_atomic
+    from llmbuild.dialects import module_text, read_module
+    from llmbuild.passes import run_passes
+    from llmbuild.passes.pipeline import header_pipeline, parse_pipeline
+
+    if (args.pipeline is None) == (args.pipeline_of is None):
+        raise LlmbuildError("opt: give one of --pipeline and --pipeline-of")
+    spec = args.pipeline if args.pipeline is not None else header_pipeline(
+        Path(args.pipeline_of).read_text(), args.pipeline_of)
+    text = module_text(run_passes(read_module(Path(args.file)), parse_pipeline(spec)))
+    if args.output:
+        write_text_atomic(Path(args.output), text)
+    else:
+        sys.stdout.write(text)
+
+
 def cmd_recipes(args: argparse.Namespace) -> None:
     from llmbuild.recipe import list_recipes
 
@@ -309,6 +331,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--run", required=True)
     sp = verb("zoo-check", cmd_zoo_check, "list the latest zoo run's regressions; exit 1 if any", recipe=False)
     sp.add_argument("zoo_dir", nargs="?", help="default: <build root>/zoo")
+    sp = verb("opt", cmd_opt, "run a pass pipeline on a top/tpu module file, as mlir-opt does", recipe=False)
+    sp.add_argument("file", help="a .mlir module, e.g. a build's top_<net>.mlir")
+    sp.add_argument("--pipeline", help='passes, e.g. \'canonicalize,lower-top-to-tpu{mode="bf16"}\'')
+    sp.add_argument("--pipeline-of", metavar="TPU_MLIR", help="the pipeline a tpu_*.mlir names on its first line")
+    sp.add_argument("-o", "--output", help="where to write the result (default: standard output)")
     verb("layers", cmd_layers, "print the number of transformer layers of the recipe's model")
     verb("recipes", cmd_recipes, "list the recipes", recipe=False)
     from llmbuild.cli_estimate import add_estimate_arguments  # light: argparse only

@@ -179,3 +179,11 @@ def equal_but_unset_bytes(a: bytes, b: bytes) -> bool:
         return False
     differing = np.flatnonzero(np.frombuffer(a, np.uint8) != np.frombuffer(b, np.uint8))
     return differing.size == 0 or (differing.size <= 3 and int(differing[-1] - differing[0]) < 3)
+
+
+def plan_file(plan, directory: Path) -> Path:
+    """`plan` (a MemoryPlan) written where `compile_net`'s assign-address pass reads it, as the build's
+    `llmbuild plan` step writes plan.json."""
+    path = directory / "plan.json"
+    path.write_text(plan.to_json())
+    return path

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import plan_file
 from xdsl.dialects import func
 
 from llmbuild import LlmbuildError
@@ -31,7 +32,7 @@ def nets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, CompiledNet]:
     plan = make_plan(SPEC, SHAPES, "bf16", 4096)
     out = tmp_path_factory.mktemp("nets")
     modules = {"block_kv_1": build_block(SPEC, 1, "prefill_kv", SHAPES), **head_nets(SPEC, SHAPES)}
-    return {name: compile_net(m, plan, "bf16", "bm1684x", out) for name, m in modules.items()}
+    return {name: compile_net(m, plan_file(plan, out), "bf16", "bm1684x", out) for name, m in modules.items()}
 
 
 # ---- programs -------------------------------------------------------------------------------------

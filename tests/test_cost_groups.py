@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 
 import pytest
+from helpers import plan_file
 
 from llmbuild.binary.memory_map import MemoryPlan
 from llmbuild.binary.program import Group, Instr, Program, TensorDesc
@@ -45,7 +46,8 @@ def _compiled(spec: ModelSpec, shapes: Shapes, out: Path, lmem: int | None = Non
     nets = {"block_0": build_block(spec, 0, "prefill", shapes, scheme),
             "block_kv_0": build_block(spec, 0, "prefill_kv", shapes, scheme),
             "block_cache_0": build_block(spec, 0, "decode", shapes, scheme), **head_nets(spec, shapes)}
-    return {n: compile_net(m, plan, "bf16", "bm1684x", out, lmem_bytes=lmem).program for n, m in nets.items()}, plan
+    path = plan_file(plan, out)
+    return {n: compile_net(m, path, "bf16", "bm1684x", out, lmem_bytes=lmem).program for n, m in nets.items()}, plan
 
 
 @pytest.fixture(scope="module", params=[None, 65536], ids=["bm1684x", "small-lmem"])
@@ -179,7 +181,8 @@ def flash(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, MemoryPlan]:
     nets = {"block_0": build_block(TINY, 0, "prefill", shapes, scheme),
             "block_kv_0": build_block(TINY, 0, "prefill_kv", shapes, scheme),
             "block_cache_0": build_block(TINY, 0, "decode", shapes, scheme)}
-    progs = {n: compile_net(m, plan, "bf16", "bm1688", out, lmem_bytes=16384).program for n, m in nets.items()}
+    path = plan_file(plan, out)
+    progs = {n: compile_net(m, path, "bf16", "bm1688", out, lmem_bytes=16384).program for n, m in nets.items()}
     return progs, plan
 
 

@@ -7,7 +7,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from helpers import random_net_inputs
+from helpers import plan_file, random_net_inputs
 from net_cases import Case, load, run
 
 from llmbuild import LlmbuildError
@@ -59,7 +59,7 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Case]:
     rng = np.random.default_rng(7)
     result = {}
     for name, module in modules.items():
-        c = compile_net(module, plan, "bf16", "bm1684x", out)
+        c = compile_net(module, plan_file(plan, out), "bf16", "bm1684x", out)
         result[name] = Case(c, plan, _weights(c, rng), _inputs(c, rng))
     return result
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import random_net_inputs
+from helpers import plan_file, random_net_inputs
 from net_cases import Case, assert_grouped_run_is_exact, assert_round_trips_and_mlir_opt_parses, load, run
 
 from llmbuild.binary.program import Program, decode, encode
@@ -34,7 +34,7 @@ from llmbuild.passes import layer_group_plan as group_plan
 from llmbuild.passes import run_passes
 from llmbuild.passes.assign_address import assign_addresses
 from llmbuild.passes.canonicalize import Canonicalize
-from llmbuild.passes.layer_group import LayerGroup
+from llmbuild.passes.layer_group import LayerGroup, PlanLayerGroups
 from llmbuild.passes.lower_top_to_tpu import LowerTopToTpu
 from llmbuild.quant.scheme import scheme_for
 from llmbuild.runtime.faults import DeviceFault
@@ -210,8 +210,8 @@ HISTORY = 37
 def _case(stage: str, S: int, L: int, lmem: int, out: Path) -> Case:
     shapes = Shapes(seq_length=S, prefill_length=L)
     plan = make_plan(TINY, shapes, "bf16", 4096)
-    net = compile_net(build_block(TINY, 1, stage, shapes, scheme_for("bf16", 32)), plan, "bf16", "bm1688", out,
-                      lmem_bytes=lmem)
+    net = compile_net(build_block(TINY, 1, stage, shapes, scheme_for("bf16", 32)), plan_file(plan, out), "bf16",
+                      "bm1688", out, lmem_bytes=lmem)
     cos, sin = rope_tables(TINY, S)
     weights = {ROPE_COS: cos, ROPE_SIN: sin}
     for op in net.top.walk():
@@ -428,7 +428,7 @@ def _grouped(spec: ModelSpec, S: int, L: int, mode: str = "w4bf16") -> dict[tupl
             module = top.clone()
             run_passes(module, [LowerTopToTpu(mode=mode, chip=chip)])
             assign_addresses(module, plan)
-            run_passes(module, [LayerGroup(chip=chip)])
+            run_passes(module, [PlanLayerGroups(chip=chip), LayerGroup()])
             module.verify()
             out[(stage, chip)] = module
     return out
@@ -481,7 +481,8 @@ def test_a_history_too_long_for_any_block_fails_naming_the_attention(tmp_path: P
     shapes = Shapes(seq_length=80, prefill_length=48)
     plan = make_plan(TINY, shapes, "bf16", 4096)
     with pytest.raises(Exception, match=r"block_kv_0: layers\.0\.attention: does not fit local memory \(12288"):
-        compile_net(build_block(TINY, 0, "prefill_kv", shapes), plan, "bf16", "bm1688", tmp_path, lmem_bytes=12288)
+        compile_net(build_block(TINY, 0, "prefill_kv", shapes), plan_file(plan, tmp_path), "bf16", "bm1688", tmp_path,
+                    lmem_bytes=12288)
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=[f"S{s}-L{n}" for s, n, _ in CONFIGS])

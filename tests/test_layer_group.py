@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import random_net_inputs
+from helpers import plan_file, random_net_inputs
 from net_cases import Case, assert_grouped_run_is_exact, assert_round_trips_and_mlir_opt_parses, run
 
 from llmbuild.binary.memory_map import MemoryPlan
@@ -62,7 +62,7 @@ def cases(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     out = tmp_path_factory.mktemp("nets")
     rng = np.random.default_rng(11)
     return {
-        name: _case(compile_net(m, plan, "bf16", "bm1684x", out, lmem_bytes=request.param), plan, rng)
+        name: _case(compile_net(m, plan_file(plan, out), "bf16", "bm1684x", out, lmem_bytes=request.param), plan, rng)
         for name, m in _nets(TINY, SHAPES).items()
     }
 
@@ -113,7 +113,7 @@ def test_every_group_fits_the_chips_local_memory(spec: ModelSpec, chip: str, tmp
     plan = make_plan(spec, shapes, "bf16", 4096)
     lmem = load_chip(chip).lmem_bytes
     for name, module in _nets(spec, shapes).items():
-        prog = compile_net(module, plan, "bf16", chip, tmp_path).program
+        prog = compile_net(module, plan_file(plan, tmp_path), "bf16", chip, tmp_path).program
         assert prog.lmem_bytes == lmem
         assert prog.groups, name
         for g in prog.groups:
@@ -188,7 +188,7 @@ def test_an_oversized_plan_for_a_chip_faults_on_that_chip(tmp_path: Path) -> Non
     shapes = Shapes(seq_length=512, prefill_length=128)
     plan = make_plan(SMOLLM2, shapes, "bf16", 4096)
     module = build_block(SMOLLM2, 0, "prefill_kv", shapes)
-    prog = compile_net(module, plan, "bf16", "bm1688", tmp_path, lmem_bytes=4 * bm1688).program
+    prog = compile_net(module, plan_file(plan, tmp_path), "bf16", "bm1688", tmp_path, lmem_bytes=4 * bm1688).program
     assert max(g.lmem_peak_bytes for g in prog.groups) > bm1688
     dev = Device(plan.activation_base + prog.activation_bytes, tuple(plan.regions["weight"]), bm1688)
     pos, mask = masks.prefill_kv(128, 16, 128, 512)

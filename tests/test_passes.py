@@ -21,7 +21,7 @@ from helpers import random_net_inputs
 from xdsl.dialects import func
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, TensorType, i64
 from xdsl.ir import Operation, SSAValue
-from xdsl.passes import ModulePass, PassPipeline
+from xdsl.passes import PassPipeline
 from xdsl.rewriter import Rewriter
 
 from llmbuild import LlmbuildError
@@ -38,13 +38,9 @@ from llmbuild.passes import pipeline_string, run_passes
 from llmbuild.passes.assign_address import AssignAddress, assign_addresses
 from llmbuild.passes.canonicalize import Canonicalize
 from llmbuild.passes.lower_top_to_tpu import LowerTopToTpu
+from llmbuild.passes.pipeline import PASSES
 
 FILECHECK = Path(__file__).parent / "filecheck"
-PASSES: dict[str, Callable[[], type[ModulePass]]] = {
-    "canonicalize": lambda: Canonicalize,
-    "lower-top-to-tpu": lambda: LowerTopToTpu,
-    "assign-address": lambda: AssignAddress,
-}
 # The model the filecheck inputs are cut from: hidden 16, 2 heads of 8 (1 KV head), MLP 32, vocab 64.
 FILECHECK_SPEC = ModelSpec("llama", 16, 1, 2, 1, 8, 32, 64, 1e-6, 10000.0, False, False, False, 64)
 FILECHECK_SHAPES = Shapes(seq_length=8, prefill_length=4)

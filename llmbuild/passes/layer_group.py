@@ -1,6 +1,9 @@
-"""layer-group: cut an address-assigned tpu net into layer groups that run in local memory.
+"""plan-layer-groups and layer-group: cut an address-assigned tpu net into layer groups that run in
+local memory.
 
-The decisions are `layer_group_plan.py`'s; this pass writes them into the IR, TPU-MLIR's way:
+`plan-layer-groups` makes the decisions (`layer_group_plan.py`), sets the tile attributes below on the
+ungrouped ops and writes the plans as the module attribute `tpu.group_plans` (`layer_group_attr.py`).
+`layer-group` reads that attribute and writes the groups into the IR, TPU-MLIR's way:
 
     %g:2 = "tpu.Group"() ({
       %x = "tpu.Load"(%in) {ginfo = {mode = "tile", axis = 1, lmem = array<i64: 0, 4096>}} : ...
@@ -33,8 +36,7 @@ to the next. The group's `key_block` attribute repeats the attention's `tile_k`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
-from typing import Any
+from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, ModuleOp, StringAttr, i64
@@ -45,6 +47,7 @@ from llmbuild.chips import Chip, load_chip
 from llmbuild.dialects import tpu
 from llmbuild.dialects.common import i64_array, i64_attr
 from llmbuild.dialects.plain import main_func, tensor_info
+from llmbuild.passes.layer_group_attr import take_plans, write_plans
 from llmbuild.passes.layer_group_plan import (
     MATMULS,
     GroupPlan,
@@ -56,15 +59,28 @@ from llmbuild.passes.layer_group_plan import (
 
 
 @dataclass(frozen=True)
-class LayerGroup(ModulePass):
-    name = "layer-group"
+class PlanLayerGroups(ModulePass):
+    """Decide the layer groups (layer_group_plan.py), set the tile attributes on the ops they cut and
+    write the plans into the module (layer_group_attr.py) for `layer-group`."""
+
+    name = "plan-layer-groups"
     chip: str = "bm1684x"
     lmem_bytes: int = 0  # 0: the chip's local memory; tests shrink it to force tiling
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         plans = plan_module(op, load_chip(self.chip), self.lmem_bytes or None)
         annotate_tiles(op, plans)
-        group_module(op, plans)
+        write_plans(op, plans)
+
+
+@dataclass(frozen=True)
+class LayerGroup(ModulePass):
+    """Rewrite the net into tpu.Group ops as the plans `plan-layer-groups` wrote say; it decides nothing."""
+
+    name = "layer-group"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        group_module(op, take_plans(op))
 
 
 def _token_rows(fn) -> int:
@@ -89,32 +105,6 @@ def plan_module(module: ModuleOp, chip: Chip, lmem_bytes: int | None = None) -> 
     lmem = lmem_bytes or chip.lmem_bytes
     module.attributes["tpu.lmem_bytes"] = IntegerAttr(lmem, i64)
     return plan_groups(fn, lmem, chip.npu_lanes * chip.eu_bytes, chip.npu_lanes, prefill, rows, net)
-
-
-def remap_plans(plans: list[GroupPlan], source: ModuleOp, copy: ModuleOp) -> list[GroupPlan]:
-    """`plans` (made on `source`) for `copy`, a clone of it: the same ops in the same order, so each op and
-    value maps to its counterpart. Planning a net is most of the layer-group pass's time, and the compile
-    step needs the same plans on two copies of the net (the tiled one the program is read from, and the
-    grouped one written as MLIR)."""
-    old_block, new_block = main_func(source).body.block, main_func(copy).body.block
-    ops: dict[Operation, Operation] = dict(zip(old_block.ops, new_block.ops, strict=True))
-    values: dict[SSAValue, SSAValue] = dict(zip(old_block.args, new_block.args, strict=True))
-    for old, new in ops.items():
-        values.update(zip(old.results, new.results, strict=True))
-
-    def m(x: Any) -> Any:
-        if isinstance(x, Operation):
-            return ops[x]
-        if isinstance(x, SSAValue):
-            return values[x]
-        if isinstance(x, (tuple, list)):
-            return type(x)(m(item) for item in x)
-        if isinstance(x, dict):
-            return {m(k): m(v) for k, v in x.items()}
-        return x
-
-    # Every field, whatever it holds: a field added to GroupPlan later is mapped too.
-    return [replace(p, **{f.name: m(getattr(p, f.name)) for f in fields(p)}) for p in plans]
 
 
 def tile_attrs(plan: GroupPlan, op: Operation) -> dict[str, int]:

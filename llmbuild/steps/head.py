@@ -33,7 +33,7 @@ def build_head(recipe: Recipe) -> None:
     head = head_scheme(recipe.quantization)
     write_weight_file(paths.head_weights, plan, device_weights)  # tables by rows, bf16 ones without decoding
     compiled = {
-        name: compile_net(module, plan, recipe.quantization.mode, recipe.target.chip, out)
+        name: compile_net(module, paths.plan, recipe.quantization.mode, recipe.target.chip, out)
         for name, module in head_nets(spec, shapes, head).items()
     }
     write_container(paths.head_object, [(f"net:{name}", [encode(c.program)]) for name, c in compiled.items()])

@@ -36,7 +36,7 @@ def build_layer(recipe: Recipe, layer: int) -> None:
     top_weights, device_weights = layer_weights(recipe, paths, spec, layer)
     compiled = []
     for stage in STAGES:
-        compiled.append(compile_net(build_block(spec, layer, stage, shapes, scheme), plan,
+        compiled.append(compile_net(build_block(spec, layer, stage, shapes, scheme), paths.plan,
                                     recipe.quantization.mode, recipe.target.chip, out))
         progress.done(f"{stage} compiled")
     write_weight_file(paths.layer_weights(layer), plan, device_weights)

@@ -50,10 +50,10 @@ def build_vision(recipe: Recipe) -> None:
     mode, chip = recipe.quantization.mode, recipe.target.chip
     plan = make_vision_plan(net.module, mode, load_chip(chip).global_alignment)
     top_module = net.module.clone()
-    compiled = compile_net(net.module, plan, mode, chip, out)
+    write_text_atomic(out / "plan.json", plan.to_json())  # what the compile's assign-address reads
+    compiled = compile_net(net.module, out / "plan.json", mode, chip, out)
     write_weight_file(out / "weights.safetensors", plan, net.weights)
     write_container(out / "vision.llmo", [(f"net:{VIT_NET}", [encode(compiled.program)])])
-    write_text_atomic(out / "plan.json", plan.to_json())
     release_freed_memory()  # the compile's temporaries, before the check's device image and reference
     metrics = check_vision(recipe, vlm, compiled, top_module, net.weights, plan)
     write_json(out / "metrics.json", metrics)
