@@ -40,27 +40,25 @@ def load(case: Case, prog: Program | None = None, lmem_bytes: int | None = None,
     return dev
 
 
-def run(case: Case, prog: Program | None = None, grouped: bool = True, **kw) -> dict[str, np.ndarray]:
+def run(case: Case, prog: Program | None = None, **kw) -> dict[str, np.ndarray]:
     """Every output of the program run on a fresh device."""
     prog = prog or case.net.program
     dev = load(case, prog, **kw)
-    dev.run(prog, grouped=grouped)
+    dev.run(prog)
     return {name: dev.get_output(prog, name) for name, _ in prog.outputs}
 
 
 def assert_grouped_run_is_exact(case: Case, label: str) -> Execution:
-    """The program's layer groups on the device give, bit for bit, its op list run flat and the `tpu`
-    module's interpretation, for every output and every op (reassembled from tiles and key blocks).
-    Returns the interpretation."""
+    """The program's layer groups on the device give, bit for bit, the `tpu` module's interpretation (the
+    op list), for every output and every op (reassembled from tiles and key blocks). Returns the
+    interpretation."""
     prog = case.net.program
     want = interpret(case.net.tpu, case.inputs, case.weights.__getitem__, reference=False)
     traced: dict[str, np.ndarray] = {}
     dev = load(case)
     dev.run(prog, trace=lambda loc, v: traced.__setitem__(loc, v.copy()))
-    flat = run(case, grouped=False)
     for out, _ in prog.outputs:
         got = dev.get_output(prog, out)
-        np.testing.assert_array_equal(got, flat[out], err_msg=f"{label} {out}")
         np.testing.assert_array_equal(got, want.outputs[out], err_msg=f"{label} {out}")
     assert list(traced) == [i.loc for i in prog.instrs]
     for loc, value in traced.items():

@@ -18,6 +18,7 @@ from llmbuild.dialects.plain import tensor_info
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.importer.nets import ROPE_COS, ROPE_SIN, Shapes, build_block, head_nets
 from llmbuild.importer.rope import rope_tables
+from llmbuild.numerics.formats import STORAGE
 from llmbuild.runtime.faults import DeviceFault
 from llmbuild.steps.compile_net import CompiledNet, compile_net
 
@@ -64,16 +65,40 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Case]:
     return result
 
 
-def instr(prog: Program, loc: str) -> int:
-    return next(i.result for i in prog.instrs if i.loc == loc)
-
-
 def with_address(prog: Program, tensor: int, address: int) -> Program:
-    """The op list alone (no layer groups: every value in global memory) with one tensor moved. The same
-    faults in local memory are tests/test_layer_group.py's."""
+    """The program with one global tensor moved: its layer groups store and load it at `address`. The
+    same faults in local memory are tests/test_layer_group.py's."""
     tensors = list(prog.tensors)
     tensors[tensor] = dataclasses.replace(tensors[tensor], address=address)
-    return dataclasses.replace(prog, tensors=tensors, groups=[])
+    return dataclasses.replace(prog, tensors=tensors)
+
+
+def _nbytes(t: TensorDesc) -> int:
+    return STORAGE[t.dtype][0] * (int(np.prod(t.shape)) if t.shape else 1)
+
+
+def stored(prog: Program) -> list[tuple[int, int]]:
+    """(group, global tensor) of every Store, in issue order: the values that cross a group boundary."""
+    return [(g.index, c.result) for g in prog.groups for c in g.cmds if c.op == "Store"]
+
+
+def loaded(prog: Program) -> list[tuple[int, int]]:
+    """(group, global tensor) of every Load."""
+    return [(g.index, c.operands[0]) for g in prog.groups for c in g.cmds if c.op == "Load"]
+
+
+def live_pair(prog: Program) -> tuple[int, int]:
+    """(a, b): `a` is stored by one group and loaded by a later one, and `b` is stored in between (by
+    the storing group or a group before the reader), while `a` still waits for its reader."""
+    loads = loaded(prog)
+    for g_a, a in stored(prog):
+        readers = [g for g, t in loads if t == a and g > g_a]
+        if not readers:
+            continue
+        for g_b, b in stored(prog):
+            if b != a and g_a <= g_b < min(readers) and _nbytes(prog.tensors[b]) >= _nbytes(prog.tensors[a]):
+                return a, b
+    raise AssertionError(f"{prog.net}: no value is stored while another waits for its reader")
 
 
 @pytest.mark.parametrize("name", NET_NAMES)
@@ -93,6 +118,14 @@ def test_device_equals_tpu_interpretation_bit_exactly(cases: dict[str, Case], na
         np.testing.assert_array_equal(value, want.by_loc[loc], err_msg=f"{name} {loc}")
 
 
+def test_a_program_without_layer_groups_is_refused(cases: dict[str, Case]) -> None:
+    # The device runs layer groups only; the op list alone is the host's and the interpreter's.
+    case = cases["block_1"]
+    prog = dataclasses.replace(case.net.program, groups=[])
+    with pytest.raises(LlmbuildError, match="no layer groups"):
+        load(case, prog).run(prog)
+
+
 def test_bf16_outputs_are_bf16_values_and_logits_are_not(cases: dict[str, Case]) -> None:
     # bf16 values have zero low mantissa halves; f32 logits generally do not. This is what makes
     # "bit-exact" above a statement about rounding, not only about arithmetic.
@@ -108,14 +141,10 @@ def test_overlapping_a_live_buffer_changes_the_output(cases: dict[str, Case]) ->
     correct = run(case)
     want = interpret(case.net.tpu, case.inputs, case.weights.__getitem__, reference=False)
     np.testing.assert_array_equal(correct["hidden_states"], want.outputs["hidden_states"])
-    # up_proj is computed while gate_proj's result still waits for its SiLU: writing it over
-    # gate_proj's bytes clobbers a live value
-    gate, up = instr(prog, "layers.1.gate_proj"), instr(prog, "layers.1.up_proj")
-    broken = with_address(prog, up, prog.tensors[gate].address)
-    got = run(case, broken)
+    # `b` stored over the bytes of `a`, which a later group still has to load: a live value clobbered
+    a, b = live_pair(prog)
+    got = run(case, with_address(prog, b, prog.tensors[a].address))
     assert not np.array_equal(got["hidden_states"], correct["hidden_states"])
-    # the KV rows were computed before the clobbering and are still right
-    np.testing.assert_array_equal(got["present_k"], correct["present_k"])
 
 
 def test_moving_to_free_bytes_changes_nothing(cases: dict[str, Case]) -> None:
@@ -123,10 +152,10 @@ def test_moving_to_free_bytes_changes_nothing(cases: dict[str, Case]) -> None:
     # sees the overlap, not just any change of address.
     case = cases["block_1"]
     prog = case.net.program
-    up = instr(prog, "layers.1.up_proj")
+    _, b = live_pair(prog)
     free = case.plan.activation_base + prog.activation_bytes  # past the net's activation peak
-    moved = with_address(prog, up, free)
-    dev = load(case, moved, extra=4096)
+    moved = with_address(prog, b, free)
+    dev = load(case, moved, extra=_nbytes(prog.tensors[b]))
     dev.run(moved)
     correct = run(case)
     for name, _ in prog.outputs:
@@ -136,7 +165,7 @@ def test_moving_to_free_bytes_changes_nothing(cases: dict[str, Case]) -> None:
 def test_write_into_weight_region_faults(cases: dict[str, Case]) -> None:
     case = cases["block_kv_0"]
     prog = case.net.program
-    target = instr(prog, "layers.0.k_proj")
+    _, target = stored(prog)[0]
     lo, size = case.plan.regions["weight"]
     q_weight = case.plan.weights["layers.0.self_attn.q_proj.weight"]
     for address in (q_weight.address, lo + size - 2):  # inside, and straddling the region's end
@@ -153,14 +182,14 @@ def test_write_into_weight_region_faults(cases: dict[str, Case]) -> None:
 def test_address_past_end_of_memory_faults(cases: dict[str, Case]) -> None:
     case = cases["block_cache_1"]
     prog = case.net.program
-    target = instr(prog, "layers.1.o_proj")
+    _, target = stored(prog)[0]
     size = load(case).mem.size
-    for address in (size, size - 16, size + (1 << 30)):  # the write straddles or lies beyond the end
+    for address in (size, size - 16, size + (1 << 30)):  # the store straddles or lies beyond the end
         dev = load(case)
         with pytest.raises(DeviceFault, match="outside device memory"):
             dev.run(with_address(prog, target, address))
-    # a read past the end faults too
-    operand = next(i for i in prog.instrs if i.loc == "layers.1.o_proj").operands[0]
+    # a load past the end faults too
+    _, operand = next((g, t) for g, t in loaded(prog) if not prog.tensors[t].local)
     dev = load(case)
     with pytest.raises(DeviceFault, match="outside device memory"):
         dev.run(with_address(prog, operand, size - 4))

@@ -1,13 +1,12 @@
 """A simulated device: a global-memory byte array, a local memory of the chip's size, and programs that
 read and write them by address.
 
-A program with layer groups runs as the chip runs it (`local_memory.py`): Load and Store commands move
+A program runs as the chip runs it, by its layer groups (`local_memory.py`): Load and Store commands move
 bytes between global and local memory at the program's addresses, and every compute command reads and
-writes local memory only. Without groups (or with `grouped=False`), every instruction of the op list
-reads its operands from global memory at their addresses (decoding the stored element type), runs the
-op's kernel in f32, rounds to the result's element type and stores it at the result address. Either way a
-wrong address or an overlap of live buffers gives wrong numbers, as on the chip; writes into the weight
-region, accesses past the end of either memory and overlaps of live local buffers are faults.
+writes local memory only. This is the device's one execution path; the op list alone is the host's
+(runtime/host.py) and the interpreter's. A wrong address or an overlap of live buffers gives wrong
+numbers, as on the chip; writes into the weight region, accesses past the end of either memory and
+overlaps of live local buffers are faults.
 """
 
 from __future__ import annotations
@@ -18,8 +17,7 @@ import numpy as np
 
 from llmbuild import LlmbuildError
 from llmbuild.binary.program import Program, TensorDesc
-from llmbuild.numerics.formats import STORAGE, decode, encode, round_to
-from llmbuild.numerics.kernels import KERNELS
+from llmbuild.numerics.formats import STORAGE, decode, encode
 from llmbuild.numerics.parallel import one_thread
 from llmbuild.numerics.stored import StoredTensor
 from llmbuild.runtime.faults import DeviceFault
@@ -101,31 +99,17 @@ class Device:
             self._lmem = np.zeros(size, dtype=np.uint8)
         return self._lmem
 
-    def run(self, prog: Program, trace: Trace | None = None, grouped: bool = True,
-            active_rows: int | None = None) -> None:
+    def run(self, prog: Program, trace: Trace | None = None, active_rows: int | None = None) -> None:
         """`active_rows`: the real tokens of a prefill the caller checks; row-tiled groups run the tiles
         holding them (at least two) instead of all (local_memory.run_groups)."""
+        if prog.instrs and not prog.groups:
+            raise LlmbuildError(f"{prog.net}: the program has no layer groups: the device runs only what the "
+                                f"layer-group pass made (codegen/groups.py)")
         # BLAS on one thread: matrix products then give the same bits on any machine's thread count (their
         # tiles run side by side instead: numerics/parallel.py); one-row products are not BLAS's
         # (numerics/vector_product.py).
-        with one_thread():
-            if grouped and prog.groups:
-                with np.errstate(over="ignore", under="ignore"):
-                    run_groups(self, prog, self.local_memory(prog), trace, active_rows)
-            else:
-                self._run(prog, trace)
-
-    def _run(self, prog: Program, trace: Trace | None) -> None:
-        tensors = prog.tensors
-        with np.errstate(over="ignore", under="ignore"):
-            for ins in prog.instrs:
-                args = [self.read(tensors[i]) for i in ins.operands]
-                out_desc = tensors[ins.result]
-                result = KERNELS[ins.op](ins.attrs, *args)
-                result = round_to(np.asarray(result, dtype=np.float32), out_desc.dtype)
-                self.write(out_desc, result)
-                if trace is not None:
-                    trace(ins.loc, result)
+        with one_thread(), np.errstate(over="ignore", under="ignore"):
+            run_groups(self, prog, self.local_memory(prog), trace, active_rows)
 
     def set_input(self, prog: Program, name: str, value: np.ndarray) -> None:
         for n, t in prog.inputs:
