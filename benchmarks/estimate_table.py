@@ -114,18 +114,18 @@ def ablation_table() -> tuple[list[str], list[list]]:
 
 
 TABLES = {
-    "recipes": (recipe_table, "Every recipe, estimated",
+    "recipes": (recipe_table, 10, "Every recipe, estimated",
                 "`llmbuild estimate` on every recipe whose model shape is readable, under both schedules. The tiny "
                 "models are all launch overhead: their fractions mean nothing. Each recipe is estimated with its own "
                 "`quantization.lm_head`."),
-    "calibration": (calibration_table, "The fit: the two published points",
+    "calibration": (calibration_table, 20, "The fit: the two published points",
                     "The three efficiencies fitted on the BM1684X's two published points (SE7-32, w4bf16, g 64, a "
                     "static prefill of the whole window); the decode speeds are reproduced by construction, one FTL "
                     "is a genuine check. The roofline is 64 GiB/s over the bytes one decode step reads."),
-    "sensitivity": (sensitivity_table, "The fit under other assumptions about the incumbent's attention",
+    "sensitivity": (sensitivity_table, 30, "The fit under other assumptions about the incumbent's attention",
                     "The fit redone with the incumbent's prefill attention scores written to DDR and read back 2-6 "
                     "times in all, or kept in local memory (flash attention)."),
-    "ablation": (ablation_table, "From the incumbent's schedule to ours, one change at a time",
+    "ablation": (ablation_table, 40, "From the incumbent's schedule to ours, one change at a time",
                  "Both published points under each schedule, with the same chip efficiencies."),
 }
 
@@ -138,7 +138,7 @@ def main() -> None:
     parser.add_argument("--record", type=Path, help="also write the table as a benchmark record here")
     args = parser.parse_args()
     kind = next((k for k in ("calibration", "ablation", "sensitivity") if getattr(args, k)), "recipes")
-    make, title, caption = TABLES[kind]
+    make, order, title, caption = TABLES[kind]
     headers, rows = make()
     notes = calibration_notes() if kind == "calibration" else []
     print("\n".join(notes + [""]) + markdown_table(headers, rows) if notes else markdown_table(headers, rows))
@@ -146,7 +146,7 @@ def main() -> None:
         from records import write_record
 
         write_record(args.record, name=args.record.stem, section="cost model", title=title, caption=caption,
-                     columns=headers, rows=rows, notes=notes)
+                     columns=headers, rows=rows, notes=notes, order=order)
 
 
 if __name__ == "__main__":

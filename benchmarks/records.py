@@ -72,7 +72,9 @@ def git_commit() -> str:
                              check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+    # Records and the doc written from them are this process's output, not a change to what was measured.
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                            ":!benchmarks/records", ":!docs/performance.md"], cwd=ROOT,
                            capture_output=True, text=True).stdout.strip()
     return out + ("-dirty" if dirty else "")
 
