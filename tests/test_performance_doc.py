@@ -5,6 +5,7 @@ line naming its file and field."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -87,3 +88,12 @@ def test_a_record_written_by_a_benchmark_reads_back(tmp_path, monkeypatch):
     assert {"cpu", "cores", "memory_gib"} <= set(written.machine)
     assert records.load_record(path) == written
     assert "| one | 1.5 |" in performance_doc.render([written])
+
+
+def test_links_into_the_doc_name_its_sections():
+    doc = (ROOT / "docs" / "performance.md").read_text()
+    anchors = {re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+               for line in doc.splitlines() if line.startswith("#")}
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for anchor in re.findall(r"performance\.md#([\w-]+)", path.read_text()):
+            assert anchor in anchors, f"{path.name}: performance.md#{anchor} names no section"
