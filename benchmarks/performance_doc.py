@@ -11,6 +11,7 @@ section, then by file name), so regenerating from the same records gives the sam
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -79,9 +80,15 @@ def _cell(value: Cell) -> str:
     return str(value).replace("|", "\\|")
 
 
+_NUMBER_TEXT = re.compile(r"[+-]?[\d.,]+(x|%)?")
+
+
 def _numeric(values: list[Cell]) -> bool:
+    """A column of numbers, or of ratios and percentages written as text ("1.17x", "+0.2%"), aligns right."""
     present = [v for v in values if v is not None and v != ""]
-    return bool(present) and all(isinstance(v, int | float) and not isinstance(v, bool) for v in present)
+    return bool(present) and all(
+        (isinstance(v, int | float) and not isinstance(v, bool)) or (isinstance(v, str) and _NUMBER_TEXT.fullmatch(v))
+        for v in present)
 
 
 def table(record: Record) -> str:
