@@ -1,5 +1,6 @@
-"""The docs, benchmarks, rules, recipes and llmbuild's comments name no path of the machine they were written
-on and nothing outside the repository, so that a user on another machine can follow every one of them.
+"""The docs, benchmarks, rules, recipes, scripts, the workflow's configuration and llmbuild's comments name no
+path of the machine they were written on and nothing outside the repository, so that a user on another machine
+can follow every one of them.
 
 Machine paths are the places this project's machines keep models, checkouts and scratch files (/work/, /tmp/,
 /root/, /home/, /usr/local/, /mnt/, /opt/, /data/). Paths every Linux system has and that name a system
@@ -25,10 +26,10 @@ RELATIVE = re.compile(r"(?<![\w.])((?:\.\./)+)([\w.-]+)")
 
 
 def _text_files() -> list[Path]:
-    files = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-    for folder in ("benchmarks", "rules", "recipes"):
+    files = [ROOT / "README.md", ROOT / "Snakefile", *sorted((ROOT / "docs").rglob("*.md"))]
+    for folder in ("benchmarks", "rules", "recipes", "scripts", "config", "profiles", "report", ".ci"):
         files += sorted(p for p in (ROOT / folder).rglob("*") if p.is_file() and p.suffix in {
-            ".py", ".md", ".json", ".sh", ".smk", ".yaml", ".yml", ".txt", ".rst"} and "__pycache__" not in p.parts)
+            "", ".py", ".md", ".json", ".sh", ".smk", ".yaml", ".yml", ".txt", ".rst"} and "__pycache__" not in p.parts)
     return files
 
 
