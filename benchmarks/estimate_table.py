@@ -1,9 +1,12 @@
-"""Print the cost model's tables (docs/performance.md, "Cost model and calibration"):
+"""Print the cost model's tables (docs/design.md, "The cost model", says how the model works):
 
     python benchmarks/estimate_table.py                 every recipe whose model shape is readable
     python benchmarks/estimate_table.py --calibration   the fit, its errors and the roofline fractions
     python benchmarks/estimate_table.py --sensitivity   the fit redone for 2..6 attention-score passes
     python benchmarks/estimate_table.py --ablation      from the incumbent's schedule to ours, step by step
+
+Any of them with `--record benchmarks/records/NAME.json` also writes the table as a benchmark record
+(benchmarks/records.py), from which docs/performance.md is written.
 
 Recipes are loaded without their checkpoints (`require_checkpoint=False`), as `llmbuild estimate` does.
 """
@@ -28,7 +31,7 @@ from llmbuild.recipe import list_recipes, load_recipe  # noqa: E402
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 
 
-def recipe_table() -> str:
+def recipe_table() -> tuple[list[str], list[list]]:
     rows = []
     for name in list_recipes(RECIPES):
         try:
@@ -51,13 +54,16 @@ def recipe_table() -> str:
     headers = ["recipe", "params", "mode", "chip", "S", "L", "FTL s (incumbent)", "tok/s (incumbent)",
                "roofline (incumbent)", "FTL s (llmbuild)", "tok/s (llmbuild)", "roofline (llmbuild)",
                "device memory", "fits"]
-    return markdown_table(headers, rows)
+    return headers, rows
 
 
-def calibration_table() -> str:
+def calibration_notes() -> list[str]:
     stored, fitted = CALIBRATED["bm1684x"], fit()
-    lines = [f"fit():    ddr {fitted.ddr:.4f}, mac {fitted.mac:.4f}, launch {fitted.launch_s * 1e3:.4f} ms",
-             f"stored:   ddr {stored.ddr}, mac {stored.mac}, launch {stored.launch_s * 1e3:.3f} ms", ""]
+    return [f"fit(): ddr {fitted.ddr:.4f}, mac {fitted.mac:.4f}, launch {fitted.launch_s * 1e3:.4f} ms",
+            f"stored (`cost/efficiency.py`): ddr {stored.ddr}, mac {stored.mac}, launch {stored.launch_s * 1e3:.3f} ms"]
+
+
+def calibration_table() -> tuple[list[str], list[list]]:
     rows = [[
         r["recipe"], r["seq_length"], r["published_ftl_s"], f"{r['model_ftl_s']:.3f}", f"{r['ftl_error']:+.1%}",
         r["published_tokens_per_s"], f"{r['model_tokens_per_s']:.3f}", f"{r['tokens_per_s_error']:+.1%}",
@@ -67,10 +73,10 @@ def calibration_table() -> str:
     headers = ["point", "S = L", "FTL published s", "FTL model s", "FTL error", "tok/s published", "tok/s model",
                "tok/s error", "roofline, published", "ours: FTL s", "ours: tok/s", "ours: roofline",
                "ours: of sustained"]
-    return "\n".join(lines) + markdown_table(headers, rows)
+    return headers, rows
 
 
-def sensitivity_table() -> str:
+def sensitivity_table() -> tuple[list[str], list[list]]:
     """The fit under other assumptions about the incumbent's prefill attention: scores written to DDR and
     read back 2..6 times in all, or kept in local memory (flash attention)."""
     variants = [(f"{k} passes", replace(INCUMBENT, score_passes=k)) for k in (2, 3, 4, 5, 6)]
@@ -82,10 +88,10 @@ def sensitivity_table() -> str:
         rows.append([label, f"{eff.ddr:.3f}", f"{eff.mac:.3f}", f"{eff.launch_s * 1e3:.3f}", *errors])
     headers = ["incumbent's attention scores", "ddr", "mac", "launch ms", "FTL error 1.5B (S 8192)",
                "FTL error 14B (S 512)"]
-    return markdown_table(headers, rows)
+    return headers, rows
 
 
-def ablation_table() -> str:
+def ablation_table() -> tuple[list[str], list[list]]:
     """From the incumbent's schedule to ours one change at a time, at both published points."""
     from llmbuild.cost.fit_efficiency import PUBLISHED, model_point
 
@@ -104,7 +110,24 @@ def ablation_table() -> str:
         rows.append(row)
     headers = ["schedule", "1.5B FTL s", "1.5B tok/s", "1.5B GB/token", "1.5B roofline",
                "14B FTL s", "14B tok/s", "14B GB/token", "14B roofline"]
-    return markdown_table(headers, rows)
+    return headers, rows
+
+
+TABLES = {
+    "recipes": (recipe_table, 10, "Every recipe, estimated",
+                "`llmbuild estimate` on every recipe whose model shape is readable, under both schedules. The tiny "
+                "models are all launch overhead: their fractions mean nothing. Each recipe is estimated with its own "
+                "`quantization.lm_head`."),
+    "calibration": (calibration_table, 20, "The fit: the two published points",
+                    "The three efficiencies fitted on the BM1684X's two published points (SE7-32, w4bf16, g 64, a "
+                    "static prefill of the whole window); the decode speeds are reproduced by construction, one FTL "
+                    "is a genuine check. The roofline is 64 GiB/s over the bytes one decode step reads."),
+    "sensitivity": (sensitivity_table, 30, "The fit under other assumptions about the incumbent's attention",
+                    "The fit redone with the incumbent's prefill attention scores written to DDR and read back 2-6 "
+                    "times in all, or kept in local memory (flash attention)."),
+    "ablation": (ablation_table, 40, "From the incumbent's schedule to ours, one change at a time",
+                 "Both published points under each schedule, with the same chip efficiencies."),
+}
 
 
 def main() -> None:
@@ -112,15 +135,18 @@ def main() -> None:
     parser.add_argument("--calibration", action="store_true")
     parser.add_argument("--sensitivity", action="store_true")
     parser.add_argument("--ablation", action="store_true")
+    parser.add_argument("--record", type=Path, help="also write the table as a benchmark record here")
     args = parser.parse_args()
-    if args.calibration:
-        print(calibration_table())
-    elif args.ablation:
-        print(ablation_table())
-    elif args.sensitivity:
-        print(sensitivity_table())
-    else:
-        print(recipe_table())
+    kind = next((k for k in ("calibration", "ablation", "sensitivity") if getattr(args, k)), "recipes")
+    make, order, title, caption = TABLES[kind]
+    headers, rows = make()
+    notes = calibration_notes() if kind == "calibration" else []
+    print("\n".join(notes + [""]) + markdown_table(headers, rows) if notes else markdown_table(headers, rows))
+    if args.record:
+        from records import write_record
+
+        write_record(args.record, name=args.record.stem, section="cost model", title=title, caption=caption,
+                     columns=headers, rows=rows, notes=notes, order=order)
 
 
 if __name__ == "__main__":

@@ -94,6 +94,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--timeout", type=float, default=20.0)
+    ap.add_argument("--record", type=Path, help="also write the table as a benchmark record (benchmarks/records.py)")
     args = ap.parse_args()
     path = args.build_dir / args.recipe / f"{args.recipe}.llmb"
     if not path.is_file():
@@ -117,6 +118,20 @@ def main() -> None:
         print(f"| {kind} | " + " | ".join(str(n) for n in row) + " |")
     for d in defects:
         print("  " + d)
+    if args.record:
+        from records import write_record
+
+        write_record(args.record, name=args.record.stem, section="binary loader",
+                     title=f"{args.cases:,} corruptions of `{path.name}`",
+                     caption=f"Each case corrupts the {len(binary):,}-byte binary (raw: bit flips, truncations, byte "
+                     "runs, header and section-table edits; re-signed: a section other than the weights overwritten, "
+                     "then its SHA-256 and the header checksum recomputed; json-field: one field of `meta` or `plan` "
+                     "given a wrong value, then re-signed), then opens, inspects and runs it for two tokens on the "
+                     "host path. "
+                     f"A {args.timeout:g} s alarm counts hangs; {args.jobs} processes, {seconds:.0f} s.",
+                     columns=["mutation", "ok", "LlmbuildError", "hang", "other exception"],
+                     rows=[[kind, *(counts[kind, o] for o in ("ok", "LlmbuildError", "hang", "defect"))]
+                           for kind in ("raw", "re-signed", "json-field")], notes=defects)
     if sum(n for (_, outcome), n in counts.items() if outcome in ("defect", "hang")):
         sys.exit(1)
 

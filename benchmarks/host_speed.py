@@ -106,6 +106,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--faithful", action="store_true", help="also time the simulated device (slow)")
+    ap.add_argument("--record", type=Path, help="also write the table as a benchmark record (benchmarks/records.py)")
     args = ap.parse_args()
 
     import torch
@@ -132,6 +133,18 @@ def main() -> None:
         print(f"| {name} | {first:.3f} | {tps:.1f} |")
     print(f"| host bf16 / best transformers | {host[1] / best[1]:.2f}x | {host[2] / best[2]:.2f}x |")
     print(f"| host w4 / best transformers | {w4[1] / best[1]:.2f}x | {w4[2] / best[2]:.2f}x |")
+    if args.record:
+        from records import write_record
+
+        table = [[name, round(first, 3), round(tps, 1)] for name, first, tps in rows]
+        table += [[f"host {label} / best transformers", f"{r[1] / best[1]:.2f}x", f"{r[2] / best[2]:.2f}x"]
+                  for label, r in (("bf16", host), ("w4", w4))]
+        write_record(args.record, name=args.record.stem, section="host runtime",
+                     title="SmolLM2-135M-Instruct: the host path against transformers",
+                     caption=f"The chat prompt {PROMPT!r}, {args.tokens} greedy tokens (EOS ignored), best of "
+                     f"{args.repeats} after a warm-up; transformers eager on the same checkpoint with a KV cache; "
+                     f"numpy {np.__version__}, torch {torch.__version__}.",
+                     columns=["path", "first-token latency (s)", "decode tokens/s"], rows=table)
 
 
 if __name__ == "__main__":

@@ -61,6 +61,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("builds", nargs="+", type=Path)
     ap.add_argument("--json", type=Path, help="also write the rows (recipe, mode, layers, worst per kind) here")
+    ap.add_argument("--record", type=Path, help="also write the table as a benchmark record (benchmarks/records.py)")
     args = ap.parse_args()
     rows: list[dict] = []
     for root in args.builds:
@@ -88,6 +89,29 @@ def main() -> None:
     print("(* not the depth's budget: a random-weight fixture's logits (under 2e7 parameters), or the recipe's own)")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    if args.record:
+        write_margins_record(args.record, rows)
+
+
+def write_margins_record(path: Path, rows: list[dict]) -> None:
+    from records import write_record
+
+    table = []
+    for row in rows:
+        cells = []
+        for k in KINDS:
+            used = relative_error(k, row["worst"][k]) / relative_error(k, row["tolerances"][k])
+            own = "" if row["tolerances"][k] == _default(row, k) else " *"
+            cells += [round(row["worst"][k], 7), f"{used:.2f}x{own}"]
+        table.append([row["recipe"], row["mode"], row["num_layers"], *cells])
+    columns = ["recipe", "mode", "layers"]
+    for k in KINDS:
+        columns += [f"{k}: worst", f"{k}: budget used"]
+    write_record(path, name=path.stem, section="numerical agreement", title="Verification margins of finished builds",
+                 caption="The worst similarity of each kind the verify step compares, and the share of the recipe's "
+                 "error budget (`llmbuild/recipe/tolerances.py`) its relative error uses: over 1.00x fails. `*`: "
+                 "not the depth's default budget (a random-weight fixture's logits, or the recipe's own).",
+                 columns=columns, rows=table)
 
 
 def _default(row: dict, kind: str) -> float:

@@ -140,11 +140,30 @@ def paired_difference(nll: np.ndarray, base: np.ndarray) -> tuple[float, float]:
     return float(d.mean()), float(d.std(ddof=1) / np.sqrt(len(d)))
 
 
+def write_quality_record(path: Path, rows: list[dict], bf16_perplexity: float, scored: int) -> None:
+    from records import write_record
+
+    table = [[r["variant"], round(r["binary_mb"], 1) if r["binary_mb"] else None, round(r["perplexity"], 3),
+              f"{100 * (r['perplexity'] / bf16_perplexity - 1):+.2f}%", round(r["kl_to_f32"], 4),
+              f"{100 * r['top1_agreement']:.1f}%",
+              f"{r['nll_vs_rtn']:+.4f} ± {r['nll_vs_rtn_se']:.4f}" if "nll_vs_rtn" in r else None,
+              round(r["quantize_s"]) if r.get("quantize_s") else None] for r in rows]
+    write_record(path, name=path.stem, section="quantized builds",
+                 title="Quality on SmolLM2-135M: perplexity, KL and top-1 agreement",
+                 caption=f"Every variant built through llmbuild and scored teacher-forced on the host path over "
+                 f"{scored} tokens of {TEXT.relative_to(ROOT)} (not the calibration text), group 64. `KL to f32`: the "
+                 "mean over positions of KL(float model ‖ variant) in nats; `NLL vs w4 RTN`: the mean per-token "
+                 "difference of negative log-likelihood against the RTN row, with its paired standard error.",
+                 columns=["variant", "binary MiB", "perplexity", "vs bf16", "KL to f32", "top-1 vs f32",
+                          "NLL vs w4 RTN (nats, ± SE)", "quantize s"], rows=table)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=480, help="tokens of the text to score (< seq_length 512)")
     ap.add_argument("--build-dir", type=Path, default=ROOT / "build" / "quant_quality")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
+    ap.add_argument("--record", type=Path, help="also write the table as a benchmark record (benchmarks/records.py)")
     args = ap.parse_args()
     build_dir = args.build_dir.resolve()
     recipes = build_dir / "recipes"
@@ -192,6 +211,8 @@ def main() -> None:
               f"| {100 * r['top1_agreement']:11.1f}% | {vs_rtn:>17} | {q:>10} |")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    if args.record:
+        write_quality_record(args.record, rows, bf16, len(targets))
     shutil.rmtree(build_dir / ".snakemake", ignore_errors=True)
 
 

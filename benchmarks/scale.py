@@ -12,7 +12,8 @@ benchmarks/incumbent/setup.sh writes), `llm_convert` converts the same checkpoin
 the table gives both and their ratio. llmbuild builds each case twice from a clean directory: its two
 binaries alone (the `.llmb` and the `.bmodel` as Snakemake targets, no checks: what llm_convert's figure is),
 then the whole recipe (both binaries, every check on the host and on the vendor's cmodel, verify), whose
-figures the table gives. Results also go to --json.
+figures the table gives. Results also go to --json, and with --record / --rules-record to benchmark records
+(benchmarks/records.py) from which docs/performance.md is written.
 
 Peak memory: Snakemake's per-job benchmark (each rule's largest process), the largest of them, and the
 summed proportional set size of the whole process tree sampled every 0.5 s. Scratch disk: the largest
@@ -338,6 +339,74 @@ def table(results: dict[str, list[Measured]]) -> str:
     return "\n".join(lines)
 
 
+def _r(value: float, digits: int = 1) -> float:
+    return round(value, digits)
+
+
+def build_rows(results: dict[str, list[Measured]]) -> tuple[list[str], list[list]]:
+    """The builds table of a benchmark record: one row per case and tool, and the ratio when both ran."""
+    columns = ["case", "tool", "wall s", "binaries alone s", "tree MiB", "largest job MiB", "scratch GiB",
+               ".llmb MiB", ".bmodel MiB", "final dir / binaries", "verified", "run: first token s",
+               "run: tok/s", "run: peak MiB"]
+    rows = []
+    for case, ms in results.items():
+        for m in ms:
+            run = m.run or {}
+            ours = m.tool == "llmbuild"
+            binaries = (m.binary_mib + m.bmodel_mib) if ours else m.binary_mib
+            rows.append([case, "llmbuild" if ours else "llm_convert", _r(m.wall_s),
+                         _r(m.binaries_s) if m.binaries_s else None, round(m.tree_peak_mib),
+                         round(m.job_peak_mib), _r(m.scratch_peak_gib, 2), _r(m.binary_mib) if ours else None,
+                         _r(m.bmodel_mib if ours else m.binary_mib), f"{m.final_dir_gib * 1024 / binaries:.2f}x",
+                         m.verified, run.get("first_token_s") and _r(run["first_token_s"], 2),
+                         run.get("tokens_per_s"), run.get("peak_rss_mib") and round(run["peak_rss_mib"])])
+        by = {m.tool: m for m in ms}
+        if "tpu-mlir" in by and "llmbuild" in by and by["tpu-mlir"].ok and by["llmbuild"].ok:
+            ours, theirs = by["llmbuild"], by["tpu-mlir"]
+            rows.append([case, "ratio", _r(ours.wall_s / theirs.wall_s, 2),
+                         _r(ours.binaries_s / theirs.wall_s, 2) if ours.binaries_s else None,
+                         _r(ours.tree_peak_mib / theirs.tree_peak_mib, 2),
+                         _r(ours.job_peak_mib / theirs.job_peak_mib, 2),
+                         _r(ours.scratch_peak_gib / theirs.scratch_peak_gib, 2), None, None, None, None, None, None,
+                         None])
+    return columns, rows
+
+
+def rule_rows(results: dict[str, list[Measured]]) -> tuple[list[str], list[list]]:
+    """Every rule's jobs, time and peak memory against what it declares (llmbuild/steps/resources.py)."""
+    columns = ["case", "rule", "jobs", "total s", "max s", "max RSS MiB", "declared MB", "declared / measured"]
+    rows = []
+    for case, ms in results.items():
+        for m in ms:
+            for rule, row in m.rules.items():
+                declared = row.get("declared_mem_mb")
+                ratio = _r(declared / row["max_rss_mib"], 2) if declared and row["max_rss_mib"] else None
+                rows.append([case, rule, row["jobs"], _r(row["seconds"]), _r(row["max_s"]), round(row["max_rss_mib"]),
+                             declared, ratio])
+    return columns, rows
+
+
+def write_records(results: dict[str, list[Measured]], record: Path | None, rules_record: Path | None) -> None:
+    from records import write_record
+
+    cases = " ".join(results)
+    if record:
+        columns, rows = build_rows(results)
+        write_record(record, name=record.stem, section="real-size builds", title=f"Built from clean: {cases}",
+                     caption="Each case built from a clean directory: wall time, the process tree's and the largest "
+                     "job's peak memory, scratch disk, the binaries, verification, and `llmbuild run` on the host "
+                     "path (8 greedy tokens). `binaries alone`: a second clean build of the `.llmb` and the "
+                     "`.bmodel` as Snakemake targets, no checks (what `llm_convert`'s figure is).",
+                     columns=columns, rows=rows)
+    if rules_record:
+        columns, rows = rule_rows(results)
+        write_record(rules_record, name=rules_record.stem, section="real-size builds",
+                     title=f"Per rule: {cases}",
+                     caption="Snakemake's benchmark files: jobs, summed and largest wall seconds, the largest job's "
+                     "peak RSS, and the memory the rule declares (`llmbuild/steps/resources.py`).",
+                     columns=columns, rows=rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", type=Path, default=Path(os.environ.get("LLMBUILD_MODELS", ROOT / "models")))
@@ -348,6 +417,8 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=ROOT / "build" / "scale" / "results.json")
     ap.add_argument("--no-binaries-run", action="store_true",
                     help="build each recipe once, whole (no separate timing of the two binaries alone)")
+    ap.add_argument("--record", type=Path, help="also write the builds table as a benchmark record here")
+    ap.add_argument("--rules-record", type=Path, help="also write the per-rule table as a benchmark record here")
     args = ap.parse_args()
     cases = [c for c in CASES if not args.only or c.name in args.only]
     args.models.mkdir(parents=True, exist_ok=True)
@@ -368,6 +439,7 @@ def main() -> None:
         results[case.name] = ms
         args.json.write_text(json.dumps({k: [asdict(m) for m in v] for k, v in results.items()}, indent=1))
     print(table(results))
+    write_records(results, args.record, args.rules_record)
 
 
 if __name__ == "__main__":

@@ -110,6 +110,7 @@ def main() -> None:
     ap.add_argument("recipe")
     ap.add_argument("--tokens", type=int, default=8)
     ap.add_argument("--prompt", default="What is the capital of France?")
+    ap.add_argument("--record", type=Path, help="also write the table as a benchmark record (benchmarks/records.py)")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from llmbuild.artifacts.paths import BuildPaths, tokenizer_dir
@@ -135,6 +136,18 @@ def main() -> None:
         print(f"| {r['path']} | {r['first_token_s']:.2f} | {r['tokens_per_s']:.3f} | {r['peak_rss_mib']:.0f} | "
               f"{r['ids']} |")
     print(f"| llmbuild / best transformers | | {ours['tokens_per_s'] / best['tokens_per_s']:.2f}x | | |")
+    if args.record:
+        from records import write_record
+
+        write_record(args.record, name=args.record.stem, section="host runtime",
+                     title=f"`{args.recipe}`: the host path against transformers",
+                     caption=f"A {len(prompt)}-token chat prompt, {args.tokens} greedy tokens; transformers in "
+                     "bfloat16 at torch's default thread count and on one thread.",
+                     columns=["path", "first-token latency (s)", "decode tokens/s", "peak RSS MiB"],
+                     rows=[[r["path"], round(r["first_token_s"], 2), round(r["tokens_per_s"], 3),
+                            round(r["peak_rss_mib"])] for r in (ours, *theirs)]
+                     + [["llmbuild / best transformers", None,
+                         f"{ours['tokens_per_s'] / best['tokens_per_s']:.2f}x", None]])
 
 
 if __name__ == "__main__":

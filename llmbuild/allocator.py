@@ -6,7 +6,7 @@ Every process (`tune_every_process`, called from `llmbuild/__init__.py` before n
   `defrag=madvise`, a fault in an advised array compacts memory to find a free 2 MiB block, and a build
   machine's memory is full of page cache (checkpoints, weight files, the binary): a 1.5B check job spent
   2.2 of its 7.0 s in the kernel with the advice, 0.6 of 5.5 s without; the end-to-end check 4.9 of
-  17.4-18.1 s against 2.7-3.4 of 15.9-16.8 s (one thread, two runs each, 2026-12-02); a layer job lost
+  17.4-18.1 s against 2.7-3.4 of 15.9-16.8 s (one thread, two runs each, when chosen); a layer job lost
   0.1 s.
 - glibc keeps blocks up to 32 MiB on its heap (its largest mmap threshold) and keeps up to 1 GiB of freed
   heap: numpy's megabyte-sized temporaries were mapped, zeroed and unmapped at every operation. A 1.5B

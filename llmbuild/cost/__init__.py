@@ -9,7 +9,7 @@
 One file per job: hardware (chip rates), formats (bytes per weight), ops (per-stage work), schedule
 (overlap of DMA and compute), efficiency (fitted constants), calibration (the fit), memory (device memory
 as the build lays it out), model (estimate), for_recipe, report, cli_estimate; groups (the compiled
-groups' commands timed) and compiled (per step, and perf.json). See docs/performance.md.
+groups' commands timed) and compiled (per step, and perf.json). See docs/design.md, "The cost model".
 
 Names are imported on first use, so `llmbuild.cli_estimate` can join the CLI's parser without
 making every `llmbuild` command import numpy.

@@ -1,7 +1,7 @@
 """Efficiency parameters of the cost model: what the chip achieves of its nominal figures.
 
 Fitted for the BM1684X on the incumbent's two published end-to-end figures by
-`llmbuild.cost.fit_efficiency.fit()` (docs/performance.md gives the procedure and the errors;
+`llmbuild.cost.fit_efficiency.fit()` (docs/design.md, "The fit", the procedure; docs/performance.md the errors;
 tests/test_cost_model.py checks these values still come out of the fit). No published figure exists
 here for the other chips: they reuse the BM1684X's efficiencies, and estimates say `calibrated: false`.
 """

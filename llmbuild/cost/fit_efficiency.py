@@ -1,6 +1,6 @@
 """Fitting the cost model's efficiencies to the incumbent's published end-to-end figures.
 
-Two published points (one BM1684X, w4bf16, static shapes; docs/performance.md), each with a
+Two published points (one BM1684X, w4bf16, static shapes; docs/design.md, "The fit"), each with a
 first-token latency (FTL) and a decode speed: four numbers. The incumbent's schedule (`INCUMBENT` in
 schedule.py) is what ran there, so the fit times that schedule and solves for three efficiencies:
 

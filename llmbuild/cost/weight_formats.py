@@ -3,7 +3,7 @@
 Float modes store every weight in the activation type. The w4/w8 modes store each linear weight [N, K]
 as packed 4/8-bit values plus one scale (2 bytes, the activation type) and one zero point (1 byte) per
 group of `group_size` weights along K: 0.5 + 3/g and 1 + 3/g bytes per weight, the incumbent's device
-format (docs/performance.md). Norm weights, biases and the embedding table stay in the activation type.
+format (docs/design.md, "The cost model"). Norm weights, biases and the embedding table stay in the activation type.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A 7B w4 binary on the host dequantizes, for every token, each projection its cac
 5G weights. `kernels._dequantize_block` does it in eight numpy passes (unpack the nibbles, widen, subtract
 the zero point, multiply by the scale, then five integer passes that round to bf16), each reading and
 writing the whole block. Compiled, the same arithmetic is one pass over the packed bytes and one over the
-result while it is in the cache (figures in docs/performance.md, the compiled-dequantizer entry).
+result while it is in the cache (its figures when introduced: the history of docs/performance.md).
 
 Same bits: for every weight, float32(level) - float32(zero), times the float32 scale, in float32 (numba
 without fastmath neither contracts nor reorders), then round-to-nearest-even on the bit pattern with a NaN

@@ -206,7 +206,7 @@ def _vector_product(x: np.ndarray, w_nk: Weight) -> np.ndarray:
 
 # Floats a compiled decode step dequantizes and multiplies at once (4 MiB a thread, in the L3 cache): the
 # per-block calls from Python, not the cache, bound the speed (0.34 -> 0.20 ns a weight on two threads
-# from 1 to 4 MiB, a 7B projection; docs/performance.md, the compiled-dequantizer entry).
+# from 1 to 4 MiB, a 7B projection, when measured; the history of docs/performance.md).
 COMPILED_BLOCK = 1 << 20
 # Packed levels a compiled decode step reads from the weight image at once (one read of each part, then
 # the cache-sized blocks): fewer, larger reads, as the dequantizer no longer hides their cost.

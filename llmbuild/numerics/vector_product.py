@@ -13,7 +13,7 @@ instead, for every weight type alike:
 
 That is what a vector unit of 16 float32 lanes with four accumulators computes, so the compiled kernel
 below reads bf16, f16 or f32 weights as they are stored and widens them in registers: SmolLM2-135M's
-bf16 weights are read in half the bytes of OpenBLAS's float32 (docs/performance.md, the one-row-product entry). Every
+bf16 weights are read in half the bytes of OpenBLAS's float32 (docs/design.md, "Decisions and why"). Every
 output is one thread's, whole, so splitting the rows over threads changes no bit, and neither does the
 CPU: the kernel's vectors are explicit LLVM IR, the same lane arithmetic on AVX2 or AVX-512.
 

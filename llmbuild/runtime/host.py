@@ -390,7 +390,7 @@ class HostExecutor:
             w: np.ndarray | StoredTensor | None = None
             # A weight the compiled dequantizer takes is never kept dequantized: dequantizing it from its
             # levels as a product reads it costs no more than reading a kept 16-bit copy (docs/performance.md,
-            # the compiled-dequantizer entry), and the levels take a quarter of that memory.
+            # its history in git), and the levels take a quarter of that memory.
             compiled = compiled_dequant.wanted(rows * cols, attrs, scale_type)
             if not compiled and self._reserve((2 if half else 4) * rows * cols):
                 raw = (self.raw(weight), decode(self.raw(scale), scale.dtype), self.raw(zp))

@@ -158,7 +158,7 @@ def _timed(meta: dict, progs: list[programs.Program]) -> dict | None:
 
 
 def _estimates(meta: dict) -> dict:
-    """The cost model's figures for this binary, under both schedules (docs/performance.md)."""
+    """The cost model's figures for this binary, under both schedules (docs/design.md, "The cost model")."""
     from llmbuild.cost.chip_estimate import estimate_from_meta
 
     try:
