@@ -226,9 +226,12 @@ def cmd_opt(args: argparse.Namespace) -> None:
 
     if (args.pipeline is None) == (args.pipeline_of is None):
         raise LlmbuildError("opt: give one of --pipeline and --pipeline-of")
-    spec = args.pipeline if args.pipeline is not None else header_pipeline(
-        Path(args.pipeline_of).read_text(), args.pipeline_of)
-    text = module_text(run_passes(read_module(Path(args.file)), parse_pipeline(spec)))
+    if args.pipeline is not None:
+        passes = parse_pipeline(args.pipeline)
+    else:  # the build's own line names files relative to the module it heads
+        source = Path(args.pipeline_of)
+        passes = parse_pipeline(header_pipeline(source.read_text(), args.pipeline_of), relative_to=source.parent)
+    text = module_text(run_passes(read_module(Path(args.file)), passes))
     if args.output:
         write_text_atomic(Path(args.output), text)
     else:

@@ -51,7 +51,7 @@ def test_rerunning_the_written_pipeline_gives_the_written_module(written: tuple[
     for net in nets:
         text = (out / f"tpu_{net}.mlir").read_text()
         spec = header_pipeline(text)
-        module = run_passes(read_module(out / f"top_{net}.mlir"), parse_pipeline(spec))
+        module = run_passes(read_module(out / f"top_{net}.mlir"), parse_pipeline(spec, relative_to=out))
         assert f"{HEADER}{spec}\n{module_text(module)}" == text, net
     # the small local memory really cuts: row tiles, and attention into key blocks
     if out.name.startswith("bm1688-flash"):
@@ -66,17 +66,21 @@ def test_the_written_pipeline_names_every_pass_and_option(written: tuple[Path, l
         passes = parse_pipeline(spec)
         assert [p.name for p in passes] == list(PASSES), spec
         assert pipeline_string(passes) == spec  # nothing dropped or added in the round trip
-        assert Path(passes[2].plan) == out / "plan.json"  # type: ignore[attr-defined]
+        # the plan relative to the module files: the line names no machine path
+        assert passes[2].plan == "plan.json"  # type: ignore[attr-defined]
+        resolved = parse_pipeline(spec, relative_to=out)
+        assert Path(resolved[2].plan) == out / "plan.json"  # type: ignore[attr-defined]
 
 
 def test_llmbuild_opt_reruns_the_pipeline(written: tuple[Path, list[str]], tmp_path: Path,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+                                          capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     out, _ = written
     tpu = out / "tpu_block_1.mlir"
     assert main(["opt", str(out / "top_block_1.mlir"), "--pipeline-of", str(tpu), "-o", str(tmp_path / "a.mlir")]) == 0
     assert tpu.read_text().split("\n", 1)[1] == (tmp_path / "a.mlir").read_text()
     # and in two runs, through the printed plans: plan-layer-groups' output file, then layer-group on it
     first, last = header_pipeline(tpu.read_text()).rsplit(",", 1)
+    monkeypatch.chdir(out)  # --pipeline reads a relative plan from the working directory, as mlir-opt would
     assert main(["opt", str(out / "top_block_1.mlir"), "--pipeline", first, "-o", str(tmp_path / "planned.mlir")]) == 0
     assert PLANS_ATTR in (tmp_path / "planned.mlir").read_text()
     capsys.readouterr()
@@ -88,7 +92,7 @@ def test_layer_group_reads_the_plans_after_print_and_parse(written: tuple[Path, 
     out, nets = written
     for net in nets:
         text = (out / f"tpu_{net}.mlir").read_text()
-        *to_plans, last = parse_pipeline(header_pipeline(text))
+        *to_plans, last = parse_pipeline(header_pipeline(text), relative_to=out)
         planned = run_passes(read_module(out / f"top_{net}.mlir"), to_plans)
         reparsed = parse_module_text(module_text(planned), "planned.mlir")
         grouped = run_passes(reparsed, [last])
@@ -99,7 +103,7 @@ def test_layer_group_reads_the_plans_after_print_and_parse(written: tuple[Path, 
 def test_layer_group_without_plans_is_refused(written: tuple[Path, list[str]]) -> None:
     out, _ = written
     module = read_module(out / "top_block_1.mlir")
-    *to_address, _, _ = parse_pipeline(header_pipeline((out / "tpu_block_1.mlir").read_text()))
+    *to_address, _, _ = parse_pipeline(header_pipeline((out / "tpu_block_1.mlir").read_text()), relative_to=out)
     run_passes(module, to_address)
     with pytest.raises(LlmbuildError, match="run plan-layer-groups first"):
         run_passes(module.clone(), [LayerGroup()])

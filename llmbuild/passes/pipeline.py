@@ -1,14 +1,18 @@
 """llmbuild's passes by name, and pass pipelines parsed from the string a person reads and reruns.
 
 A pipeline is MLIR's textual form, parsed by xDSL's own parser, e.g.
-`canonicalize,lower-top-to-tpu{mode="bf16"},assign-address{plan="build/r/plan.json"},plan-layer-groups,layer-group`.
+`canonicalize,lower-top-to-tpu{mode="bf16"},assign-address{plan="../../plan.json"},plan-layer-groups,layer-group`.
 The build writes the pipeline it ran as the first line of every tpu_*.mlir (steps/compile_net.py), and
-`llmbuild opt` runs one on a module file as `mlir-opt` would.
+`llmbuild opt` runs one on a module file as `mlir-opt` would. A relative file named by a pass option is
+relative to the module files' folder, so the written line names no machine path and still reruns after the
+build folder moves.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
+from pathlib import Path
 
 from xdsl.passes import ModulePass, PassPipeline
 
@@ -66,8 +70,15 @@ def header_pipeline(text: str, origin: str = "module") -> str:
     return first.removeprefix(HEADER)
 
 
-def parse_pipeline(spec: str) -> list[ModulePass]:
+def parse_pipeline(spec: str, relative_to: Path | None = None) -> list[ModulePass]:
+    """The passes `spec` names; `relative_to`: the folder a relative file option (assign-address's plan) is
+    read from (the module files' folder for a build's own line; else the working directory)."""
     try:
-        return list(PassPipeline.parse_spec(PASSES, spec).passes)
+        passes = list(PassPipeline.parse_spec(PASSES, spec).passes)
     except Exception as exc:  # xDSL raises ValueError or its own parse errors
         raise LlmbuildError(f"pipeline {spec!r}: {exc}; passes: {', '.join(PASSES)}") from None
+    if relative_to is None:
+        return passes
+    return [dataclasses.replace(p, plan=str(relative_to / p.plan))
+            if isinstance(getattr(p, "plan", None), str) and not Path(p.plan).is_absolute() else p
+            for p in passes]

@@ -12,6 +12,7 @@ both (binary/program.py)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,8 +53,9 @@ def compile_net(top: ModuleOp, plan: Path, mode: str, chip: str, out_dir: Path,
     """`plan`: the memory plan's JSON file (`llmbuild plan`), which assign-address reads. `lmem_bytes`
     overrides the chip's local memory (tests use it to force tiling)."""
     net = top.attributes["top.net"].data
-    pipeline = net_pipeline(plan, mode, chip, lmem_bytes)
-    first, *to_tpu, last = parse_pipeline(pipeline)
+    # The plan as the written line names it: relative to the module files, so no machine path is written.
+    pipeline = net_pipeline(Path(os.path.relpath(plan, out_dir)), mode, chip, lmem_bytes)
+    first, *to_tpu, last = parse_pipeline(pipeline, relative_to=out_dir)
     assert first.name == Canonicalize.name and last.name == LayerGroup.name, pipeline
     run_passes(top, [first])
     write_text_atomic(out_dir / f"top_{net}.mlir", module_text(top))
