@@ -173,12 +173,13 @@ def library_dequantized_greedy(fixture: Path, out: Path, prompt: list[int], step
 
 
 def equal_but_unset_bytes(a: bytes, b: bytes) -> bool:
-    """Two bmodels of the same net equal but for lm_head's 3 bytes that the vendor's code generator leaves
-    unset (stack contents: they vary between runs of the vendor's own converter too; docs/bmodel.md)."""
+    """Two bmodels of the same net equal but for lm_head's bytes that the vendor's code generator leaves
+    unset (llmbuild.bmodel.bmodel_file.only_unset_bytes)."""
+    from llmbuild.bmodel.bmodel_file import only_unset_bytes
+
     if len(a) != len(b):
         return False
-    differing = np.flatnonzero(np.frombuffer(a, np.uint8) != np.frombuffer(b, np.uint8))
-    return differing.size == 0 or (differing.size <= 3 and int(differing[-1] - differing[0]) < 3)
+    return only_unset_bytes(np.flatnonzero(np.frombuffer(a, np.uint8) != np.frombuffer(b, np.uint8)).tolist())
 
 
 def plan_file(plan, directory: Path) -> Path:
