@@ -6,14 +6,14 @@ orders, so the same product ends in other last bits, and the host path and the s
 agree bit for bit on one machine) then differ between machines. It shows: SmolLM2-135M's first reply
 token to "What is the capital of France?" is a near-tie ("The" 25.33 against "L" 25.24 in transformers),
 and the same bf16 binary answered "The capital of France is Paris" with the AVX2 kernels and
-"L'Étoile, la Marseillaise..." with the AVX-512 ones (2026-12-02, OpenBLAS 0.3.29, measured by setting
-OPENBLAS_CORETYPE on an AVX-512 machine; AMD's Zen kernels gave Paris too).
+"L'Étoile, la Marseillaise..." with the AVX-512 ones (OpenBLAS 0.3.29, seen by setting OPENBLAS_CORETYPE on
+an AVX-512 machine; AMD's Zen kernels gave Paris too).
 
 A device has one arithmetic, so llmbuild pins OpenBLAS to its Haswell kernels (AVX2 and FMA: Intel CPUs
 from 2013 on, and every AMD Zen) before numpy is imported: `llmbuild/__init__.py` calls `pin()` first,
-and every build step and `llmbuild run` is a process that imports llmbuild before numpy. On the AVX-512
-machine decode kept its speed (20.7 tokens/s against 20.1 for SmolLM2) and SmolLM2's prefill went from
-0.22 to 0.29 s. A user's own OPENBLAS_CORETYPE wins; without AVX2 and FMA, or off x86-64, nothing is
+and every build step and `llmbuild run` is a process that imports llmbuild before numpy. On an AVX-512
+machine the price is some prefill speed (decode is not BLAS's: numerics/vector_product.py); the host's
+current figures are in docs/performance.md. A user's own OPENBLAS_CORETYPE wins; without AVX2 and FMA, or off x86-64, nothing is
 set. Loading a binary warns (`runtime/blas.warn_if_unpinned`) when numpy loaded other kernels before
 llmbuild could pin them.
 """

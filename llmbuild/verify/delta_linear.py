@@ -6,8 +6,8 @@ dequantization, then read by the products). A decode step multiplies one row, so
 dequantizes a block of weight rows that stays in the L2 cache and multiplies it at once: the same products
 (each output is one dot product over the whole K, by the same matrix-vector code, on rows at the same
 64-byte alignment), a sixth of the time. tests/test_delta_linear.py checks the bits against `F.linear` on
-the whole dequantized weight at real models' shapes, on one and two threads; the real-size projections of
-Qwen2-1.5B/7B and Llama-3-8B were checked the same way (2026-12-02).
+the whole dequantized weight at real models' shapes, on one and two threads (the real-size projections of
+Qwen2-1.5B/7B and Llama-3-8B were also checked so, once).
 
 Several rows (a prompt, the stage checks' forward pass) are one matrix product whose blocking over K
 depends on N, so there the whole weight is dequantized, as before, into one scratch tensor that every
