@@ -1,7 +1,7 @@
 """llmbuild's passes by name, and pass pipelines parsed from the string a person reads and reruns.
 
 A pipeline is MLIR's textual form, parsed by xDSL's own parser, e.g.
-`canonicalize,lower-top-to-tpu{mode="bf16"},assign-address{plan="../../plan.json"},plan-layer-groups,layer-group`.
+`canonicalize,lower-top-to-tpu{mode="bf16"},assign-address{plan="../plan.json"},plan-layer-groups,layer-group`.
 The build writes the pipeline it ran as the first line of every tpu_*.mlir (steps/compile_net.py), and
 `llmbuild opt` runs one on a module file as `mlir-opt` would. A relative file named by a pass option is
 relative to the module files' folder, so the written line names no machine path and still reruns after the
