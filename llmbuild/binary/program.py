@@ -22,17 +22,28 @@ from __future__ import annotations
 
 import io
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from llmbuild import LlmbuildError, one_line
+from llmbuild.op_defs import OPS, OpDef
 
-OPCODES = (
-    "Gather", "RMSNorm", "MatMul", "Reshape", "Permute", "Rope", "FAttention",
-    "Concat", "Add", "Mul", "Active", "Softmax", "Cast", "A16MatMul", "Load", "Store", "A16Gather",
-    "LayerNorm", "Slice",
-)
-OPCODE_OF = {name: i + 1 for i, name in enumerate(OPCODES)}
+# The group commands that move data; every compute op's opcode is in its definition (llmbuild/op_defs/).
+MEMORY_OPCODES = {"Load": 15, "Store": 16}
+
+
+def opcode_table(defs: Iterable[OpDef]) -> dict[str, int]:
+    """Op name -> opcode for the ops of `defs` and the memory commands; the codes are 1, 2, ... without a gap
+    or a repeat (decode reads a code as an index)."""
+    table = {op.name: op.opcode for op in defs} | MEMORY_OPCODES
+    if sorted(table.values()) != list(range(1, len(table) + 1)):
+        raise LlmbuildError(f"opcodes must be 1..{len(table)}, each once: {sorted(table.items(), key=lambda i: i[1])}")
+    return table
+
+
+OPCODE_OF = opcode_table(OPS)
+OPCODES = tuple(sorted(OPCODE_OF, key=OPCODE_OF.__getitem__))  # OPCODES[code - 1] is the op
 DTYPES = ("f32", "f16", "bf16", "i32", "u8")
 PROG_MAGIC = b"PRG2"
 OLD_MAGIC = b"PROG"  # format 1, before layer groups

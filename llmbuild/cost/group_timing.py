@@ -28,28 +28,43 @@ Work per command uses the same rates and efficiencies as the spec model (`hardwa
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 from llmbuild.binary.program import Instr, Program, TensorDesc
 from llmbuild.cost.efficiency import Efficiency
 from llmbuild.cost.hardware import Rates
-from llmbuild.cost.ops import ADD_OPS, FLASH_RESCALE_OPS, RMSNORM_OPS, ROPE_OPS, SILU_MUL_OPS, SOFTMAX_OPS
+from llmbuild.cost.ops import ADD_OPS, FLASH_RESCALE_OPS, SOFTMAX_OPS
 from llmbuild.cost.weight_formats import DEQUANT_OPS
 from llmbuild.numerics.formats import STORAGE
+from llmbuild.op_defs import OPS, OpDef
 
-# Vector operations per result element of each compute command (f32 on the vector unit). SiLU is
-# SILU_MUL_OPS less the multiply, which is its own Mul command here. Copies (Concat, Permute, a Gather
-# from a local table) cost one operation per element (a Concat only for the rows it moves: a key block's
-# pieces are loaded in place).
-# How each compute command is timed (llmbuild/op_registry.py checks that every op has one): MAC work,
-# attention's own rule, or vector operations per output element (0: a view, nothing computed).
-MAC_OPS = ("MatMul", "A16MatMul")
-ATTENTION_OPS = ("FAttention",)
-EU_OPS_PER_ELEMENT = {
-    "RMSNorm": RMSNORM_OPS, "Rope": ROPE_OPS, "Active": SILU_MUL_OPS - 1, "Add": ADD_OPS, "Mul": ADD_OPS,
-    "Softmax": SOFTMAX_OPS, "Cast": 1, "Concat": 1, "Permute": 1, "Gather": 1, "A16Gather": 1, "Reshape": 0,
-    "LayerNorm": RMSNORM_OPS + 2, "Slice": 1,  # LayerNorm: RMSNorm's work plus centring and the bias
-}
+# How each compute command is timed, from its definition (llmbuild/op_defs/): MAC work, attention's own
+# rule, or vector operations per result element (f32 on the vector unit; 0: a view, nothing computed).
+# Copies (Concat, Permute, a Gather from a local table) cost one operation per element (a Concat only for
+# the rows it moves: a key block's pieces are loaded in place).
+
+
+@dataclass(frozen=True)
+class CostTables:
+    mac_ops: tuple[str, ...]
+    attention_ops: tuple[str, ...]
+    vector_ops: dict[str, int]  # vector operations per result element; 0: a view
+
+
+def cost_tables(defs: Iterable[OpDef]) -> CostTables:
+    defs = tuple(defs)
+    return CostTables(
+        mac_ops=tuple(op.name for op in defs if op.cost == "mac"),
+        attention_ops=tuple(op.name for op in defs if op.cost == "attention"),
+        vector_ops={op.name: op.vector_ops for op in defs if op.cost in ("vector", "view")},
+    )
+
+
+_TABLES = cost_tables(OPS)
+MAC_OPS = _TABLES.mac_ops
+ATTENTION_OPS = _TABLES.attention_ops
+EU_OPS_PER_ELEMENT = _TABLES.vector_ops
 DMA_OPS = ("Load", "Store")
 MAC_DTYPES = ("f32", "bf16", "f16")
 

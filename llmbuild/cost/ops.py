@@ -16,12 +16,19 @@ from dataclasses import dataclass, replace
 
 from llmbuild.cost.weight_formats import WeightFormat
 from llmbuild.frontend.spec import ModelSpec
+from llmbuild.op_defs.active import ACTIVE
+from llmbuild.op_defs.add import ADD
+from llmbuild.op_defs.mul import MUL
+from llmbuild.op_defs.rms_norm import RMS_NORM
+from llmbuild.op_defs.rotary_embedding import ROPE
+from llmbuild.op_defs.softmax import SOFTMAX
 
-RMSNORM_OPS = 4  # square, accumulate, scale by the row's rsqrt, multiply by gamma
-ROPE_OPS = 3  # x * cos, rotate(x) * sin, add
-SILU_MUL_OPS = 5  # exp, add 1, divide, multiply by x, multiply by up
-ADD_OPS = 1
-SOFTMAX_OPS = 5  # add mask, running max, subtract and exp, sum, normalise
+# Per element, as each op's definition (llmbuild/op_defs/) counts them; SiLU x up is Active and a Mul.
+RMSNORM_OPS = RMS_NORM.vector_ops
+ROPE_OPS = ROPE.vector_ops
+SILU_MUL_OPS = ACTIVE.vector_ops + MUL.vector_ops
+ADD_OPS = ADD.vector_ops
+SOFTMAX_OPS = SOFTMAX.vector_ops
 # Flash attention, per query row and head and key block beyond the scores: the rescale factor (subtract,
 # exp), the running sum's multiply-add; plus one multiply-add per accumulator element (d of them).
 FLASH_RESCALE_OPS = 3

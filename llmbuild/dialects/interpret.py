@@ -1,8 +1,9 @@
 """Executes a `top` or `tpu` module with numpy: the semantics every later stage is checked against.
 
-`reference=True` computes everything in float64 (the independent numpy reference for TopOp).
-Otherwise values are computed in float32 and rounded to each result's element type, which is what the
-device does for `tpu` modules (bf16/f16 storage, f32 arithmetic inside each op).
+`reference=True` computes everything in float64 with each op's plain spec kernel (`llmbuild/op_defs/`): the
+independent numpy reference for TopOp. Otherwise values are computed in float32 with the host's kernels
+(numerics/kernels.py: the device's tiles and blocks) and rounded to each result's element type, which is
+what the device does for `tpu` modules (bf16/f16 storage, f32 arithmetic inside each op).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from xdsl.ir import Operation, SSAValue
 from llmbuild.dialects.plain import main_func, op_attrs, string_list, tensor_info
 from llmbuild.numerics.formats import round_to
 from llmbuild.numerics.kernels import KERNELS, ROW_LOCAL, ROW_SKIPPING, on_real_rows
-from llmbuild.numerics.stored import RowReader
+from llmbuild.numerics.stored import RowReader, materialize
+from llmbuild.op_defs import SPEC_KERNELS
 
 WeightLookup = Callable[[str], np.ndarray]
 
@@ -99,8 +101,16 @@ def interpret(
 
 
 def _kernel(kind: str, attrs: dict, dtype: str, compute: type, reference: bool, *args: np.ndarray) -> np.ndarray:
-    """One op's kernel, its result in the compute type and rounded to the op's element type."""
-    return _to_compute(KERNELS[kind](attrs, *args), dtype, compute, reference)
+    """One op's kernel, its result in the compute type and rounded to the op's element type. The reference
+    runs the spec on whole arrays, and leaves rows past `active_rows` zero as the host's kernels do."""
+    if not reference:
+        return _to_compute(KERNELS[kind](attrs, *args), dtype, compute, reference)
+    result = SPEC_KERNELS[kind](attrs, *(materialize(a) if isinstance(a, RowReader) else a for a in args))
+    active = attrs.get("active_rows")
+    if active is not None and kind in ROW_SKIPPING and result.ndim >= 2:
+        result = np.array(result, dtype=np.float64)
+        result[:, active:] = 0
+    return _to_compute(result, dtype, compute, reference)
 
 
 def _to_compute(x: np.ndarray, dtype: str, compute: type, reference: bool) -> np.ndarray:

@@ -1,4 +1,9 @@
-"""The semantics of every op, in numpy. Keys are op names without the dialect prefix.
+"""The host's kernels: every op as the executors run it (the device simulator, the host path, the float32
+interpreter), keyed by op name without the dialect prefix.
+
+An op's kernel is its plain spec kernel (`llmbuild/op_defs/`) unless it has an optimised one here (`@kernel`):
+products tiled as the chip tiles them, weights read in their storage format, a cached or compiled
+dequantizer, attention in key blocks. tests/test_spec_kernels.py holds each to its spec.
 
 A kernel takes its operands (arrays, already in the compute dtype: float64 for the reference, float32 on
 the device) and a dict of plain attributes, and returns the result in the same compute dtype. Rounding
@@ -8,7 +13,7 @@ to the stored element type is the caller's business (see llmbuild.numerics.forma
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,17 +30,28 @@ from llmbuild.numerics.stored import (
     row_slice,
     take_rows,
 )
+from llmbuild.op_defs import OPS, Kernel, OpDef, spec_kernels
+from llmbuild.op_defs.active import ACTIVATIONS, erf, gelu, gelu_tanh, silu
+from llmbuild.op_defs.rotary_embedding import rotate_half
+from llmbuild.op_defs.softmax import softmax
 
-Kernel = Callable[..., np.ndarray]
-KERNELS: dict[str, Kernel] = {}
+__all__ = ["ACTIVATIONS", "KERNELS", "erf", "gelu", "gelu_tanh", "host_kernels", "rotate_half", "silu", "softmax"]
+
+OPTIMISED: dict[str, Kernel] = {}  # the ops whose host kernel is not their spec kernel
 
 
 def kernel(name: str) -> Callable[[Kernel], Kernel]:
     def register(fn: Kernel) -> Kernel:
-        KERNELS[name] = fn
+        OPTIMISED[name] = fn
         return fn
 
     return register
+
+
+def host_kernels(defs: Iterable[OpDef]) -> dict[str, Kernel]:
+    """The kernel the executors run for each op of `defs` (and each top op): the optimised one, else the spec."""
+    table = spec_kernels(defs)
+    return table | {name: fn for name, fn in OPTIMISED.items() if name in table}
 
 
 @kernel("Gather")
@@ -47,12 +63,6 @@ def gather(attrs: dict[str, Any], table: Weight, indices: np.ndarray) -> np.ndar
     if isinstance(table, RowReader):  # a table in its storage format: only the looked-up rows are decoded
         return table.take(idx)
     return np.take(table, idx, axis=attrs["axis"])
-
-
-@kernel("RMSNorm")
-def rms_norm(attrs: dict[str, Any], x: np.ndarray, gamma: np.ndarray) -> np.ndarray:
-    var = np.mean(x * x, axis=-1, keepdims=True)
-    return x / np.sqrt(var + x.dtype.type(attrs["eps"])) * gamma
 
 
 # Rows per tile of a product the layer-group pass did not tile by rows: a fixed size, so that the tiles,
@@ -437,31 +447,6 @@ def a16_gather(
     return rows.reshape(idx.shape + rows.shape[-1:])
 
 
-@kernel("Reshape")
-def reshape(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
-    return x.reshape(attrs["shape"])
-
-
-@kernel("Permute")
-def permute(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(np.transpose(x, attrs["order"]))
-
-
-def rotate_half(x: np.ndarray) -> np.ndarray:
-    half = x.shape[-1] // 2
-    return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
-
-
-@kernel("Rope")
-def rope(attrs: dict[str, Any], x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
-    return x * cos + rotate_half(x) * sin
-
-
-def softmax(x: np.ndarray, axis: int) -> np.ndarray:
-    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
-    return e / np.sum(e, axis=axis, keepdims=True)
-
-
 # Scores of one block of query rows that FAttention holds at once when no tiles are given (32 MiB in f64):
 # attention then runs in bounded memory at any length, blocks of whole query rows, one softmax each.
 ATTENTION_BLOCK_SCORES = 1 << 22
@@ -606,94 +591,4 @@ def flash_end(state: np.ndarray) -> np.ndarray:
     return _ungrouped(state[..., :d] / state[..., d + 1 :])
 
 
-@kernel("Concat")
-def concat(attrs: dict[str, Any], *xs: np.ndarray) -> np.ndarray:
-    return np.concatenate(xs, axis=attrs["axis"])
-
-
-@kernel("Add")
-def add(attrs: dict[str, Any], *xs: np.ndarray) -> np.ndarray:
-    out = xs[0]
-    for x in xs[1:]:
-        out = out + x
-    return out
-
-
-@kernel("Mul")
-def mul(attrs: dict[str, Any], *xs: np.ndarray) -> np.ndarray:
-    out = xs[0]
-    for x in xs[1:]:
-        out = out * x
-    return out
-
-
-def silu(x: np.ndarray) -> np.ndarray:
-    return x / (1 + np.exp(-x))
-
-
-@kernel("SiLU")
-def silu_kernel(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
-    return silu(x)
-
-
-def erf(x: np.ndarray) -> np.ndarray:
-    """erf by Abramowitz and Stegun 7.1.26 (absolute error below 1.5e-7, about one float32 ulp of 1): numpy
-    has no erf, and a vector unit evaluates it as a polynomial like this one too."""
-    t = 1.0 / (1.0 + 0.3275911 * np.abs(x))
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-    return np.sign(x) * (1.0 - poly * np.exp(-x * x))
-
-
-def gelu(x: np.ndarray) -> np.ndarray:
-    return x * 0.5 * (1.0 + erf(x * (1.0 / np.sqrt(2.0))))
-
-
-@kernel("GELU")
-def gelu_kernel(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
-    return gelu(x)
-
-
-def gelu_tanh(x: np.ndarray) -> np.ndarray:
-    # The tanh form (SigLIP's gelu_pytorch_tanh), in the input's precision as torch computes it.
-    c = np.asarray(np.sqrt(2.0 / np.pi), x.dtype)
-    return x * 0.5 * (1.0 + np.tanh(c * (x + np.asarray(0.044715, x.dtype) * x * x * x)))
-
-
-@kernel("GELUTanh")
-def gelu_tanh_kernel(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
-    return gelu_tanh(x)
-
-
-ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {"SILU": silu, "GELU": gelu, "GELU_TANH": gelu_tanh}
-
-
-@kernel("Active")
-def active(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
-    fn = ACTIVATIONS.get(attrs["mode"])
-    if fn is None:
-        raise NotImplementedError(f"Active mode {attrs['mode']}")
-    return fn(x)
-
-
-@kernel("LayerNorm")
-def layer_norm(attrs: dict[str, Any], x: np.ndarray, gamma: np.ndarray, beta: np.ndarray) -> np.ndarray:
-    centred = x - np.mean(x, axis=-1, keepdims=True)
-    var = np.mean(centred * centred, axis=-1, keepdims=True)
-    return centred / np.sqrt(var + x.dtype.type(attrs["eps"])) * gamma + beta
-
-
-@kernel("Slice")
-def slice_kernel(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
-    index = [slice(None)] * x.ndim
-    index[attrs["axis"]] = slice(attrs["start"], attrs["end"])
-    return np.ascontiguousarray(x[tuple(index)])
-
-
-@kernel("Softmax")
-def softmax_kernel(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
-    return softmax(x, attrs["axis"])
-
-
-@kernel("Cast")
-def cast(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
-    return x  # the conversion is the rounding to the result type, done by the caller
+KERNELS = host_kernels(OPS)

@@ -34,6 +34,7 @@ from xdsl.ir import Operation, SSAValue
 from llmbuild import LlmbuildError
 from llmbuild.dialects.plain import tensor_info
 from llmbuild.numerics.formats import itemsize
+from llmbuild.op_defs import OPS, OpDef
 
 ROW_BLOCK = 8  # row tiles are multiples of this many tokens
 # Row tiles hold at most this many tokens. The chip gains little from larger ones (a group's weights are
@@ -51,10 +52,14 @@ KEY_BLOCK_FLOOR = 16
 STATE_BYTES = 4  # the online softmax's running max, sum and accumulator are f32
 MATMULS = ("tpu.MatMul", "tpu.A16MatMul")
 # Ops whose output row t depends only on row t of their activation operands (tokens on axis 1).
-ROW_LOCAL = frozenset(
-    {"tpu.RMSNorm", "tpu.MatMul", "tpu.A16MatMul", "tpu.Add", "tpu.Mul", "tpu.Active", "tpu.Cast", "tpu.Rope",
-     "tpu.Gather", "tpu.A16Gather", "tpu.Reshape", "tpu.LayerNorm"}
-)
+
+
+def row_local_ops(defs: Iterable[OpDef]) -> frozenset[str]:
+    """The tpu ops of `defs` whose definition (llmbuild/op_defs/) says grouping "row_local"."""
+    return frozenset(f"tpu.{op.name}" for op in defs if op.grouping == "row_local")
+
+
+ROW_LOCAL = row_local_ops(OPS)
 
 
 def dma_tables(op: Operation) -> tuple[int, ...]:

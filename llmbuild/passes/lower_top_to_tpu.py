@@ -11,6 +11,7 @@ element type, with two places where high precision is kept, as the chip allows:
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -36,36 +37,26 @@ from llmbuild.dialects import tpu
 from llmbuild.dialects.common import bool_attr
 from llmbuild.dialects.plain import main_func, string_list
 from llmbuild.importer.graph import ui8
+from llmbuild.op_defs import OPS, OpDef
 from llmbuild.quant.scheme import activation_dtype
 
 MODE_ELEMENT = {"f32": f32, "bf16": bf16, "f16": f16}
 HIGH_PRECISION_WEIGHTS = ("rope.cos", "rope.sin")
 F32_OUTPUTS = ("logits",)
 
-TOP_TO_TPU: dict[str, type[Operation]] = {
-    "top.Gather": tpu.GatherOp,
-    "top.RMSNorm": tpu.RMSNormOp,
-    "top.MatMul": tpu.MatMulOp,
-    "top.A16MatMul": tpu.A16MatMulOp,
-    "top.A16Gather": tpu.A16GatherOp,
-    "top.Reshape": tpu.ReshapeOp,
-    "top.Permute": tpu.PermuteOp,
-    "top.Rope": tpu.RopeOp,
-    "top.FAttention": tpu.FAttentionOp,
-    "top.Concat": tpu.ConcatOp,
-    "top.Add": tpu.AddOp,
-    "top.Mul": tpu.MulOp,
-    "top.SiLU": tpu.ActiveOp,
-    "top.Softmax": tpu.SoftmaxOp,
-    "top.GELU": tpu.ActiveOp,
-    "top.GELUTanh": tpu.ActiveOp,
-    "top.LayerNorm": tpu.LayerNormOp,
-    "top.Slice": tpu.SliceOp,
-}
-# Activations lowered to tpu.Active, with its mode.
-ACTIVE_MODES = {"top.SiLU": "SILU", "top.GELU": "GELU", "top.GELUTanh": "GELU_TANH"}
+
+
+def lowering_table(defs: Iterable[OpDef], tpu_classes: Mapping[str, type[Operation]]) -> dict[str, type[Operation]]:
+    """"top.X" -> the tpu class it lowers to, for every top form of `defs` (llmbuild/op_defs/)."""
+    return {f"top.{form.name}": tpu_classes[f"tpu.{op.name}"] for op in defs for form in op.top_forms()}
+
+
+TOP_TO_TPU = lowering_table(OPS, tpu.COMPUTE)
+# String attributes a top op's lowering sets (the activations lowered to tpu.Active, with its mode).
+LOWERING_ATTRS = {f"top.{form.name}": form.lowering_attrs for op in OPS for form in op.top_forms()
+                  if form.lowering_attrs}
 # Ops that only move data: they keep the precision of their (float) input.
-DATA_MOVEMENT = ("top.Gather", "top.Reshape", "top.Permute", "top.Concat", "top.Slice")
+DATA_MOVEMENT = tuple(f"top.{form.name}" for op in OPS if op.moves_data for form in op.top_forms())
 
 
 def _packed_levels(weight: Operation) -> TensorType:
@@ -124,8 +115,8 @@ class LowerTopToTpu(ModulePass):
             if cls is None:
                 raise LlmbuildError(f"lower-top-to-tpu: no lowering for {old.name}")
             attrs = dict(old.attributes)
-            if old.name in ACTIVE_MODES:
-                attrs["mode"] = StringAttr(ACTIVE_MODES[old.name])
+            for key, value in LOWERING_ATTRS.get(old.name, {}).items():
+                attrs[key] = StringAttr(value)
             if old.name in ("top.A16MatMul", "top.A16Gather"):
                 # the device reads packed levels and rounds the dequantized weight to the activation type
                 attrs["packed"] = bool_attr(old.attributes["weight_bits"].value.data == 4)
