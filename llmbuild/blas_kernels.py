@@ -14,8 +14,8 @@ from 2013 on, and every AMD Zen) before numpy is imported: `llmbuild/__init__.py
 and every build step and `llmbuild run` is a process that imports llmbuild before numpy. On an AVX-512
 machine the price is some prefill speed (decode is not BLAS's: numerics/vector_product.py); the host's
 current figures are in docs/performance.md. A user's own OPENBLAS_CORETYPE wins; without AVX2 and FMA, or
-off x86-64, nothing is set. Loading a binary warns (`runtime/blas.warn_if_unpinned`) when numpy loaded other kernels before
-llmbuild could pin them.
+off x86-64, nothing is set. Loading a binary warns (`runtime/blas.warn_if_unpinned`) when numpy loaded
+other kernels before llmbuild could pin them.
 """
 
 from __future__ import annotations
