@@ -124,3 +124,17 @@ def test_toy_family_s_norms_are_in_the_block_the_shared_builder_makes(toy_family
     text = str(build_block(spec, 0, "decode", Shapes(32, 8)))
     for name in OUTPUT_NORMS.values():
         assert f'"layers.0.{name}"' in text
+
+
+def test_toy_family_s_norms_are_priced_by_the_cost_model(toy_family: str) -> None:
+    from llmbuild.cost.ops import RMSNORM_OPS, block_ops
+    from llmbuild.cost.weight_formats import weight_format
+
+    spec = get_family(toy_family).spec_from_hf_config(CONFIG)
+    fmt = weight_format("f32")
+    ops = {op.name: op for op in block_ops(spec, fmt, "decode", 32, 8)}
+    h = CONFIG["hidden_size"]
+    for part in ("attn", "mlp"):
+        norm = ops[f"{part}_output_norm"]
+        assert (norm.eu_ops, norm.weight_bytes) == (h * RMSNORM_OPS, h * fmt.act_bytes)
+        assert f"{part}_residual" in ops

@@ -37,6 +37,17 @@ class BlockGraph(Protocol):
 
 
 @dataclass(frozen=True)
+class CostTerm:
+    """An elementwise op a family's hook puts in a layer, as the cost model (cost/ops.py) prices it: `kind`
+    "add" (one operation per element) or "norm" (an RMSNorm reading `gamma` weights), `width` elements a row."""
+
+    name: str
+    kind: str
+    width: int
+    gamma: int = 0
+
+
+@dataclass(frozen=True)
 class Family:
     name: str  # registry name, also ModelSpec.architecture
     hf_model_types: tuple[str, ...]  # config.json "model_type" values this family reads
@@ -224,6 +235,10 @@ class Family:
         """The stream after a branch (`part` "attn" or "mlp"): residual + branch. A family with norms or
         scales on the branch output adds them here (its extra weights in `layer_tensor_shapes`)."""
         return g.add(residual, branch, f"{prefix}{part}_residual")
+
+    def residual_cost(self, spec: ModelSpec, part: str) -> tuple[CostTerm, ...]:
+        """What `residual` adds to the layer, for the cost model: the one addition."""
+        return (CostTerm(f"{part}_residual", "add", spec.hidden_size),)
 
     def gated_activation(self, g: BlockGraph, gate: Any, up: Any, prefix: str) -> Any:
         """The MLP's gated activation, SiLU(gate) * up."""

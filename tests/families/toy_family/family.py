@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from llmbuild.families.family import BlockGraph, Family
+from llmbuild.families.family import BlockGraph, CostTerm, Family
 from llmbuild.families.spec import ModelSpec
 
 NAME = "toy_sandwich"
@@ -28,6 +28,10 @@ class SandwichFamily(Family):
         gamma = g.weight(prefix + OUTPUT_NORMS[part], (spec.hidden_size,))
         normed = g.rms_norm(branch, gamma, spec.rms_norm_eps, f"{prefix}{part}_output_norm")
         return g.add(residual, normed, f"{prefix}{part}_residual")
+
+    def residual_cost(self, spec: ModelSpec, part: str) -> tuple[CostTerm, ...]:
+        h = spec.hidden_size
+        return (CostTerm(f"{part}_output_norm", "norm", h, gamma=h), *super().residual_cost(spec, part))
 
 
 FAMILY = SandwichFamily(
