@@ -84,7 +84,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 from llmbuild import LlmbuildError  # noqa: E402
-from llmbuild.frontend.arch.base import expected_shapes  # noqa: E402
+from llmbuild.families.layout import expected_shapes  # noqa: E402
 from llmbuild.frontend.atomic import atomic_directory  # noqa: E402
 from llmbuild.frontend.registry import architecture_for_hf_model_type, get_architecture  # noqa: E402
 from llmbuild.frontend.synthetic import BIAS_STD, CORPUS, EMBED_STD, LOGIT_STD, NORM_SPREAD  # noqa: E402

@@ -178,7 +178,7 @@ def test_quantized_rows_reorder_before_dequantizing(source: GGUFSource) -> None:
     """q/k rows are unpermuted as stored bytes, then dequantized: the same as unpermuting the floats."""
     from gguf.quants import dequantize
 
-    from llmbuild.frontend.arch.base import unpermute_qk_rows
+    from llmbuild.families.family import unpermute_qk_rows
 
     raw = {t.name: t for t in source.raw_tensors()}["blk.0.attn_q.weight"]
     floats = unpermute_qk_rows(dequantize(raw.data, raw.tensor_type), source.spec.num_heads)

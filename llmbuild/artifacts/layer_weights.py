@@ -19,6 +19,7 @@ from llmbuild import LlmbuildError
 from llmbuild.artifacts.paths import BuildPaths
 from llmbuild.artifacts.weight_file import weight_file_arrays
 from llmbuild.binary.memory_map import MemoryPlan
+from llmbuild.families.layout import layer_tensor_names
 from llmbuild.frontend.sources import open_source
 from llmbuild.frontend.spec import ModelSpec, TensorSource
 from llmbuild.numerics.kernels import unpack_nibbles
@@ -55,7 +56,7 @@ def layer_weights(recipe: Recipe, paths: BuildPaths, spec: ModelSpec, layer: int
     scheme = recipe_scheme(recipe.quantization)
     source = tensor_source(recipe, paths)
     qdir = quantized_checkpoint_dir(recipe, paths)
-    names = spec.layer_tensor_names(layer)
+    names = layer_tensor_names(spec, layer)
     if scheme is None:
         weights = {name: source.tensor(name) for name in names}
         return weights, weights
@@ -67,7 +68,7 @@ def layer_weights(recipe: Recipe, paths: BuildPaths, spec: ModelSpec, layer: int
 def _float_tensors(source: TensorSource, spec: ModelSpec, layer: int) -> Weights:
     """The layer's tensors other than the quantized projections' weights (norms, biases)."""
     projections = {f"layers.{layer}.{proj}.weight" for proj in QUANTIZED_PROJECTIONS}
-    return {name: source.tensor(name) for name in spec.layer_tensor_names(layer) if name not in projections}
+    return {name: source.tensor(name) for name in layer_tensor_names(spec, layer) if name not in projections}
 
 
 def rounds_in_build(recipe: Recipe) -> bool:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from llmbuild import LlmbuildError
-from llmbuild.frontend.spec import ModelSpec
+from llmbuild.frontend.spec import ModelSpec, spec_from_json, spec_to_json
 from llmbuild.importer.shapes import Shapes
 from llmbuild.locations import build_root
 from llmbuild.recipe_types import Recipe
@@ -141,16 +141,13 @@ def shapes_of(recipe: Recipe) -> Shapes:
 
 
 def write_spec(spec: ModelSpec, path: Path) -> None:
-    write_text_atomic(path, json.dumps(asdict(spec), indent=1, sort_keys=True) + "\n")
+    write_text_atomic(path, json.dumps(spec_to_json(spec), indent=1, sort_keys=True) + "\n")
 
 
 def read_spec(path: Path) -> ModelSpec:
     if not path.is_file():
         raise LlmbuildError(f"{path}: missing; run `llmbuild prepare` (or snakemake) first")
-    d = json.loads(path.read_text())
-    d["eos_token_ids"] = tuple(d["eos_token_ids"])
-    d["rope_scaling"] = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in d["rope_scaling"])
-    return ModelSpec(**d)
+    return spec_from_json(json.loads(path.read_text()))
 
 
 def write_text_atomic(path: Path, text: str) -> None:

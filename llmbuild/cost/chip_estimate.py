@@ -22,8 +22,8 @@ from llmbuild.cost.memory import MemoryEstimate, estimate_memory
 from llmbuild.cost.ops import STEPS, lm_head_format, model_stages
 from llmbuild.cost.schedule import DEFAULT_SCHEDULE, LLMBUILD, SCHEDULES, OpTime, Schedule, run_step, time_op
 from llmbuild.cost.weight_formats import weight_format
-from llmbuild.frontend.arch.base import expected_shapes
-from llmbuild.frontend.spec import ModelSpec
+from llmbuild.families.layout import expected_shapes
+from llmbuild.frontend.spec import ModelSpec, spec_from_json
 from llmbuild.recipe_types import DEFAULT_GROUP_SIZE
 
 
@@ -235,11 +235,8 @@ def estimate(spec: ModelSpec, mode: str, group_size: int, chip: str | Chip, seq_
 
 def spec_from_dict(data: dict[str, Any]) -> ModelSpec:
     """A ModelSpec from its JSON form (spec.json, a binary's meta)."""
-    d = dict(data)
-    d["eos_token_ids"] = tuple(d.get("eos_token_ids") or ())
-    d["rope_scaling"] = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in d.get("rope_scaling") or ())
     try:
-        return ModelSpec(**d)
+        return spec_from_json(data)
     except TypeError as exc:
         raise LlmbuildError(f"spec: malformed model spec: {exc}") from None
 

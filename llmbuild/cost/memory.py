@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from llmbuild.cost.ops import embedding_format
 from llmbuild.cost.weight_formats import WeightFormat
-from llmbuild.frontend.arch.base import expected_shapes
+from llmbuild.families.layout import expected_shapes
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.numerics.formats import itemsize
 

@@ -3,7 +3,8 @@ vector unit compute, and what must cross the DDR (weights, activations, KV histo
 
 The op chain is the one `llmbuild.importer.nets` builds (RMSNorm, q/k/v projections with Qwen2 biases,
 Qwen3 q/k norms, RoPE, attention over history + new rows, o projection, residual, RMSNorm, gate/up,
-SiLU x up, down, residual), plus the runtime's copy of the new k/v rows into the cache. Attention
+SiLU x up, down, residual), plus the runtime's copy of the new k/v rows into the cache. The residual joins
+are the family's (its `residual_cost` states what its `residual` hook builds). Attention
 score traffic is left to the schedule (`schedule.py`): it depends on whether scores leave local memory.
 
 Vector-op counts per element are estimates (f32 on the vector unit); they only matter where vector
@@ -15,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from llmbuild.cost.weight_formats import WeightFormat
+from llmbuild.families.family import CostTerm
+from llmbuild.families.registry import get_family
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.op_defs.active import ACTIVE
 from llmbuild.op_defs.add import ADD
@@ -98,6 +101,18 @@ def _norm(name: str, rows: int, width: int, b: int, gamma: int) -> Op:
     return Op(name, "elementwise", eu_ops=rows * width * RMSNORM_OPS, weight_bytes=gamma * b)
 
 
+def _family_ops(terms: tuple[CostTerm, ...], rows: int, b: int) -> list[Op]:
+    ops = []
+    for term in terms:
+        if term.kind == "norm":
+            ops.append(_norm(term.name, rows, term.width, b, term.gamma))
+        elif term.kind == "add":
+            ops.append(Op(term.name, "elementwise", eu_ops=rows * term.width * ADD_OPS))
+        else:
+            raise ValueError(f"{term.name}: unknown cost term kind {term.kind!r} (expected add or norm)")
+    return ops
+
+
 def block_ops(spec: ModelSpec, fmt: WeightFormat, stage: str, seq_length: int, prefill_length: int) -> tuple[Op, ...]:
     """The ops of one layer's `stage` net (prefill: L new rows; prefill_kv: L rows over S history rows;
     decode: one row over S history rows; a static net reads all S rows whatever the position)."""
@@ -125,12 +140,13 @@ def block_ops(spec: ModelSpec, fmt: WeightFormat, stage: str, seq_length: int, p
         attention=att,
     ))
     ops.append(_linear("o_proj", n, nh * d, H, fmt, False))
-    ops.append(Op("attn_residual", "elementwise", eu_ops=n * H * ADD_OPS))
+    family = get_family(spec.architecture)
+    ops += _family_ops(family.residual_cost(spec, "attn"), n, b)
     ops.append(_norm("post_norm", n, H, b, H))
     ops += [_linear("gate_proj", n, H, F, fmt, False), _linear("up_proj", n, H, F, fmt, False)]
     ops.append(Op("silu_mul", "elementwise", eu_ops=n * F * SILU_MUL_OPS))
     ops.append(_linear("down_proj", n, F, H, fmt, False))
-    ops.append(Op("mlp_residual", "elementwise", eu_ops=n * H * ADD_OPS))
+    ops += _family_ops(family.residual_cost(spec, "mlp"), n, b)
     # The runtime copies the n new k/v rows (net outputs) into this layer's cache: read and write.
     ops.append(Op("kv_store", "copy", act_bytes=2 * (2 * n * kvh * d * b)))
     return tuple(ops)

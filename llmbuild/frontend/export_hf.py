@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from llmbuild import LlmbuildError
-from llmbuild.frontend.arch.base import expected_shapes
+from llmbuild.families.layout import expected_shapes
 from llmbuild.frontend.registry import get_architecture
 from llmbuild.frontend.spec import ModelSpec, TensorSource
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from llmbuild import LlmbuildError
-from llmbuild.frontend.arch.base import expected_shapes
+from llmbuild.families.layout import expected_shapes
 from llmbuild.frontend.registry import architecture_for_gguf, get_architecture
 from llmbuild.frontend.spec import ModelSpec
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from llmbuild import LlmbuildError
-from llmbuild.frontend.arch.base import expected_shapes
+from llmbuild.families.layout import expected_shapes
 from llmbuild.frontend.internvl_chat import is_internvl_chat, native_config
 from llmbuild.frontend.json_file import read_json
 from llmbuild.frontend.registry import architecture_for_hf_model_type, get_architecture

@@ -3,7 +3,9 @@
 Net names follow the incumbent: `embedding`, `embedding_cache`, `block_{i}` (prefill),
 `block_kv_{i}` (prefill with history), `block_cache_{i}` (decode) and `lm_head`. The op chain of one
 block is the Llama/Qwen2 one; Qwen2's q/k/v bias and Qwen3's q/k RMSNorm are flags of the spec, so a
-family variant needs no new code here.
+family variant needs no new code here. Where a family's block differs in structure, the builder asks the
+family (llmbuild/families/family.py's hooks: the residual joins, the gated activation), found through the
+registry by the spec's architecture.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, i32, i64
 from xdsl.ir import SSAValue
 
 from llmbuild.dialects import common
+from llmbuild.families.registry import get_family
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.importer.graph import TopGraph
 from llmbuild.importer.shapes import Shapes
@@ -37,6 +40,8 @@ def build_block(spec: ModelSpec, layer: int, stage: str, shapes: Shapes, quant: 
     Act order (`quant.act_order`): the checkpoint's input rows were sorted so that groups are contiguous
     (quant/pack.py); each projection's input is gathered with the same permutation (`<proj>.perm`), which
     keeps x · Wᵀ exact without re-quantizing anything."""
+    family = get_family(spec.architecture)
+    family.check_compiled(spec)
     net = block_net_name(layer, stage)
     g = TopGraph(net, _module_attrs(net, stage, layer))
 
@@ -80,15 +85,15 @@ def build_block(spec: ModelSpec, layer: int, stage: str, shapes: Shapes, quant: 
         values = g.concat([history[1], v], 1, p + "v_concat")
     attn = g.attention(q, keys, values, mask, d**-0.5, p + "attention")
     o = linear(attn, "self_attn.o_proj", H, nh * d, None, p + "o_proj")
-    h = g.add(hidden, o, p + "attn_residual")
+    h = family.residual(g, hidden, o, spec, p, "attn")
 
     x = g.rms_norm(h, g.weight(p + "post_attention_layernorm.weight", (H,)), spec.rms_norm_eps, p + "post_norm")
     F = spec.intermediate_size
     gate = linear(x, "mlp.gate_proj", F, H, None, p + "gate_proj")
     up = linear(x, "mlp.up_proj", F, H, None, p + "up_proj")
-    act = g.mul(g.silu(gate, p + "gate_silu"), up, p + "gate_mul")
+    act = family.gated_activation(g, gate, up, p)
     down = linear(act, "mlp.down_proj", H, F, None, p + "down_proj")
-    out = g.add(h, down, p + "mlp_residual")
+    out = family.residual(g, h, down, spec, p, "mlp")
     return g.finish([out, k, v], ["hidden_states", "present_k", "present_v"])
 
 

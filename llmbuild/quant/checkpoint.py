@@ -45,7 +45,7 @@ class QuantizedCheckpoint:
 def _float_shapes(config: dict) -> dict[str, tuple[int, ...]]:
     """Canonical tensor name -> shape for a known architecture; {} otherwise (shapes then come from the
     packed tensors themselves)."""
-    from llmbuild.frontend.arch.base import expected_shapes
+    from llmbuild.families.layout import expected_shapes
     from llmbuild.frontend.registry import architecture_for_hf_model_type, get_architecture
 
     try:

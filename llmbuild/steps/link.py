@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from llmbuild.binary.memory_map import MemoryPlan, align
 from llmbuild.binary.program import Program, decode, decode_header
 from llmbuild.chips import load_chip
 from llmbuild.cost.compiled import perf_report
+from llmbuild.frontend.spec import spec_to_json
 from llmbuild.frontend.tokenizer_files import TokenizerBundle, read_tokenizer_bundle, token_ids_by_string
 from llmbuild.recipe_types import Recipe
 from llmbuild.verify.layer_check_policy import faithful_layers
@@ -113,7 +114,7 @@ def link(recipe: Recipe) -> None:
         "format": "llmbuild",
         "llmbuild_version": __version__,
         "recipe": recipe.name,
-        "spec": asdict(spec),
+        "spec": spec_to_json(spec),
         "mode": recipe.quantization.mode,
         "chip": recipe.target.chip,
         "seq_length": shapes.seq_length,

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, replace
 
 from llmbuild.artifacts.paths import VIT_NET
-from llmbuild.frontend.arch.base import expected_shapes
+from llmbuild.families.layout import expected_shapes
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.numerics.compiled_dequant import MIN_WEIGHTS
 from llmbuild.recipe_types import Recipe

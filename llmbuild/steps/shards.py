@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from llmbuild.frontend.arch.base import expected_shapes
+from llmbuild.families.layout import expected_shapes
 from llmbuild.frontend.spec import ModelSpec
 
 SHARD_WEIGHTS = 200_000_000

@@ -33,6 +33,7 @@ import numpy as np
 from llmbuild import one_line
 from llmbuild.artifacts.layer_weights import quantized_checkpoint_dir
 from llmbuild.artifacts.paths import BuildPaths, read_spec
+from llmbuild.families.layout import layer_tensor_names
 from llmbuild.quant.checkpoint import QuantizedCheckpoint
 from llmbuild.recipe_types import Recipe
 
@@ -256,7 +257,7 @@ def _gguf(path: Path, spec, layers: list[int]) -> dict:
 
     source = GGUFSource(path)
     present = set(source.names())
-    names = [n for i in layers for n in spec.layer_tensor_names(i) if n in present]
+    names = [n for i in layers for n in layer_tensor_names(spec, i) if n in present]
     quantized = [n for n in names if source.tensor_type(n).name not in ("F32", "F16", "BF16")]
     checked = quantized or names
 

@@ -3,9 +3,9 @@
 llama.cpp permutes the q/k rows of `llama` GGUF files for its rotary layout; reading undoes it.
 """
 
-from llmbuild.frontend.arch.base import Architecture
+from llmbuild.families.family import Family
 
-ARCHITECTURE = Architecture(
+FAMILY = Family(
     name="llama",
     hf_model_types=("llama",),
     gguf_architectures=("llama",),

@@ -1,8 +1,8 @@
 """Qwen3 (dense): no biases, RMSNorm on each q and k head, and a head_dim stated explicitly."""
 
-from llmbuild.frontend.arch.base import Architecture
+from llmbuild.families.family import Family
 
-ARCHITECTURE = Architecture(
+FAMILY = Family(
     name="qwen3",
     hf_model_types=("qwen3",),
     gguf_architectures=("qwen3",),

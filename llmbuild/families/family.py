@@ -1,25 +1,54 @@
-"""What one decoder family is: how its HF config and GGUF metadata become a `ModelSpec`, and the
-per-tensor fix-ups its checkpoints need. A variant of a family is another `Architecture` value,
-not new code: every difference between llama, qwen2 and qwen3 is a field here.
+"""What one model family is, in one value: how its HF config and GGUF metadata become a `ModelSpec`, its
+tensor layout, the per-tensor fix-ups its checkpoints need, the places its decoder block differs from the
+shared one (importer/nets.py calls the hooks), and its transformers class. A variant of a family is
+another `Family` value, not new code: every difference between llama, qwen2 and qwen3 is a field here.
+A family whose block differs in structure (a norm placement, an activation) subclasses `Family` and
+overrides a hook; the shared builder stays in the importer, and the hook sees only `BlockGraph`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from llmbuild import ConfigFieldError, LlmbuildError
-from llmbuild.frontend.spec import ModelSpec
+from llmbuild.families.spec import ATTENTION_COMPILED, MLP_COMPILED, ModelSpec
 
 # Our readers and transformers agree on these only when the MLP gate is SiLU.
 _SUPPORTED_ACTIVATIONS = ("silu",)
 
 
+class BlockGraph(Protocol):
+    """The part of the importer's net builder (importer/graph.py's TopGraph) a family's block hooks may
+    use; values are the builder's SSA values, opaque here so that families import nothing of the compiler."""
+
+    def weight(self, name: str, shape: Sequence[int]) -> Any: ...
+
+    def rms_norm(self, x: Any, gamma: Any, eps: float, loc: str) -> Any: ...
+
+    def add(self, a: Any, b: Any, loc: str) -> Any: ...
+
+    def mul(self, a: Any, b: Any, loc: str) -> Any: ...
+
+    def silu(self, x: Any, loc: str) -> Any: ...
+
+
 @dataclass(frozen=True)
-class Architecture:
+class CostTerm:
+    """An elementwise op a family's hook puts in a layer, as the cost model (cost/ops.py) prices it: `kind`
+    "add" (one operation per element) or "norm" (an RMSNorm reading `gamma` weights), `width` elements a row."""
+
+    name: str
+    kind: str
+    width: int
+    gamma: int = 0
+
+
+@dataclass(frozen=True)
+class Family:
     name: str  # registry name, also ModelSpec.architecture
     hf_model_types: tuple[str, ...]  # config.json "model_type" values this family reads
     gguf_architectures: tuple[str, ...]  # GGUF "general.architecture" values this family reads
@@ -157,6 +186,64 @@ class Architecture:
             return unpermute_qk_rows(array, spec.num_kv_heads)
         return array
 
+    # ---- tensor layout --------------------------------------------------------------------------
+
+    def layer_tensor_shapes(self, spec: ModelSpec) -> dict[str, tuple[int, ...]]:
+        """Each tensor of one decoder layer (its name after `layers.{i}.`) with its shape, in import order:
+        the Llama layout, with q/k/v biases and q/k norms where the spec has them."""
+        h, hd = spec.hidden_size, spec.head_dim
+        q, kv, ffn = spec.num_heads * hd, spec.num_kv_heads * hd, spec.intermediate_size
+        shapes: dict[str, tuple[int, ...]] = {"input_layernorm.weight": (h,)}
+        for proj, shape in (("q", (q, h)), ("k", (kv, h)), ("v", (kv, h)), ("o", (h, q))):
+            shapes[f"self_attn.{proj}_proj.weight"] = shape
+        if spec.qkv_bias:
+            shapes |= {"self_attn.q_proj.bias": (q,), "self_attn.k_proj.bias": (kv,), "self_attn.v_proj.bias": (kv,)}
+        if spec.qk_norm:
+            shapes |= {"self_attn.q_norm.weight": (hd,), "self_attn.k_norm.weight": (hd,)}
+        shapes["post_attention_layernorm.weight"] = (h,)
+        shapes |= {"mlp.gate_proj.weight": (ffn, h), "mlp.up_proj.weight": (ffn, h), "mlp.down_proj.weight": (h, ffn)}
+        return shapes
+
+    def tensor_shapes(self, spec: ModelSpec) -> dict[str, tuple[int, ...]]:
+        """Every canonical tensor of `spec` with its shape, in import order (embedding first)."""
+        h = spec.hidden_size
+        shapes: dict[str, tuple[int, ...]] = {"embed_tokens.weight": (spec.vocab_size, h)}
+        per_layer = self.layer_tensor_shapes(spec)
+        for i in range(spec.num_layers):
+            shapes |= {f"layers.{i}.{name}": shape for name, shape in per_layer.items()}
+        shapes["norm.weight"] = (h,)
+        if not spec.tie_word_embeddings:
+            shapes["lm_head.weight"] = (spec.vocab_size, h)
+        return shapes
+
+    # ---- the decoder block: hooks of importer/nets.py's shared builder ------------------------------
+
+    def check_compiled(self, spec: ModelSpec) -> None:
+        """LlmbuildError (one line) for a block the shared builder does not compile."""
+        if spec.mlp not in MLP_COMPILED:
+            raise LlmbuildError(f"{spec.architecture}: mlp {spec.mlp!r} is not compiled (compiled: "
+                                f"{', '.join(MLP_COMPILED)})")
+        if spec.attention not in ATTENTION_COMPILED:
+            raise LlmbuildError(f"{spec.architecture}: attention {spec.attention!r} is not compiled (compiled: "
+                                f"{', '.join(ATTENTION_COMPILED)})")
+        if spec.layer_state:
+            names = ", ".join(name for name, _ in spec.layer_state)
+            raise LlmbuildError(f"{spec.architecture}: per-layer state ({names}) besides the KV cache is not "
+                                "compiled")
+
+    def residual(self, g: BlockGraph, residual: Any, branch: Any, spec: ModelSpec, prefix: str, part: str) -> Any:
+        """The stream after a branch (`part` "attn" or "mlp"): residual + branch. A family with norms or
+        scales on the branch output adds them here (its extra weights in `layer_tensor_shapes`)."""
+        return g.add(residual, branch, f"{prefix}{part}_residual")
+
+    def residual_cost(self, spec: ModelSpec, part: str) -> tuple[CostTerm, ...]:
+        """What `residual` adds to the layer, for the cost model: the one addition."""
+        return (CostTerm(f"{part}_residual", "add", spec.hidden_size),)
+
+    def gated_activation(self, g: BlockGraph, gate: Any, up: Any, prefix: str) -> Any:
+        """The MLP's gated activation, SiLU(gate) * up."""
+        return g.mul(g.silu(gate, prefix + "gate_silu"), up, prefix + "gate_mul")
+
 
 def unpermute_qk_rows(array: np.ndarray, n_head: int) -> np.ndarray:
     """Inverse of llama.cpp's `permute`: per head it wrote rows (0, d/2, 1, d/2+1, ...) as
@@ -164,36 +251,6 @@ def unpermute_qk_rows(array: np.ndarray, n_head: int) -> np.ndarray:
     half = array.shape[0] // n_head // 2
     rows = array.reshape(n_head, half, 2, *array.shape[1:])
     return np.ascontiguousarray(rows.swapaxes(1, 2).reshape(array.shape))
-
-
-def expected_shapes(spec: ModelSpec) -> dict[str, tuple[int, ...]]:
-    """Every canonical tensor of `spec` with its shape, in import order (embedding first)."""
-    h, hd = spec.hidden_size, spec.head_dim
-    q, kv, ffn = spec.num_heads * hd, spec.num_kv_heads * hd, spec.intermediate_size
-    per_layer = {
-        "input_layernorm.weight": (h,),
-        "self_attn.q_proj.weight": (q, h),
-        "self_attn.k_proj.weight": (kv, h),
-        "self_attn.v_proj.weight": (kv, h),
-        "self_attn.o_proj.weight": (h, q),
-        "self_attn.q_proj.bias": (q,),
-        "self_attn.k_proj.bias": (kv,),
-        "self_attn.v_proj.bias": (kv,),
-        "self_attn.q_norm.weight": (hd,),
-        "self_attn.k_norm.weight": (hd,),
-        "post_attention_layernorm.weight": (h,),
-        "mlp.gate_proj.weight": (ffn, h),
-        "mlp.up_proj.weight": (ffn, h),
-        "mlp.down_proj.weight": (h, ffn),
-    }
-    shapes: dict[str, tuple[int, ...]] = {"embed_tokens.weight": (spec.vocab_size, h)}
-    for i in range(spec.num_layers):
-        for name in spec.layer_tensor_names(i):
-            shapes[name] = per_layer[name.split(".", 2)[2]]
-    shapes["norm.weight"] = (h,)
-    if not spec.tie_word_embeddings:
-        shapes["lm_head.weight"] = (spec.vocab_size, h)
-    return shapes
 
 
 def _positive_int(value: Any, key: str, origin: str) -> int:

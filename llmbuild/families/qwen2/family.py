@@ -1,8 +1,8 @@
 """Qwen2 / Qwen2.5: Llama with biases on the q, k and v projections."""
 
-from llmbuild.frontend.arch.base import Architecture
+from llmbuild.families.family import Family
 
-ARCHITECTURE = Architecture(
+FAMILY = Family(
     name="qwen2",
     hf_model_types=("qwen2",),
     gguf_architectures=("qwen2",),
