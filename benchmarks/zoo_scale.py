@@ -58,8 +58,29 @@ def run_zoo(checkout: Path, build: Path, recipes: list[str], cores: int, zoo_arg
         sys.exit(f"zoo_scale.py: the zoo failed in {checkout}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     (record_path,) = sorted((build / "zoo" / "history").glob("*.json"))
     record = json.loads(record_path.read_text())
-    logs = sorted((build / "zoo" / "runs").glob("*.log"))
-    return {"wall": wall, "record": record, "log": logs[0].read_text() if logs else ""}
+    # The zoo's one run's log; an older zoo's, a log per recipe's run.
+    logs = sorted((build / "zoo" / "runs").glob("*.log")) or sorted((build / "zoo" / "runs").glob("*/*.log"))
+    return {"wall": wall, "record": record, "logs": [log.read_text() for log in logs]}
+
+
+def read_logs(logs: list[str], recipes: list[str]) -> tuple[list[timeline.Job], list[float]]:
+    """Every job of the logs on one clock (from the first log's first job), and each SLURM job's status
+    delay (seconds from its end in SLURM's record to Snakemake seeing it end)."""
+    origins = [timeline.first_date(log) for log in logs]
+    known = [o for o in origins if o is not None]
+    first = min(known) if known else 0.0
+    jobs, delays = [], []
+    for log, origin in zip(logs, origins, strict=True):
+        if origin is None:
+            continue
+        ones = timeline.read_jobs(log, recipes)
+        if any(job.slurm_id for job in ones):
+            delays += status_delays(origin, ones)
+        for job in ones:
+            job.start += origin - first
+            job.end = None if job.end is None else job.end + origin - first
+        jobs += ones
+    return jobs, delays
 
 
 def slurm_ends() -> dict[str, float]:
@@ -74,20 +95,20 @@ def slurm_ends() -> dict[str, float]:
     return ends
 
 
-def status_delays(log: str, jobs: list[timeline.Job]) -> list[float]:
-    """For each SLURM job: seconds from its end in SLURM's record to Snakemake seeing it end (the log
-    has whole seconds, so each figure is within a second)."""
-    origin, ends = timeline.first_date(log), slurm_ends()
-    return [origin + job.end - ends[job.slurm_id] for job in jobs
-            if origin is not None and job.slurm_id in ends and job.end is not None]
+def status_delays(origin: float, jobs: list[timeline.Job]) -> list[float]:
+    """For each SLURM job of one log (times from `origin`): seconds from its end in SLURM's record to
+    Snakemake seeing it end (the log has whole seconds, so each figure is within a second)."""
+    ends = slurm_ends()
+    return [origin + job.end - ends[job.slurm_id] for job in jobs if job.slurm_id in ends and job.end is not None]
 
 
 def row(case: str, checkout: Path, recipes: list[str], outcome: dict) -> tuple[list, dict]:
     record = outcome["record"]
     verified = sum(1 for r in record["recipes"].values() if r.get("status") == "verified")
-    jobs = timeline.read_jobs(outcome["log"], recipes) if outcome["log"] else []
+    jobs, delays = read_logs(outcome["logs"], recipes)
+    # The zoo's bookkeeping jobs and the recipes' own targets: no command, nothing in flight.
+    jobs = [job for job in jobs if not job.rule.startswith("zoo") and job.rule not in recipes]
     schedule = timeline.summary(jobs) if jobs else None
-    delays = status_delays(outcome["log"], jobs) if any(j.slurm_id for j in jobs) else []
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=checkout, capture_output=True,
                             text=True).stdout.strip() or "?"
     series = [(t, sum(c.values())) for t, c in timeline.in_flight(jobs)]
@@ -112,13 +133,13 @@ def main() -> None:
                                      capture_output=True).returncode != 0:
         sys.exit("zoo_scale.py: the local SLURM does not run (scripts/slurm-local.sh start, as root)")
 
-    cases = []
-    if args.baseline_checkout:
-        cases.append(("one machine, before", args.baseline_checkout.resolve(), ""))
-    cases.append(("one machine", ROOT, ""))
+    slurm = ("--profile profiles/slurm --workflow-profile none --cores 256 "
+             f"--slurm-jobname-prefix zoo-scale-{uuid.uuid4().hex[:8]}")
+    checkouts = [("before", args.baseline_checkout.resolve())] if args.baseline_checkout else []
+    checkouts.append(("after" if args.baseline_checkout else "", ROOT))
+    cases = [(f"one machine{', ' + when if when else ''}", checkout, "") for when, checkout in checkouts]
     if args.slurm:
-        cases.append(("local SLURM", ROOT, f"--profile profiles/slurm --workflow-profile none --cores 256 "
-                                            f"--slurm-jobname-prefix zoo-scale-{uuid.uuid4().hex[:8]}"))
+        cases += [(f"local SLURM{', ' + when if when else ''}", checkout, slurm) for when, checkout in checkouts]
     rows, series = [], []
     with tempfile.TemporaryDirectory(prefix="zoo-scale-") as scratch:
         for i, (case, checkout, zoo_args) in enumerate(cases):
@@ -130,10 +151,13 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps(series, indent=1))
     if args.record:
-        from records import write_record
+        from records import command_line, write_record
 
+        command = command_line()
+        if args.baseline_checkout:  # a machine path: named by its commit instead
+            command = command.replace(str(args.baseline_checkout), f"CHECKOUT_OF_{rows[0][1]}")
         write_record(
-            args.record, name=args.record.stem, section="the zoo", title="The zoo's schedule",
+            args.record, command=command, name=args.record.stem, section="the zoo", title="The zoo's schedule",
             caption=(f"`snakemake --cores {args.cores} zoo` of {', '.join(recipes)} from a clean build folder "
                      "(no vendor bmodel): the wall time, and the most jobs and recipes in flight at once, from "
                      "the zoo's Snakemake log. On the local SLURM (one node, the machine's cores) the zoo's run "

@@ -242,3 +242,28 @@ def test_the_schedule_is_read_from_the_snakemake_log() -> None:
     summary = timeline.summary(jobs)
     assert (summary["wall_seconds"], summary["max_in_flight"], summary["max_recipes_in_flight"]) == (6.0, 2, 2)
     assert [timeline.Job.of(j) for j in summary["jobs"]] == [timeline.Job(**{**vars(j), "outputs": ""}) for j in jobs]
+
+
+def test_a_recipe_whose_dag_cannot_be_made_fails_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One recipe's error while the zoo's run makes its DAG stops that run before any job: each recipe is
+    then run alone, and only that recipe is failed (the other's marker is made; its build folder here has
+    no verify.json, so it reads as not passed)."""
+    from llmbuild.zoo.build import build_zoo
+
+    snakefile = tmp_path / "Snakefile"
+    snakefile.write_text(
+        "def needs(w):\n"
+        "    if w.recipe == 'llama_tiny_f32':\n"
+        "        raise ValueError('llama_tiny_f32: no plan for this recipe')\n"
+        "    return []\n\n"
+        "rule zoo_built:\n    input: needs\n    output: touch('{zoo}/runs/{run}/{recipe}.built')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LLMBUILD_RECIPES", str(ROOT / "recipes"))
+    monkeypatch.delenv("LLMBUILD_ZOO_SNAKEMAKE_ARGS", raising=False)
+    names = ["qwen2_tiny_f32", "llama_tiny_f32"]
+    results = build_zoo(names, tmp_path / "build", tmp_path / "build" / "zoo", "20260101T000000Z", snakefile, 1)
+    assert (tmp_path / "build" / "zoo" / "runs" / "20260101T000000Z" / "qwen2_tiny_f32.built").is_file()
+    assert (results["qwen2_tiny_f32"]["status"], results["qwen2_tiny_f32"]["step"]) == ("failed", "verify")
+    failed = results["llama_tiny_f32"]
+    assert (failed["status"], failed["step"]) == ("failed", "snakemake"), failed
+    assert "no plan for this recipe" in failed["message"], failed

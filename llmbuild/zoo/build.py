@@ -12,6 +12,7 @@ during this run and from the run's own report.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -28,22 +29,34 @@ from llmbuild.zoo.timeline import read_jobs
 # Extra options for the zoo's Snakemake run, e.g. "--profile profiles/slurm --workflow-profile none" to
 # build on a cluster.
 EXTRA_ARGS_ENV = "LLMBUILD_ZOO_SNAKEMAKE_ARGS"
+_ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception): \S")
 
 
 def build_zoo(names: list[str], build_dir: Path, zoo_dir: Path, run: str, snakefile: Path, cores: int) -> dict:
     """recipe -> its result: status `verified`, `failed` (with `step` and `message`) or `skipped`."""
     results = _unbuildable(names)
     buildable = [name for name in names if name not in results]
+    paths = ZooPaths(Path(zoo_dir))
     if buildable:
-        paths = ZooPaths(Path(zoo_dir))
         started = time.time()
-        command = [sys.executable, "-m", "snakemake", "--snakefile", str(snakefile), "--cores", str(cores),
-                   "--keep-going", *shlex.split(os.environ.get(EXTRA_ARGS_ENV, "")),
-                   *[str(paths.built(run, name)) for name in buildable]]
-        returncode, output = _run(command)
+        returncode, output = _run(_command(snakefile, cores, [paths.built(run, name) for name in buildable]))
+        if returncode != 0 and len(buildable) > 1 and not read_jobs(output):
+            # The run stopped before any job (one recipe's DAG could not be made): each recipe alone, so
+            # that one's error is its failure only.
+            for name in buildable:
+                started = time.time()
+                returncode, output = _run(_command(snakefile, cores, [paths.built(run, name)]))
+                results[name] = outcome(name, Path(build_dir), paths.built(run, name), started, output, returncode)
         for name in buildable:
-            results[name] = outcome(name, Path(build_dir), paths.built(run, name), started, output, returncode)
+            if name not in results:
+                results[name] = outcome(name, Path(build_dir), paths.built(run, name), started, output, returncode)
     return {name: results[name] for name in names}
+
+
+def _command(snakefile: Path, cores: int, targets: list[Path]) -> list[str]:
+    # --rerun-incomplete: a zoo killed half-way (the machine rebooted) must not fail the next night's run.
+    return [sys.executable, "-m", "snakemake", "--snakefile", str(snakefile), "--cores", str(cores), "--keep-going",
+            "--rerun-incomplete", *shlex.split(os.environ.get(EXTRA_ARGS_ENV, "")), *map(str, targets)]
 
 
 def outcome(name: str, build_dir: Path, marker: Path, since: float, output: str, returncode: int) -> dict:
@@ -83,9 +96,12 @@ def failure(build_dir: Path, name: str, since: float, output: str, returncode: i
     if failed:
         return failed[0].rule, (mentions[-1] if mentions else
                                 f"snakemake exited with status {returncode} and no step message (see the zoo log)")
+    # Snakemake's own error (e.g. `ValueError: ...` raised making the DAG, `Error: Directory cannot be
+    # locked.`), else its last line.
     said = [line.strip() for line in output.splitlines() if line.strip()]
+    error = next((line for line in said if _ERROR_LINE.match(line)), said[-1] if said else "no output")
     return "snakemake", (mentions[-1] if mentions else f"snakemake exited with status {returncode} before building "
-                         f"it: {said[-1] if said else 'no output'} (see the zoo log)")
+                         f"it: {error} (see the zoo log)")
 
 
 def _unbuildable(names: list[str]) -> dict[str, dict]:
