@@ -151,23 +151,47 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps(series, indent=1))
     if args.record:
-        from records import command_line, write_record
+        write_zoo_record(args.record, rows, recipes, args.cores, recorded_command(args, rows[0][1]))
 
-        command = command_line()
-        if args.baseline_checkout:  # a machine path: named by its commit instead
-            command = command.replace(str(args.baseline_checkout), f"CHECKOUT_OF_{rows[0][1]}")
-        write_record(
-            args.record, command=command, name=args.record.stem, section="the zoo", title="The zoo's schedule",
-            caption=(f"`snakemake --cores {args.cores} zoo` of {', '.join(recipes)} from a clean build folder "
-                     "(no vendor bmodel): the wall time, and the most jobs and recipes in flight at once, from "
-                     "the zoo's Snakemake log. On the local SLURM (one node, the machine's cores) the zoo's run "
-                     "has `--profile profiles/slurm`; the last column is how long after a job's end in SLURM's "
-                     "record Snakemake saw it (the status checks)."),
-            columns=COLUMNS, rows=rows, notes=[
-                "Before: each recipe built by a Snakemake run of its own, one recipe after the other. After: "
-                "every recipe's steps in one run's DAG (docs/zoo.md).",
-                "The machine is shared: wall times vary by some 10-20% between runs."])
 
+def recorded_command(args: argparse.Namespace, baseline_commit: str) -> str:
+    """This command as the record keeps it: no machine path (the --json file left out, the baseline
+    checkout named by its commit)."""
+    from records import command_line
+
+    argv, skip = [], False
+    for word in sys.argv:
+        if skip:
+            skip = False
+        elif word == "--json":
+            skip = True
+        elif not word.startswith("--json="):
+            argv.append(word)
+    command = command_line(argv)
+    if args.baseline_checkout:
+        command = command.replace(str(args.baseline_checkout), f"CHECKOUT_OF_{baseline_commit}")
+    return command
+
+
+def write_zoo_record(path: Path, rows: list[list], recipes: list[str], cores: int, command: str) -> None:
+    from records import write_record
+
+    write_record(
+        path, command=command, name=path.stem, section="the zoo", title="The zoo's schedule",
+        caption=(f"`snakemake --cores {cores} zoo` of {', '.join(recipes)} from a clean build folder "
+                 "(no vendor bmodel): the wall time, and the most jobs and recipes in flight at once, from the "
+                 "zoo's Snakemake log (on SLURM, in flight = submitted and not yet seen ended). On the local "
+                 "SLURM (one node, the machine's cores) the zoo's run has `--profile profiles/slurm`; the last "
+                 "column is how long after a job's end in SLURM's record Snakemake saw it (the status checks)."),
+        columns=COLUMNS, rows=rows, notes=[
+            "Before: each recipe built by a Snakemake run of its own, one recipe after the other. After: every "
+            "recipe's steps in one run's DAG (docs/zoo.md).",
+            "Status checks: the profile's 2 s, which the SLURM plugin grows by 10 s after each check in which "
+            "no job ended (not configurable in its version 2.8); with more jobs in flight, more checks see one "
+            "end and the interval drops back to 2 s.",
+            "A SLURM job of a tiny recipe's step takes 8 to 10 s where the step alone takes 1 to 3 s: Snakemake "
+            "starts again inside each job. That, not the status checks, is most of the cluster's overhead here.",
+            "The machine is shared with other work: wall times vary by some 10-20% between runs."])
 
 if __name__ == "__main__":
     main()

@@ -1,12 +1,13 @@
 """The cluster profile on a real SLURM: scripts/slurm-local.sh brings up a single-node cluster on this machine,
 a tiny recipe builds through `snakemake --profile profiles/slurm`, SLURM's own records show that every
-rule of the build ran as a SLURM job, and the binary equals a local build of the same recipe byte for byte.
+rule of the build ran as a SLURM job, and the binary equals a local build of the same recipe byte for byte;
+the zoo sends jobs of several recipes to the cluster at once, a broken recipe failing alone.
 
 Root only (the script starts daemons, writes /etc/slurm and installs Debian's packages when missing);
 skipped otherwise, or when the packages cannot be installed, unless LLMBUILD_REQUIRE_SLURM=1 (.ci/run sets it
 when CI runs as root), where a skip would hide a broken cluster setup. Each chained job costs a few seconds
 of SLURM scheduling, status polling and Snakemake start-up in the job: one tiny recipe, 2 to 3 minutes on
-2 cores.
+2 cores; the zoo of two, about 3 minutes.
 """
 
 from __future__ import annotations
