@@ -69,6 +69,10 @@ SECTION_TEXT = {
     "binary loader": (
         "Fuzzing the binary loader",
         "Corrupted binaries opened, inspected and run (docs/verification.md, \"Bad input\")."),
+    "the zoo": (
+        "The zoo",
+        "The nightly zoo's schedule on one machine and on the local SLURM cluster (`benchmarks/zoo_scale.py`; "
+        "docs/zoo.md, \"One schedule\")."),
 }
 
 

@@ -252,13 +252,19 @@ def cmd_layers(args: argparse.Namespace) -> None:
     print(layer_count(_recipe(args)))
 
 
-def cmd_zoo_recipe(args: argparse.Namespace) -> None:
-    from llmbuild.locations import build_root
-    from llmbuild.zoo.attempt import attempt, outcome_line
-    from llmbuild.zoo.jsonio import write_json
+def cmd_zoo_build(args: argparse.Namespace) -> None:
+    from pathlib import Path
 
-    write_json(args.out, result := attempt(args.recipe, build_root(), args.snakefile, args.cores))
-    print(outcome_line(result))
+    from llmbuild.locations import build_root
+    from llmbuild.zoo.build import build_zoo, outcome_line
+    from llmbuild.zoo.jsonio import write_json
+    from llmbuild.zoo.layout import ZooPaths
+
+    paths = ZooPaths(Path(args.zoo))
+    results = build_zoo(args.recipes, build_root(), paths.root, args.run, args.snakefile, args.cores)
+    for name, result in results.items():
+        write_json(paths.result(args.run, name), result)
+        print(outcome_line(result))
 
 
 def cmd_zoo_page(args: argparse.Namespace) -> None:
@@ -325,10 +331,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--part", help="a real-size model's part, checked before the combine: head or layer_I")
     verb("e2e", cmd_e2e, "run the binary against transformers generate: e2e.json")
     verb("verify", cmd_verify, "apply the recipe's tolerances to every check: verify.json")
-    sp = verb("zoo-recipe", cmd_zoo_recipe, "build one recipe for the zoo and record its outcome (never fails)")
+    sp = verb("zoo-build", cmd_zoo_build, "build the zoo's recipes in one Snakemake run (--keep-going) and "
+              "record each one's outcome in ZOO/runs/RUN/RECIPE.json (never fails)", recipe=False)
+    sp.add_argument("recipes", nargs="+")
+    sp.add_argument("--zoo", required=True, help="the zoo's folder (<build>/zoo)")
+    sp.add_argument("--run", required=True)
     sp.add_argument("--snakefile", required=True)
     sp.add_argument("--cores", type=int, default=1)
-    sp.add_argument("--out", required=True, help="the result's JSON file")
     sp = verb("zoo-page", cmd_zoo_page, "write the zoo's history record, regressions and pages", recipe=False)
     sp.add_argument("zoo_dir")
     sp.add_argument("--run", required=True)

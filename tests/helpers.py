@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -54,6 +55,23 @@ def snakemake(build: Path, *args: str, recipes: Path | None = None, check: bool 
     if check and result.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     return result
+
+
+def nan_weights_recipe(recipes: Path, checkpoint: Path) -> str:
+    """A recipe `nan_weights` in `recipes` whose checkpoint (the kept corpus's, made in `checkpoint`) has a
+    NaN weight: the recipe loads, its `prepare` step refuses the weight. Returns its name."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_corpus", ROOT / "tests" / "corpus" / "make_corpus.py")
+    corpus = importlib.util.module_from_spec(spec)
+    sys.modules["make_corpus"] = corpus  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(corpus)
+    corpus._nan_weight(checkpoint)
+    (recipes / "nan_weights.yaml").write_text(
+        f"description: a checkpoint with a NaN weight\narchitecture: qwen2\nsource:\n  kind: hf\n"
+        f"  path: {json.dumps(str(checkpoint))}\nquantization:\n  mode: f32\n"
+        "stages:\n  seq_length: 64\n  prefill_length: 16\nverify:\n  prompt_ids: [1, 5, 9, 42]\n")
+    return "nan_weights"
 
 
 def build_tiny_internvl_dir(tmp_path: Path, directory: Path, name: str) -> Path:

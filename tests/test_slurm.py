@@ -1,12 +1,13 @@
 """The cluster profile on a real SLURM: scripts/slurm-local.sh brings up a single-node cluster on this machine,
 a tiny recipe builds through `snakemake --profile profiles/slurm`, SLURM's own records show that every
-rule of the build ran as a SLURM job, and the binary equals a local build of the same recipe byte for byte.
+rule of the build ran as a SLURM job, and the binary equals a local build of the same recipe byte for byte;
+the zoo sends jobs of several recipes to the cluster at once, a broken recipe failing alone.
 
 Root only (the script starts daemons, writes /etc/slurm and installs Debian's packages when missing);
 skipped otherwise, or when the packages cannot be installed, unless LLMBUILD_REQUIRE_SLURM=1 (.ci/run sets it
 when CI runs as root), where a skip would hide a broken cluster setup. Each chained job costs a few seconds
 of SLURM scheduling, status polling and Snakemake start-up in the job: one tiny recipe, 2 to 3 minutes on
-2 cores.
+2 cores; the zoo of two, about 3 minutes.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -22,7 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, job_stats, snakemake
+from helpers import ROOT, job_stats, nan_weights_recipe, snakemake
 
 RECIPE = "qwen2_tiny_f32"
 SCRIPT = ROOT / "scripts" / "slurm-local.sh"
@@ -79,7 +81,7 @@ def _slurm_jobs(prefix: str) -> list[dict[str, str]]:
         job_id, name, comment, state, partition = line.strip().split("|")
         if name.startswith(prefix):
             rule = re.sub(r"_wildcards_.*$", "", comment.removeprefix("rule_"))
-            jobs.append({"id": job_id, "rule": rule, "state": state, "partition": partition})
+            jobs.append({"id": job_id, "rule": rule, "state": state, "partition": partition, "comment": comment})
     return jobs
 
 
@@ -162,3 +164,79 @@ def test_the_script_says_what_it_cannot_do() -> None:
         refused = _script("start", timeout=30)
         assert refused.returncode != 0
         assert refused.stderr.strip().startswith("slurm-local.sh: must run as root"), refused.stderr
+
+
+def _finished_spans() -> dict[str, dict[str, str]]:
+    """Every finished job in the job-completion record: id -> state, start and end (ISO local times)."""
+    out = subprocess.run(["sacct", "-c", "--noheader", "--parsable2", "--format=JobID,State,Start,End"],
+                         capture_output=True, text=True, check=True, timeout=30).stdout
+    spans = {}
+    for line in out.splitlines():
+        if line.strip():
+            job_id, state, start, end = line.split("|")[:4]
+            spans[job_id] = {"state": state, "start": start, "end": end}
+    return spans
+
+
+def test_a_zoo_on_slurm_builds_its_recipes_side_by_side(cluster, tmp_path: Path, build_root: Path) -> None:
+    """The zoo's one Snakemake run (--keep-going) submits jobs of every recipe together: SLURM's record
+    shows jobs of two recipes running at the same time, the recipe with a NaN weight failed at `prepare`
+    (its job FAILED, its row saying why) while the others verified, each binary byte-identical to a local
+    build. A recipe that does not load never reaches the cluster and is shown failed too."""
+    recipes_dir = tmp_path / "recipes"
+    recipes_dir.mkdir()
+    built = ("qwen2_tiny_f32", "llama_tiny_f32")
+    for name in ("_tiny_common.yaml", *(f"{r}.yaml" for r in built)):
+        shutil.copy(ROOT / "recipes" / name, recipes_dir / name)
+    broken = nan_weights_recipe(recipes_dir, tmp_path / "nan_checkpoint")
+    (recipes_dir / "typo_tiny.yaml").write_text("base: qwen2_tiny_f32\nstages:\n  seq_length: big\n")
+    names = (*built, broken, "typo_tiny")
+    for name in built:  # the local builds first: two Snakemake runs in one folder share .snakemake/locks
+        snakemake(build_root, name)
+
+    slurm_build = tmp_path / "slurm-build"
+    prefix = f"llmbuild-zoo-{uuid.uuid4().hex[:12]}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMBUILD_")}
+    env.update(LLMBUILD_RECIPES=str(recipes_dir), LLMBUILD_BUILD_DIR=str(slurm_build), LLMBUILD_BMODEL="0",
+               HF_HUB_OFFLINE="1", LLMBUILD_ZOO_SNAKEMAKE_ARGS=(
+                   f"--profile profiles/slurm --workflow-profile none --cores 256 --slurm-jobname-prefix {prefix} "
+                   f"--slurm-logdir {tmp_path / 'slurm-logs'}"))
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "2", "zoo", "--config", f"recipes=[{','.join(names)}]"]
+    started = time.monotonic()
+    try:
+        result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    finally:
+        for job in _slurm_jobs(prefix):
+            if job["state"] in ("PENDING", "RUNNING"):
+                subprocess.run(["scancel", job["id"]], capture_output=True, timeout=30)
+    elapsed = time.monotonic() - started
+    assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+
+    from test_zoo import page_rows
+
+    rows = page_rows(slurm_build / "zoo" / "index.html")
+    assert {name: rows[name][0] for name in names} == {**dict.fromkeys(built, "verified"), broken: "failed",
+                                                      "typo_tiny": "failed"}, rows
+    assert "prepare: llmbuild: error: " in rows[broken][1] and "NaN or Inf" in rows[broken][1], rows[broken]
+    assert "typo_tiny.yaml:3: stages.seq_length: expected an integer" in rows["typo_tiny"][1], rows["typo_tiny"]
+
+    # SLURM's record: every build job of the run, which recipe it was (its rule and wildcards), and when it
+    # ran. Jobs of two different recipes overlap in time; the NaN recipe's prepare job failed.
+    jobs = _slurm_jobs(prefix)
+    spans = _finished_spans()
+    for job in jobs:
+        job["recipe"] = next((n for n in names if n in job["comment"]), None)
+        job.update(spans.get(job["id"], {}))
+    listing = "\n".join(f"{j['id']:>6} {j['rule']:<28} {j['recipe'] or '':<16} {j.get('state', ''):<10} "
+                        f"{j.get('start', '')} {j.get('end', '')}" for j in jobs)
+    print(f"\nzoo on SLURM ({', '.join(names)}): {elapsed:.0f} s; sacct -c:\n{listing}")
+    assert {j["recipe"] for j in jobs} == {*built, broken}, listing
+    assert [j["state"] for j in jobs if j["recipe"] == broken] == ["FAILED"], listing
+    assert all(j["state"] == "COMPLETED" for j in jobs if j["recipe"] != broken), listing
+    overlapping = [(a["id"], b["id"]) for a in jobs for b in jobs
+                   if a["recipe"] < b["recipe"] and a["start"] < b["end"] and b["start"] < a["end"]]
+    assert overlapping, f"no two recipes' jobs ran at the same time:\n{listing}"
+
+    for name in built:
+        binary = f"{name}/{name}.llmb"
+        assert (slurm_build / binary).read_bytes() == (build_root / binary).read_bytes(), name

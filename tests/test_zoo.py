@@ -4,17 +4,15 @@ record per run, and flags what got worse since the previous run; scripts/nightly
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
 import subprocess
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, llmbuild, snakemake
+from helpers import ROOT, llmbuild, nan_weights_recipe, snakemake
 
 from llmbuild.zoo import regressions
 
@@ -49,15 +47,6 @@ def page_rows(page: Path) -> dict[str, tuple[str, str]]:
     return parser.rows
 
 
-def _nan_checkpoint(folder: Path) -> None:
-    """The kept corpus's checkpoint with a NaN weight: the recipe loads, its `prepare` step refuses it."""
-    spec = importlib.util.spec_from_file_location("make_corpus", ROOT / "tests" / "corpus" / "make_corpus.py")
-    corpus = importlib.util.module_from_spec(spec)
-    sys.modules["make_corpus"] = corpus  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(corpus)
-    corpus._nan_weight(folder)
-
-
 def _zoo(build: Path, *recipes: str, recipes_dir: Path | None = None) -> subprocess.CompletedProcess:
     return snakemake(build, "zoo", "--config", f"recipes=[{','.join(recipes)}]", recipes=recipes_dir, check=False)
 
@@ -69,12 +58,7 @@ def test_a_failing_recipe_leaves_the_others_built_and_shows_failed(tmp_path: Pat
         shutil.copy(ROOT / "recipes" / name, recipes / name)
     # Refused when the recipe loads, and at run time by its first step: neither may stop qwen2_tiny_f32.
     (recipes / "broken_tiny.yaml").write_text("base: qwen2_tiny_f32\nstages:\n  seq_length: big\n")
-    checkpoint = tmp_path / "nan_checkpoint"
-    _nan_checkpoint(checkpoint)
-    (recipes / "nan_weights.yaml").write_text(
-        f"description: a checkpoint with a NaN weight\narchitecture: qwen2\nsource:\n  kind: hf\n"
-        f"  path: {json.dumps(str(checkpoint))}\nquantization:\n  mode: f32\n"
-        "stages:\n  seq_length: 64\n  prefill_length: 16\nverify:\n  prompt_ids: [1, 5, 9, 42]\n")
+    nan_weights_recipe(recipes, tmp_path / "nan_checkpoint")
     build = tmp_path / "build"
 
     result = _zoo(build, "broken_tiny", "nan_weights", "qwen2_tiny_f32", recipes_dir=recipes)
@@ -108,6 +92,15 @@ def test_a_failing_recipe_leaves_the_others_built_and_shows_failed(tmp_path: Pat
     page = (build / "zoo" / "index.html").read_text()
     assert '<script src="plotly.min.js"></script>' in page and "cdn" not in page.lower()
     assert (build / "zoo" / "plotly.min.js").stat().st_size > 1_000_000
+
+    # One Snakemake run built every buildable recipe (the broken one never got a job): its log gives the
+    # schedule the page plots.
+    schedule = record["schedule"]
+    assert {j["recipe"] for j in schedule["jobs"]} >= {"qwen2_tiny_f32", "nan_weights"}, schedule["jobs"]
+    assert [j["rule"] for j in schedule["jobs"] if j["failed"]] == ["prepare"], schedule["jobs"]
+    assert not any(j["recipe"] == "broken_tiny" for j in schedule["jobs"])
+    assert schedule["max_in_flight"] >= 2 and schedule["wall_seconds"] > 0
+    assert 'id="plot-in-flight"' in page
 
 
 def _nightly(build: Path, *args: str) -> subprocess.CompletedProcess:
@@ -202,16 +195,75 @@ def test_bad_zoo_files_are_one_line_errors(tmp_path: Path) -> None:
 
 def test_a_failure_without_a_step_message_names_the_rule(tmp_path: Path) -> None:
     """A step killed before it could say why (out of memory, a signal) left no `llmbuild: error:` line: the
-    outcome names the rule Snakemake reports and says there was no message, rather than passing as built."""
-    from llmbuild.zoo.attempt import _failure
+    outcome names the rule Snakemake reports for this recipe and says there was no message, rather than
+    passing as built; another recipe's failure in the same run is not taken for its own."""
+    from llmbuild.zoo.build import failure
 
     log = tmp_path / "r" / "logs" / "layers_0-1.log"
     log.parent.mkdir(parents=True)
     log.write_text("compiling layer 0\nKilled\n")
-    output = "Error in rule layers_r_0_1:\n    jobid: 3\nShutting down, this might take some time.\n"
-    step, message = _failure(tmp_path, "r", 0.0, output, 1)
+    output = (f"[Sat Dec  5 10:00:00 2026]\nlocalrule layers_r_0_1:\n    output: {tmp_path}/r/layers/0\n    jobid: 3\n"
+              f"[Sat Dec  5 10:00:00 2026]\nlocalrule prepare:\n    output: {tmp_path}/other/spec.json\n    jobid: 4\n"
+              "    wildcards: recipe=other\n"
+              "[Sat Dec  5 10:00:01 2026]\nError in rule prepare:\n    jobid: 4\n"
+              "[Sat Dec  5 10:00:02 2026]\nError in rule layers_r_0_1:\n    jobid: 3\n"
+              "Shutting down, this might take some time.\n")
+    step, message = failure(tmp_path, "r", 0.0, output, 1)
     assert (step, message) == ("layers_r_0_1", "snakemake exited with status 1 and no step message (see the zoo log)")
 
     log.write_text("compiling layer 0\nllmbuild: error: r.yaml:3: stages.seq_length: too long\n")
-    assert _failure(tmp_path, "r", 0.0, output, 1) == ("layers_0-1", "llmbuild: error: r.yaml:3: stages.seq_length: "
-                                                                      "too long")
+    assert failure(tmp_path, "r", 0.0, output, 1) == ("layers_0-1", "llmbuild: error: r.yaml:3: stages.seq_length: "
+                                                                     "too long")
+    step, message = failure(tmp_path, "q", 0.0, "Building DAG of jobs...\nLockException: the folder is locked\n", 1)
+    assert step == "snakemake" and "LockException: the folder is locked" in message, message
+
+
+def test_the_schedule_is_read_from_the_snakemake_log() -> None:
+    """Two recipes' jobs overlapping in one run: each job's span and recipe (its wildcard, its paths, or
+    the recipe's own target), a failed job ended by its error, and the jobs in flight per recipe."""
+    from llmbuild.zoo import timeline
+
+    log = ("Building DAG of jobs...\n"
+           "[Sat Dec  5 10:00:00 2026]\nrule prepare:\n    output: /b/a/spec.json\n    jobid: 1\n"
+           "    wildcards: recipe=a\n    resources: mem_mb=220\nJob 1 has been submitted with SLURM jobid 7.\n"
+           "[Sat Dec  5 10:00:00 2026]\nrule layers_b_0_1:\n    input: /b/a/spec.json\n    output: /b/b/layers/0\n"
+           "    log: /b/b/logs/layers_0-1.log\n    jobid: 2\n"
+           "[Sat Dec  5 10:00:04 2026]\nFinished jobid: 1 (Rule: prepare)\n"
+           "[Sat Dec  5 10:00:05 2026]\nlocalrule a:\n    input: /b/a/verify.json\n    jobid: 3\n"
+           "[Sat Dec  5 10:00:06 2026]\nError in rule layers_b_0_1:\n    message: None\n    jobid: 2\n"
+           "[Sat Dec  5 10:00:06 2026]\nFinished jobid: 3 (Rule: a)\n")
+    jobs = timeline.read_jobs(log, ["a", "b"])
+    assert [(j.rule, j.recipe, j.local, j.start, j.end, j.failed) for j in jobs] == [
+        ("prepare", "a", False, 0.0, 4.0, False), ("layers_b_0_1", "b", False, 0.0, 6.0, True),
+        ("a", "a", True, 5.0, 6.0, False)]
+    assert [j.slurm_id for j in jobs] == ["7", None, None]
+    assert timeline.in_flight(jobs) == [(0.0, {"a": 1, "b": 1}), (4.0, {"a": 0, "b": 1}), (5.0, {"a": 1, "b": 1}),
+                                        (6.0, {"a": 0, "b": 0})]
+    summary = timeline.summary(jobs)
+    assert (summary["wall_seconds"], summary["max_in_flight"], summary["max_recipes_in_flight"]) == (6.0, 2, 2)
+    assert [timeline.Job.of(j) for j in summary["jobs"]] == [timeline.Job(**{**vars(j), "outputs": ""}) for j in jobs]
+
+
+def test_a_recipe_whose_dag_cannot_be_made_fails_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One recipe's error while the zoo's run makes its DAG stops that run before any job: each recipe is
+    then run alone, and only that recipe is failed (the other's marker is made; its build folder here has
+    no verify.json, so it reads as not passed)."""
+    from llmbuild.zoo.build import build_zoo
+
+    snakefile = tmp_path / "Snakefile"
+    snakefile.write_text(
+        "def needs(w):\n"
+        "    if w.recipe == 'llama_tiny_f32':\n"
+        "        raise ValueError('llama_tiny_f32: no plan for this recipe')\n"
+        "    return []\n\n"
+        "rule zoo_built:\n    input: needs\n    output: touch('{zoo}/runs/{run}/{recipe}.built')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LLMBUILD_RECIPES", str(ROOT / "recipes"))
+    monkeypatch.delenv("LLMBUILD_ZOO_SNAKEMAKE_ARGS", raising=False)
+    names = ["qwen2_tiny_f32", "llama_tiny_f32"]
+    results = build_zoo(names, tmp_path / "build", tmp_path / "build" / "zoo", "20260101T000000Z", snakefile, 1)
+    assert (tmp_path / "build" / "zoo" / "runs" / "20260101T000000Z" / "qwen2_tiny_f32.built").is_file()
+    assert (results["qwen2_tiny_f32"]["status"], results["qwen2_tiny_f32"]["step"]) == ("failed", "verify")
+    failed = results["llama_tiny_f32"]
+    assert (failed["status"], failed["step"]) == ("failed", "snakemake"), failed
+    assert "no plan for this recipe" in failed["message"], failed

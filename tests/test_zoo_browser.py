@@ -26,13 +26,14 @@ def zoo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     build = tmp_path_factory.mktemp("zoo") / "build"
     snakemake(build, "zoo", "--config", f"recipes=[{','.join(RECIPES)}]")
     zoo = build / "zoo"
-    (first,) = [p.name for p in (zoo / "runs").iterdir()]
+    (first,) = [p.name for p in (zoo / "runs").iterdir() if p.is_dir()]
     second = f"{first}-1"  # sorts after the first, as a second run of the same second would be named
     (zoo / "runs" / second).mkdir()
     for path in (zoo / "runs" / first).glob("*.json"):
         result = json.loads(path.read_text())
         result["build_seconds"] = result["build_seconds"] * 1.05
         (zoo / "runs" / second / path.name).write_text(json.dumps(result))
+    shutil.copy(zoo / "runs" / f"{first}.log", zoo / "runs" / f"{second}.log")  # the schedule it plots
     done = llmbuild(build, "zoo-page", str(zoo), "--run", second)
     assert done.returncode == 0, done.stderr
     return zoo
@@ -67,7 +68,7 @@ def test_the_page_renders_every_row_and_plot(zoo: Path, tmp_path: Path) -> None:
             assert page.eval_on_selector_all("tr.recipe-row", "rows => rows.map(r => r.dataset.status)") == [
                 "verified"] * len(RECIPES)
             drawn = _drawn(page)
-            assert len(drawn) == 5 and all(drawn), drawn
+            assert len(drawn) == 6 and all(drawn), drawn  # jobs in flight first
             page.screenshot(path=str(tmp_path / "zoo.png"), full_page=True)
 
             recipe_page, recipe_errors, recipe_requests = _open(browser, zoo / "recipes" / f"{RECIPES[0]}.html")

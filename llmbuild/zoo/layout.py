@@ -22,6 +22,14 @@ class ZooPaths:
     def result(self, run: str, recipe: str) -> Path:
         return self.run_dir(run) / f"{recipe}.json"
 
+    def built(self, run: str, recipe: str) -> Path:
+        """Made when every step of the recipe succeeded in this run (rules/zoo.smk, `zoo_built`)."""
+        return self.run_dir(run) / f"{recipe}.built"
+
+    def log(self, run: str) -> Path:
+        """The output of the run's Snakemake run: every job's start and end (zoo/timeline.py)."""
+        return self.root / "runs" / f"{run}.log"
+
     @property
     def history(self) -> Path:
         return self.root / "history"

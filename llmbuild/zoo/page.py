@@ -23,6 +23,7 @@ def write_pages(paths: ZooPaths, record: dict, history: list[dict]) -> Path:
     regressions = record.get("regressions") or []
     built = {name: r for name, r in results.items() if r.get("status") == "verified"}
     figures = [
+        plots.div(plots.jobs_in_flight(record.get("schedule")), "plot-in-flight"),
         plots.div(plots.similarity_across_layers(built), "plot-similarity"),
         plots.div(plots.time_per_step(built), "plot-time"),
         plots.div(plots.memory_per_step(built), "plot-memory"),

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from llmbuild.zoo import timeline
 from llmbuild.zoo.benchmarks import step_of
 
 _LAYOUT = {"template": "plotly_white", "height": 380, "margin": {"l": 60, "r": 20, "t": 50, "b": 60},
@@ -47,6 +48,18 @@ def similarity_by_stage(result: dict) -> go.Figure:
                          annotation_text=f"tpu_cosine tolerance {tolerance}")
     figure.update_xaxes(dtick=1)
     return _titled(figure, "Similarity per layer and stage", "layer", "cosine")
+
+
+def jobs_in_flight(schedule: dict | None) -> go.Figure:
+    """The run's jobs in flight over time, stacked per recipe (zoo/timeline.py): several recipes' jobs at
+    once is the one schedule at work; a gap is the executor waiting (a cluster's queue or status checks)."""
+    figure = go.Figure()
+    series = timeline.in_flight([timeline.Job.of(job) for job in (schedule or {}).get("jobs", [])])
+    for recipe in sorted({name for _, counts in series for name in counts}):
+        figure.add_trace(go.Scatter(x=[t for t, _ in series], y=[counts.get(recipe, 0) for _, counts in series],
+                                    mode="lines", line={"shape": "hv", "width": 0.5}, stackgroup="jobs",
+                                    name=recipe or "(no recipe)"))
+    return _titled(figure, "Jobs in flight during this run", "seconds since the first job", "jobs")
 
 
 def time_per_step(results: dict[str, dict]) -> go.Figure:
