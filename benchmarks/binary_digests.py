@@ -2,7 +2,7 @@
 changed no byte of what a user deploys.
 
     python benchmarks/binary_digests.py [--build-dir DIR] [--recipes NAME ...] [--json FILE]
-                                        [--compare FILE [--compare-build DIR]]
+                                        [--compare FILE [--compare-build DIR]] [--record FILE]
 
 It builds the binaries only (each recipe's `.llmb` and, where the recipe makes one, its `.bmodel`; no
 verification), with Snakemake as a user would. Recipes whose checkpoint is not on this machine are listed
@@ -10,6 +10,7 @@ as such, not built. `--compare` reads a table written earlier by `--json` (e.g. 
 refactor) and exits 1 naming every binary whose digest differs; with `--compare-build` (the build folder that
 table was made from), a `.bmodel` that differs only in the 3 bytes the vendor's code generator leaves unset
 in `lm_head` (they differ between two runs of the vendor's own converter: docs/bmodel.md) counts as equal.
+`--record` writes the table, with the comparison, as a benchmark record (benchmarks/records.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/records.py
 
 
 def sha256(path: Path) -> str:
@@ -67,6 +69,40 @@ def same_but_unset(path: Path, compare_build: Path | None, name: str, binary: st
     return True
 
 
+def compare(args: argparse.Namespace, before: dict, name: str, binary: str, digest: str) -> str:
+    """The binary against the earlier table: same, same but the vendor's unset bytes, differs, or not there."""
+    earlier = before.get("binaries", {}).get(name, {}).get(binary)
+    if earlier is None:
+        return "not compared"
+    if earlier == digest:
+        return "same"
+    if same_but_unset(args.build_dir.resolve() / name / binary, args.compare_build, name, binary):
+        return "same but lm_head's unset bytes"
+    return "differs"
+
+
+def write_digest_record(args: argparse.Namespace, before: dict, rows: dict[str, dict[str, str]],
+                        status: dict[tuple[str, str], str], missing: dict[str, str]) -> None:
+    from records import command_line, write_record
+
+    # The earlier table and build folder live outside the repository: named by their role in the command.
+    placeholders = {str(args.compare): "EARLIER.json", str(args.compare_build): "EARLIER_BUILD",
+                    str(args.build_dir): "BUILD"}
+    command = command_line([placeholders.get(word, word) for word in sys.argv])
+    earlier = before.get("commit", "an earlier table")
+    table = [[name, binary, round((args.build_dir.resolve() / name / binary).stat().st_size / 2**20, 1),
+              rows[name][binary][:16], same] for (name, binary), same in status.items()]
+    notes = [f"`earlier`: the same recipe's binary as built at llmbuild {earlier} (EARLIER.json: this command's "
+             "`--json` table, run at that commit into EARLIER_BUILD)."] if before else []
+    if missing:
+        notes.append(f"Not built here (no checkpoint on this machine): {', '.join(sorted(missing))}.")
+    write_record(args.record, name=args.record.stem, section="reproducible binaries",
+                 title="The shipped recipes' binaries, and the same at an earlier commit",
+                 caption="Each recipe's `.llmb` and `.bmodel` built with Snakemake from a clean folder; the first 16 "
+                         "hex digits of each sha256.",
+                 columns=["recipe", "binary", "MiB", "sha256", "earlier"], rows=table, notes=notes, command=command)
+
+
 def main() -> int:
     from llmbuild.recipe import list_recipes
 
@@ -77,6 +113,7 @@ def main() -> int:
     ap.add_argument("--json", type=Path, help="write the table here")
     ap.add_argument("--compare", type=Path, help="a table written by --json to compare with")
     ap.add_argument("--compare-build", type=Path, help="the build folder the --compare table was made from")
+    ap.add_argument("--record", type=Path, help="write the table as a benchmark record (benchmarks/records/)")
     args = ap.parse_args()
 
     os.environ["LLMBUILD_BUILD_DIR"] = str(args.build_dir.resolve())
@@ -93,22 +130,26 @@ def main() -> int:
         rows[name] = {t.name: sha256(t) for t in targets}
         print(f"{name}: built in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
 
-    print("| recipe | binary | sha256 |\n|---|---|---|")
-    for name, binaries in rows.items():
-        for binary, digest in binaries.items():
-            print(f"| {name} | {binary} | `{digest}` |")
+    before = json.loads(args.compare.read_text()) if args.compare else {}
+    status = {(name, binary): compare(args, before, name, binary, digest)
+              for name, binaries in rows.items() for binary, digest in binaries.items()}
+    print("| recipe | binary | sha256 | earlier |\n|---|---|---|---|")
+    for (name, binary), same in status.items():
+        print(f"| {name} | {binary} | `{rows[name][binary]}` | {same} |")
     for name in missing:
-        print(f"| {name} | (checkpoint not here) | |")
+        print(f"| {name} | (checkpoint not here) | | |")
     if args.json:
-        args.json.write_text(json.dumps({"binaries": rows, "not_here": sorted(missing)}, indent=2) + "\n")
+        from records import git_commit
+
+        args.json.write_text(json.dumps({"commit": git_commit(), "binaries": rows, "not_here": sorted(missing)},
+                                        indent=2) + "\n")
+    if args.record:
+        write_digest_record(args, before, rows, status, missing)
+    differ = [f"{name}/{binary}" for (name, binary), same in status.items() if same == "differs"]
+    if differ:
+        print(f"differ from {args.compare.name}: {', '.join(differ)}", file=sys.stderr)
+        return 1
     if args.compare:
-        before = json.loads(args.compare.read_text())["binaries"]
-        differ = [f"{name}/{binary}" for name, binaries in rows.items() for binary, digest in binaries.items()
-                  if name in before and before[name].get(binary) not in (None, digest)
-                  and not same_but_unset(args.build_dir.resolve() / name / binary, args.compare_build, name, binary)]
-        if differ:
-            print(f"differ from {args.compare.name}: {', '.join(differ)}", file=sys.stderr)
-            return 1
         print(f"every binary also in {args.compare.name} is byte-identical", file=sys.stderr)
     return 0
 

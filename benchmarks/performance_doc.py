@@ -73,6 +73,10 @@ SECTION_TEXT = {
         "The zoo",
         "The nightly zoo's schedule on one machine and on the local SLURM cluster (`benchmarks/zoo_scale.py`; "
         "docs/zoo.md, \"One schedule\")."),
+    "reproducible binaries": (
+        "Reproducible binaries",
+        "The sha256 of the binaries the shipped recipes build (`benchmarks/binary_digests.py`), and whether each "
+        "is the same file an earlier commit built: the check that a refactor changed no byte a user deploys."),
 }
 
 

@@ -23,7 +23,7 @@ RECORDS = ROOT / "benchmarks" / "records"
 
 # The doc's sections, in the order it shows them; a record names one of these.
 SECTIONS = ("real-size builds", "host runtime", "vision-language builds", "numerical agreement",
-            "quantized builds", "cost model", "binary loader", "the zoo")
+            "quantized builds", "cost model", "binary loader", "the zoo", "reproducible binaries")
 
 Cell = str | int | float | bool | None
 
