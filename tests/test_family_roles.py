@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+from pathlib import Path
 
 import pytest
 from helpers import ROOT
@@ -81,3 +82,15 @@ def test_no_module_outside_the_folder_names_minicpmv_in_its_code() -> None:
               if not path.is_relative_to(package / "families" / "minicpmv")
               and "minicpmv" in _code_names(path.read_text(encoding="utf-8"))}
     assert naming == ALLOWED_OUTSIDE
+
+
+def test_a_minicpmv_recipe_asking_for_the_bmodel_is_refused_by_its_family_s_reason(tmp_path: Path) -> None:
+    from llmbuild.recipe import load_recipe
+
+    recipes = ROOT / "recipes"
+    (tmp_path / "_tiny_common.yaml").write_text((recipes / "_tiny_common.yaml").read_text())
+    text = (recipes / "minicpmv_tiny_f32.yaml").read_text()
+    (tmp_path / "asks.yaml").write_text(text + "bmodel:\n  build: true\n")
+    with pytest.raises(LlmbuildError, match=r"bmodel.build: expected false for a MiniCPM-V recipe \(its slice-wise "
+                                            r"vit net has no export to the vendor's dialect yet\), got true"):
+        load_recipe(tmp_path / "asks.yaml")
