@@ -26,15 +26,20 @@ from llmbuild.families.minicpmv.inputs import MEAN, STD, max_patches
 HF_MODEL_TYPES = ("minicpmv",)
 # Why the vendor's .bmodel cannot be built (recipe/cross_rules.py refuses bmodel.build with it).
 NO_VENDOR_EXPORT = "a MiniCPM-V recipe (its slice-wise vit net has no export to the vendor's dialect yet)"
+
+# The checkpoint's prefixes of the tower's, the resampler's and the language model's tensors.
 VPM, RESAMPLER, LLM = "vpm.", "resampler.", "llm."
-# MiniCPM-V's image tokens, in the order runtime_meta reads their ids.
 # Where the published `chat()` stops generating (MiniCPM-V 2.6's modeling code: `self.terminators`), besides
 # generation_config's eos_token_id.
 CHAT_TERMINATORS = ("<|im_end|>", "<|endoftext|>")
+# MiniCPM-V's image tokens, in the order runtime_meta reads their ids.
 IMAGE_TOKENS = ("<image>", "</image>", "<slice>", "</slice>", "<unk>", "<image_id>", "</image_id>")
 # The inputs of the static vit net, in order (inputs.slice_inputs fills them).
 STATIC_INPUTS = ("pixel_values", "position_ids", "attention_mask", "resampler_mask", "pos_embed")
+
+
 def read_config(model_dir: Path) -> dict[str, Any]:
+    """A MiniCPM-V checkpoint's config.json, with the fields the vision path needs."""
     path = Path(model_dir) / "config.json"
     try:
         cfg = json.loads(path.read_text(encoding="utf-8"))
