@@ -91,14 +91,15 @@ def estimate_command(args: argparse.Namespace) -> None:
 
 
 def _hf_config(recipe) -> dict | None:
-    """A MiniCPM-V recipe's config.json: a synthetic one as prepare writes it; an hf checkpoint's own, else
-    the one shipped with the recipe."""
+    """A vision family folder's recipe's config.json: a synthetic one as prepare writes it (the folder's
+    `synthetic.vlm_config`); an hf checkpoint's own, else the one shipped with the recipe."""
+    from llmbuild.families.registry import family_part
     from llmbuild.frontend.hf import read_json
 
     if recipe.source.kind == "synthetic" and recipe.vision.config is not None:  # as prepare writes it
         from llmbuild.frontend.synthetic import full_hf_config
-        from llmbuild.frontend.synthetic_minicpmv import vlm_config
 
+        vlm_config = family_part(recipe.vision.family, "synthetic").vlm_config
         return vlm_config(full_hf_config(recipe.source.config or {}), recipe.vision.config)
     if recipe.source.kind != "hf":
         return None
@@ -112,12 +113,12 @@ def _vision(recipe, text_hidden: int, mode: str, chip: str) -> dict | None:
     if recipe is None or recipe.vision is None:
         return None
     from llmbuild.cost.vision_estimate import vision_estimate
+    from llmbuild.families.registry import family_part_if_any
 
-    if recipe.vision.family == "minicpmv":
-        from llmbuild.cost.vision_estimate import minicpmv_estimate
-
+    own = family_part_if_any(recipe.vision.family, "cost")
+    if own is not None:  # a family folder prices its own net (MiniCPM-V: per slice)
         full = _hf_config(recipe)
-        return minicpmv_estimate(full, mode, chip) if full is not None else None
+        return own.estimate(full, mode, chip) if full is not None else None
     config = (recipe.vision.config or {}).get("vision_config")
     if config is None and recipe.source.kind == "hf":
         # The checkpoint's own config.json, else the one shipped with the recipe (no weights needed).

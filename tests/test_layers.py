@@ -66,7 +66,10 @@ def test_no_package_imports_itself_back() -> None:
     graph = _graph()
 
     def package(module: str) -> str:
-        return ".".join(module.split(".")[:2])
+        # A family folder's role modules sit at different layers (its `verify` above llmbuild.verify, its
+        # `family` below the frontend): each is a unit of its own, like a package.
+        parts = module.split(".")
+        return module if parts[:2] == ["llmbuild", "families"] and len(parts) > 3 else ".".join(parts[:2])
 
     edges: dict[str, set[str]] = {}
     for m in graph.modules:
@@ -85,4 +88,4 @@ def test_lint_imports_keeps_the_layer_contracts() -> None:
     command = shutil.which("lint-imports") or str(Path(sys.executable).with_name("lint-imports"))
     result = subprocess.run([command, "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    assert "4 kept, 0 broken" in result.stdout
+    assert "8 kept, 0 broken" in result.stdout

@@ -39,7 +39,7 @@ def picture(path: Path, seed: int, size: tuple[int, int]) -> Path:
 
 
 def reference(built: Path, prompt: list[int], sliced: list, steps: int) -> list[int]:
-    from llmbuild.frontend.minicpmv import reference_generate
+    from llmbuild.families.minicpmv.reference import reference_generate
     from llmbuild.runtime.session import Session
 
     meta = Session(built / RECIPE / f"{RECIPE}.llmb").model.vision.meta
@@ -123,8 +123,8 @@ def test_slicing_equals_transformers_minicpmv_processor() -> None:
     first grid: ties are skipped here and checked on their own)."""
     from transformers.models.minicpmv4_6.image_processing_pil_minicpmv4_6 import MiniCPMV4_6ImageProcessorPil
 
-    from llmbuild.numerics.minicpmv_inputs import best_resize
-    from llmbuild.runtime.minicpmv_slices import refine_size, slice_grid
+    from llmbuild.families.minicpmv.inputs import best_resize
+    from llmbuild.families.minicpmv.runtime import refine_size, slice_grid
 
     proc = MiniCPMV4_6ImageProcessorPil()
     rng = np.random.default_rng(0)
@@ -158,7 +158,7 @@ def test_position_ids_equal_transformers_embeddings() -> None:
     from transformers import Idefics2VisionConfig
     from transformers.models.idefics2.modeling_idefics2 import Idefics2VisionEmbeddings
 
-    from llmbuild.numerics.minicpmv_inputs import position_ids
+    from llmbuild.families.minicpmv.inputs import position_ids
 
     # At the real 70-wide table every side length, each beside the shortest and the longest other side.
     every = [(h, w) for n in range(1, 71) for h, w in ((n, 1), (1, n), (n, 70), (70, n))]
@@ -189,10 +189,11 @@ def test_sincos_table_equals_the_published_formula_in_float64() -> None:
 
 def test_legacy_and_dynamo_exports_import_to_the_same_outputs(built: Path, tmp_path: Path) -> None:
     from llmbuild.dialects.interpret import interpret
-    from llmbuild.frontend.minicpmv import export_minicpmv_onnx, load_vision, reference_features, vit_geometry
+    from llmbuild.families.minicpmv.family import vit_geometry
+    from llmbuild.families.minicpmv.inputs import slice_inputs
+    from llmbuild.families.minicpmv.model import export_onnx, load_vision, reference_features
     from llmbuild.frontend.onnx_model import load_onnx
     from llmbuild.importer.onnx_net import import_onnx_net
-    from llmbuild.numerics.minicpmv_inputs import slice_inputs
     from llmbuild.verify.similarity import cosine
 
     vlm = built / RECIPE / "checkpoint" / "vlm"
@@ -203,7 +204,7 @@ def test_legacy_and_dynamo_exports_import_to_the_same_outputs(built: Path, tmp_p
     want = reference_features(tower, resampler, piece)
     outs = {}
     for exporter in ("legacy", "dynamo"):
-        net = import_onnx_net(load_onnx(export_minicpmv_onnx(vlm, tmp_path / f"{exporter}.onnx", exporter)), "vit")
+        net = import_onnx_net(load_onnx(export_onnx(vlm, tmp_path / f"{exporter}.onnx", exporter)), "vit")
         ops = [op.name for op in net.module.walk()]
         assert ops.count("top.GELUTanh") == cfg["vision_config"]["num_hidden_layers"] and "top.Gather" in ops
         assert ops.count("top.FAttention") == cfg["vision_config"]["num_hidden_layers"] + 1
@@ -235,9 +236,10 @@ def test_the_vision_flops_equal_torch_s_count_of_the_exported_module(built: Path
     from (which also projects the constant queries, 2 Q E^2, that the import folds away)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from llmbuild.cost.vision_estimate import minicpmv_flops
-    from llmbuild.frontend.minicpmv import STATIC_INPUTS, static_vision, vit_geometry
-    from llmbuild.numerics.minicpmv_inputs import slice_inputs
+    from llmbuild.families.minicpmv.cost import vit_flops
+    from llmbuild.families.minicpmv.family import STATIC_INPUTS, vit_geometry
+    from llmbuild.families.minicpmv.inputs import slice_inputs
+    from llmbuild.families.minicpmv.model import static_vision
 
     vlm = built / RECIPE / "checkpoint" / "vlm"
     module, cfg = static_vision(vlm)
@@ -248,8 +250,8 @@ def test_the_vision_flops_equal_torch_s_count_of_the_exported_module(built: Path
     with counter, torch.no_grad():
         module(*(torch.from_numpy(inputs[name]) for name in STATIC_INPUTS))
     vc = cfg["vision_config"]
-    flops, _ = minicpmv_flops(vc["hidden_size"], vc["intermediate_size"], vc["num_hidden_layers"], geo["patch"],
-                              geo["max_patches"], geo["queries"], geo["embed_dim"])
+    flops, _ = vit_flops(vc["hidden_size"], vc["intermediate_size"], vc["num_hidden_layers"], geo["patch"],
+                         geo["max_patches"], geo["queries"], geo["embed_dim"])
     assert counter.get_total_flops() == flops + 2 * geo["queries"] * geo["embed_dim"] ** 2
 
 
@@ -284,7 +286,7 @@ def test_the_tanh_gelu_kernel_equals_torch() -> None:
 
 def test_a_checkpoint_of_another_family_or_without_minicpmv_fields_is_a_one_line_error(tmp_path: Path) -> None:
     from llmbuild import LlmbuildError
-    from llmbuild.frontend.minicpmv import read_config
+    from llmbuild.families.minicpmv.family import read_config
     from llmbuild.importer.vision_tower import export_family_onnx
     from llmbuild.recipe import load_recipe
 
@@ -304,7 +306,7 @@ def test_sliced_pixels_equal_transformers_processor_bit_for_bit(tmp_path: Path) 
     its patch layout undone."""
     from transformers.models.minicpmv4_6.image_processing_pil_minicpmv4_6 import MiniCPMV4_6ImageProcessorPil
 
-    from llmbuild.runtime.minicpmv_slices import load_sliced
+    from llmbuild.families.minicpmv.runtime import load_sliced
 
     proc = MiniCPMV4_6ImageProcessorPil()
     for seed, size in enumerate([(70, 90), (40, 120), (20, 40), (300, 200)]):  # 4, 3, 1 and 8 slices
@@ -327,7 +329,7 @@ def test_a_literal_unk_is_text_and_generation_stops_where_the_published_chat_sto
     """The published processor places an image's features between its start and end tokens; the same
     `<unk>` elsewhere in a user's text is text. Its `chat()` stops at `<|im_end|>` and `<|endoftext|>`."""
     from llmbuild.binary.container import Container
-    from llmbuild.frontend.minicpmv import CHAT_TERMINATORS
+    from llmbuild.families.minicpmv.family import CHAT_TERMINATORS
     from llmbuild.frontend.tokenizer_files import token_ids_by_string
     from llmbuild.runtime.compiled_model import image_runs
     from llmbuild.runtime.session import Session

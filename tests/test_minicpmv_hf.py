@@ -62,8 +62,8 @@ def test_the_streamed_image_reference_equals_the_whole_model(vlm: Path, tmp_path
     """The tower's layers and the language model streamed, the latter over the published layout's `llm.*`
     names (HFWeights), the pieces of three grids in the prompt: the same ids and logits as the whole-model
     reference (Idefics2 tower, resampler, Qwen2ForCausalLM) on the synthetic files."""
-    from llmbuild.frontend.minicpmv import reference_generate
-    from llmbuild.verify.stream_minicpmv import streamed_image_generate, streamed_vision
+    from llmbuild.families.minicpmv.reference import reference_generate
+    from llmbuild.families.minicpmv.stream import streamed_image_generate, streamed_vision
     from llmbuild.verify.stream_weights import HFWeights
 
     hf = published_layout(vlm, tmp_path / "MiniCPM-V-tiny")
@@ -89,7 +89,7 @@ def test_the_streamed_image_reference_equals_the_whole_model(vlm: Path, tmp_path
 def test_compile_a_minicpmv_directory(vlm: Path, tmp_path: Path) -> None:
     """`llmbuild compile DIR` of the published layout: a recipe with vision.family minicpmv, a binary whose
     image run gives the whole-model torch reference's greedy ids (and the streamed one's, in e2e)."""
-    from llmbuild.frontend.minicpmv import reference_generate
+    from llmbuild.families.minicpmv.reference import reference_generate
     from llmbuild.runtime.session import Session
 
     hf = published_layout(vlm, tmp_path / "MiniCPM-V-tiny")
@@ -115,9 +115,9 @@ def test_a_minicpmv_directory_missing_a_tensor_is_a_one_line_error(vlm: Path, tm
     """`llmbuild prepare` of an hf recipe refuses it in one line naming the index and the tensor as stored;
     the language model's tensors through the ordinary scan, the vision path's through the MiniCPM-V check."""
     from llmbuild import LlmbuildError
+    from llmbuild.families.minicpmv.checkpoint import check_vision_tensors
     from llmbuild.frontend.checkpoint_scan import scan_checkpoint
     from llmbuild.frontend.hf import HFSource
-    from llmbuild.frontend.minicpmv_checkpoint import check_vision_tensors
 
     hf = published_layout(vlm, tmp_path / "broken", drop="vpm.encoder.layers.1.mlp.fc1.weight")
     recipes = tmp_path / "recipes"
@@ -148,8 +148,8 @@ def test_the_vision_tensors_prepare_expects_are_the_torch_modules(vlm: Path) -> 
     of the modules the vision step loads (built on the meta device), for the tiny and the published config."""
     from helpers import ROOT
 
-    from llmbuild.frontend.minicpmv_checkpoint import expected_vision_shapes
-    from llmbuild.frontend.synthetic_minicpmv import vision_shapes
+    from llmbuild.families.minicpmv.checkpoint import expected_vision_shapes
+    from llmbuild.families.minicpmv.synthetic import vision_shapes
 
     for path in (vlm / "config.json", ROOT / "recipes" / "configs" / "minicpm_v_2_6.json"):
         cfg = json.loads(path.read_text())

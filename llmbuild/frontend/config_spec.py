@@ -19,11 +19,10 @@ if TYPE_CHECKING:
 def spec_from_hf_config_file(path: Path) -> ModelSpec:
     """The ModelSpec a Hugging Face config.json describes (its model_type picks the architecture)."""
     from llmbuild.frontend.hf import read_json, text_config
-    from llmbuild.frontend.minicpmv import text_config as minicpmv_text
     from llmbuild.frontend.registry import architecture_for_hf_model_type, get_architecture
 
     path = Path(path)
-    cfg = minicpmv_text(text_config(read_json(path)))  # MiniCPM-V's text fields are its top level
+    cfg = text_config(read_json(path))  # a vision-language config's language model
     model_type = cfg.get("model_type")
     if not isinstance(model_type, str):
         raise LlmbuildError(f"{path}: missing field 'model_type'")
@@ -44,11 +43,10 @@ def architecture_without_weights(source: SourceConfig) -> str:
 
         return architecture_for_gguf(str(open_gguf(gguf_file(source))[1].get("general.architecture")))
     from llmbuild.frontend.hf import read_json, text_config
-    from llmbuild.frontend.minicpmv import text_config as minicpmv_text
 
     path = Path(source.path) / "config.json" if source.path and (Path(source.path) / "config.json").is_file() \
         else Path(source.config_file or "")
-    return architecture_for_hf_model_type(str(minicpmv_text(text_config(read_json(path))).get("model_type")))
+    return architecture_for_hf_model_type(str(text_config(read_json(path)).get("model_type")))
 
 
 def spec_without_weights(source: SourceConfig) -> ModelSpec:

@@ -14,6 +14,7 @@ import numpy as np
 
 from llmbuild import LlmbuildError
 from llmbuild.families.layout import expected_shapes
+from llmbuild.families.registry import family_part, vision_family_for_hf_model_type
 from llmbuild.frontend.internvl_chat import is_internvl_chat, native_config
 from llmbuild.frontend.json_file import read_json
 from llmbuild.frontend.registry import architecture_for_hf_model_type, get_architecture
@@ -60,10 +61,9 @@ def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
     token ids and tying it sets at the top level), any other config as it is."""
     if is_internvl_chat(cfg):  # InternVL's original layout: its llm_config, under the native names
         cfg = native_config(cfg)
-    if cfg.get("model_type") == "minicpmv":  # MiniCPM-V 2.6: the Qwen2 fields are its top level
-        from llmbuild.frontend.minicpmv import text_config as minicpmv_text
-
-        return minicpmv_text(cfg)
+    family = vision_family_for_hf_model_type(cfg.get("model_type"))
+    if family is not None:  # a family folder's own layout (MiniCPM-V 2.6: the Qwen2 fields are its top level)
+        return family_part(family, "family").text_config(cfg)
     text = cfg.get("text_config")
     if not (isinstance(text, dict) and isinstance(cfg.get("vision_config"), dict)):
         return cfg

@@ -54,13 +54,13 @@ def make_synthetic_checkpoint(config: Mapping[str, Any], seed: int, out_dir: Pat
     arch = get_architecture(architecture_for_hf_model_type(hf_config["model_type"]))
     spec = arch.spec_from_hf_config(hf_config, origin="source.config")
     tensors = random_tensors(spec, seed)
-    from llmbuild.frontend import synthetic_minicpmv
-    from llmbuild.frontend.minicpmv import IMAGE_TOKENS as MINICPMV_TOKENS
+    from llmbuild.families.registry import family_part, vision_family_for_hf_model_type
     from llmbuild.frontend.synthetic_vlm import IMAGE_TOKENS, write_synthetic_vlm
 
-    # vision.config's model_type names the family's layout (MiniCPM-V's; else transformers' InternVL).
-    minicpmv = vision is not None and vision.get("model_type") == "minicpmv"
-    specials = MINICPMV_TOKENS if minicpmv else IMAGE_TOKENS if vision is not None else ()
+    # vision.config's model_type names the family's layout: a family folder's (MiniCPM-V's), else
+    # transformers' InternVL.
+    family = vision_family_for_hf_model_type(vision.get("model_type")) if vision is not None else None
+    specials = family_part(family, "family").IMAGE_TOKENS if family else IMAGE_TOKENS if vision is not None else ()
     tokenizer = train_tokenizer(spec.vocab_size, specials)
 
     from safetensors.numpy import save_file
@@ -71,8 +71,8 @@ def make_synthetic_checkpoint(config: Mapping[str, Any], seed: int, out_dir: Pat
         (tmp / "tokenizer.json").write_text(tokenizer.to_str(pretty=True) + "\n", encoding="utf-8")
         write_json(tmp / "tokenizer_config.json", _tokenizer_config(hf_config, tokenizer))
         write_json(tmp / "generation_config.json", _generation_config(hf_config))
-        if minicpmv:
-            synthetic_minicpmv.write_synthetic_minicpmv(tmp, hf_config, tensors, vision, seed)
+        if family:
+            family_part(family, "synthetic").write_synthetic(tmp, hf_config, tensors, vision, seed)
         elif vision is not None:
             write_synthetic_vlm(tmp, hf_config, tensors, vision, seed, tokenizer)
 

@@ -11,7 +11,7 @@ from xdsl.dialects.builtin import IntegerAttr, StringAttr, i64
 
 from llmbuild import LlmbuildError
 from llmbuild.allocator import release_freed_memory
-from llmbuild.frontend.minicpmv import export_minicpmv_onnx
+from llmbuild.families.registry import family_part_if_any, vision_family_for_hf_model_type
 from llmbuild.frontend.onnx_model import load_onnx
 from llmbuild.frontend.vision_export import export_vision_onnx
 from llmbuild.importer.onnx_net import OnnxImport, import_onnx_net
@@ -36,11 +36,12 @@ def export_family_onnx(recipe: Recipe, vlm: Path, out: Path) -> Path:
     assert recipe.vision is not None
     family = recipe.vision.family
     model_type = json.loads((vlm / "config.json").read_text(encoding="utf-8")).get("model_type")
-    if (model_type == "minicpmv") != (family == "minicpmv"):
+    own = family_part_if_any(family, "model")  # a family folder's own tower (MiniCPM-V's); else transformers'
+    if vision_family_for_hf_model_type(model_type) != (family if own is not None else None):
         raise LlmbuildError(f"{vlm / 'config.json'}: model_type {model_type!r} is not a checkpoint of "
                             f"vision.family {family} (recipe {recipe.path})")
-    if family == "minicpmv":
-        return export_minicpmv_onnx(vlm, out, recipe.vision.exporter)
+    if own is not None:
+        return own.export_onnx(vlm, out, recipe.vision.exporter)
     return export_vision_onnx(vlm, out, recipe.vision.exporter)
 
 

@@ -1,6 +1,6 @@
 """The fixed 2-D sin-cos position table of MiniCPM-V's resampler keys, in numpy: the host computes it per
-slice grid and feeds it to the static vit net (runtime/minicpmv_slices.py), and the torch reference adds
-the same table (frontend/minicpmv.py), so both sides share this one definition."""
+slice grid and feeds it to the static vit net (families/minicpmv/runtime.py), and the torch reference adds
+the same table (families/minicpmv/model.py), so both sides share this one definition."""
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from llmbuild.families.registry import family_part_if_any
 from llmbuild.recipe import schema_table as st
 from llmbuild.recipe.nodes import describe_value, located_error, plain_value
 from llmbuild.recipe.validation import Checked
@@ -32,9 +33,10 @@ def check_rules(out: Checked, top: Path) -> None:
     if raw["bmodel"]["build"] and chip not in VENDOR_CHIPS:
         raise located_error(given["bmodel.build"].loc, "bmodel.build", f"expected false for target.chip {chip} "
                             f"(TPU-MLIR compiles for {', '.join(VENDOR_CHIPS)}), got true")
-    if raw["bmodel"]["build"] and raw["vision"]["family"] == "minicpmv":
-        raise located_error(given["bmodel.build"].loc, "bmodel.build", "expected false for a MiniCPM-V recipe (its "
-                            "slice-wise vit net has no export to the vendor's dialect yet), got true")
+    own = family_part_if_any(raw["vision"]["family"], "family") if raw["vision"]["family"] else None
+    if raw["bmodel"]["build"] and own is not None and own.NO_VENDOR_EXPORT:
+        raise located_error(given["bmodel.build"].loc, "bmodel.build",
+                            f"expected false for {own.NO_VENDOR_EXPORT}, got true")
     if raw["bmodel"]["history"] and raw["quantization"]["mode"] == "f32":
         raise located_error(given["bmodel.history"].loc, "bmodel.history",
                             "expected false with quantization.mode f32 (the history form's prefill needs the "

@@ -26,8 +26,15 @@ from typing import Any
 from llmbuild.recipe_types import DEFAULT_CALIBRATION, LM_HEAD_CHOICES, METHODS, MODE_CHOICES, Recipe
 
 SOURCE_KINDS = ("synthetic", "hf", "gguf")
-VISION_FAMILIES = ("internvl", "minicpmv")
 VISION_EXPORTERS = ("legacy", "dynamo")
+
+
+def vision_families() -> tuple[str, ...]:
+    """InternVL (its machinery shared) and the vision families with a folder (the family registry's)."""
+    from llmbuild.families.registry import known_vision_families
+
+    return tuple(sorted(("internvl", *known_vision_families())))
+
 
 # The architectures the frontend registry is expected to provide; used only until it exists.
 _FALLBACK_ARCHITECTURES = ("llama", "qwen2", "qwen3")
@@ -374,7 +381,7 @@ FIELDS: tuple[FieldSpec, ...] = (
               "How the tower and its projector are defined: `internvl` (transformers' native InternVL: "
               "InternViT, pixel shuffle, MLP projector) or `minicpmv` (MiniCPM-V 2.6: SigLIP and the "
               "resampler, one static net for slices of any size; slicing from config.json's `slice_config`). "
-              "Absent: no vision net.", constraint=OneOf(lambda: VISION_FAMILIES)),
+              "Absent: no vision net.", constraint=OneOf(vision_families)),
     FieldSpec("vision.exporter",
               "torch.onnx exporter of the tower: `legacy` (tracing, opset 17) or `dynamo` (opset 18).",
               constraint=OneOf(lambda: VISION_EXPORTERS)),

@@ -1,5 +1,6 @@
 """The `vit` net of a vision-language binary: images in, the rows of the image tokens out (InternVL's
-tiles here; MiniCPM-V's slices in runtime/minicpmv_slices.py; VisionNet dispatches on meta.family).
+tiles here; a family folder's own image pieces in its `runtime` module, e.g. MiniCPM-V's slices: VisionNet
+asks the family registry for it by meta.family).
 
 The vit net has its own plan and weight image (`vision_plan`, `vision_weights`; codegen/vision_plan.py),
 so it runs on an executor of its own, the simulated device or the host path like the language model. An
@@ -22,11 +23,10 @@ from llmbuild.binary import program as programs
 from llmbuild.binary.container import Container
 from llmbuild.binary.memory_map import MemoryPlan
 from llmbuild.binary.validate import validate_program
-from llmbuild.numerics.minicpmv_inputs import slice_inputs
+from llmbuild.families.registry import family_part_if_any
 from llmbuild.runtime.device import Device
 from llmbuild.runtime.host import HostExecutor
 from llmbuild.runtime.image_file import open_rgb
-from llmbuild.runtime.minicpmv_slices import SlicedImage, load_sliced, placeholder_ids
 
 MASK_INPUT = "attention_mask"
 
@@ -60,59 +60,52 @@ class VisionNet:
         self.tokens = int(meta["tokens_per_image"])
         self.family = str(meta.get("family", "internvl"))
         self.size = int(meta.get("image_size", 0))  # InternVL's tile; MiniCPM-V's pieces vary
+        # A family folder's runtime part (MiniCPM-V's slicing), else InternVL's tiling below.
+        self._own = family_part_if_any(self.family, "runtime")
         self._container = container
         self._tokenizer: Any = None
 
     # ---- any family: what Session, CompiledModel and the CLI call ----------------------------------------
 
-    def prepare(self, image: str | Path | np.ndarray | SlicedImage) -> np.ndarray | SlicedImage:
+    def prepare(self, image: Any) -> Any:
         """An image as this family feeds it: a file read and tiled/sliced (`pixels`), or pixels already
-        made (InternVL: tiles [tiles, 3, size, size]; MiniCPM-V: a SlicedImage)."""
-        if self.family == "minicpmv":
-            if isinstance(image, SlicedImage):
-                return image
-            if isinstance(image, np.ndarray):
-                raise LlmbuildError("a MiniCPM-V binary takes image files or SlicedImage pieces "
-                                    "(runtime/minicpmv_slices.load_sliced), not a pixel array")
-            return self.pixels(image)
-        if isinstance(image, SlicedImage):
+        made (InternVL: tiles [tiles, 3, size, size]; MiniCPM-V: its runtime part's SlicedImage)."""
+        if self._own is not None:
+            return self._own.prepare(self, image)
+        if not isinstance(image, str | Path | np.ndarray):
             raise LlmbuildError("an InternVL binary takes image files or tiles [tiles, 3, size, size], not a "
-                                "SlicedImage")
+                                f"{type(image).__name__}")
         if isinstance(image, np.ndarray):
             return np.asarray(image, np.float32).reshape(-1, 3, self.size, self.size)
         return self.pixels(image)
 
-    def run_rows(self, prepared: np.ndarray | SlicedImage) -> list[np.ndarray]:
+    def run_rows(self, prepared: Any) -> list[np.ndarray]:
         """The rows of one prepared image, one array per run of image tokens its placeholder has (InternVL:
         one run for all its tiles; MiniCPM-V: one per piece, the overview's and each slice's)."""
-        if isinstance(prepared, SlicedImage):
-            return [self._piece_rows(piece) for piece in prepared.pieces]
+        if self._own is not None:
+            return self._own.run_rows(self, prepared)
         return [self.features(prepared)]
 
-    def image_ids(self, image: int | np.ndarray | SlicedImage, index: int = 0) -> list[int]:
+    def image_ids(self, image: Any, index: int = 0) -> list[int]:
         """The ids standing for one prepared image in a prompt (InternVL: `image` may be its tile count);
         `index`: the image's place in its message (MiniCPM-V writes it as `<image_id>index</image_id>`)."""
-        if self.family == "minicpmv":
-            if not isinstance(image, SlicedImage):
-                raise LlmbuildError("a MiniCPM-V image's ids depend on its slices: pass the prepared image")
-            return placeholder_ids(self.meta, image.grid, index, self._encode)
+        if self._own is not None:
+            return self._own.image_ids(self, image, index)
         return self.tile_ids(image if isinstance(image, int) else len(image))
 
-    # ---- MiniCPM-V --------------------------------------------------------------------------------------
+    # ---- for a family folder's runtime part -------------------------------------------------------------
 
-    def _piece_rows(self, piece: np.ndarray) -> np.ndarray:
-        """[query_num, hidden] of one MiniCPM-V piece [3, h, w]: the static net, fed the piece padded with
-        the inputs the host computes from its patch grid."""
-        m, prog = self.meta, self.program
-        inputs = slice_inputs(piece, int(m["patch_size"]), int(m["max_patches"]), int(m["position_side"]),
-                              self.tokens, int(m["embed_dim"]))
+    def run_net(self, inputs: dict[str, np.ndarray]) -> np.ndarray:
+        """The net's `image_features` for one run on `inputs` (every input of the net, by name), batch
+        row 0."""
+        prog = self.program
         for name, value in inputs.items():
             self.executor.set_input(prog, name, value)
         with np.errstate(over="ignore", under="ignore"):
             self.executor.run(prog)
         return np.asarray(self.executor.get_output(prog, "image_features"), np.float32)[0]
 
-    def _encode(self, text: str) -> list[int]:
+    def encode(self, text: str) -> list[int]:
         """Plain text (an image's index, a new line) as ids, by the binary's tokenizer."""
         if self._tokenizer is None:
             from tokenizers import Tokenizer
@@ -143,11 +136,12 @@ class VisionNet:
         m = self.meta
         return [int(m["image_start_id"]), *[int(m["image_token_id"])] * (self.tokens * tiles), int(m["image_end_id"])]
 
-    def pixels(self, path: str | Path) -> np.ndarray | SlicedImage:
-        """An image file as this binary's model family prepares it (`load_pixels`; MiniCPM-V: `load_sliced`)."""
+    def pixels(self, path: str | Path) -> Any:
+        """An image file as this binary's model family prepares it (`load_pixels`; a family folder's runtime
+        part's `pixels`, MiniCPM-V's slices)."""
         m = self.meta
-        if self.family == "minicpmv":
-            return load_sliced(path, int(m["scale_resolution"]), int(m["patch_size"]), int(m["max_slices"]))
+        if self._own is not None:
+            return self._own.pixels(m, path)
         return load_pixels(path, self.size, m["mean"], m["std"], int(m.get("max_tiles", 1)))
 
 

@@ -23,6 +23,7 @@ from llmbuild.binary.memory_map import MemoryPlan, align
 from llmbuild.binary.program import Program, decode, decode_header
 from llmbuild.chips import load_chip
 from llmbuild.cost.compiled import perf_report
+from llmbuild.families.registry import family_part_if_any
 from llmbuild.frontend.spec import spec_to_json
 from llmbuild.frontend.tokenizer_files import TokenizerBundle, read_tokenizer_bundle, token_ids_by_string
 from llmbuild.recipe_types import Recipe
@@ -67,14 +68,13 @@ def check_fits(recipe: Recipe, report: dict) -> None:
 
 
 def stop_ids(recipe: Recipe, bundle: TokenizerBundle, spec) -> list[int]:
-    """The ids generation stops at: generation_config's EOS, and for MiniCPM-V also the terminators its
-    published `chat()` stops at."""
+    """The ids generation stops at: generation_config's EOS, and for a vision family whose folder names them
+    (MiniCPM-V) also the terminators its published `chat()` stops at."""
     ids = list(bundle.eos_token_ids or spec.eos_token_ids)
-    if recipe.vision is not None and recipe.vision.family == "minicpmv":
-        from llmbuild.frontend.minicpmv import CHAT_TERMINATORS
-
+    own = family_part_if_any(recipe.vision.family, "family") if recipe.vision is not None else None
+    if own is not None:
         known = token_ids_by_string(bundle.tokenizer_json)
-        ids += [known[t] for t in CHAT_TERMINATORS if t in known and known[t] not in ids]
+        ids += [known[t] for t in own.CHAT_TERMINATORS if t in known and known[t] not in ids]
     return ids
 
 
@@ -215,13 +215,12 @@ def _vision_parts(recipe: Recipe, paths: BuildPaths) -> _VisionParts:
     vocab = json.loads((tokenizer_dir(recipe, paths) / "tokenizer.json").read_text(encoding="utf-8"))
     added = {t["content"]: t["id"] for t in vocab.get("added_tokens", [])}
     missing = [t for t in IMAGE_TOKENS if t not in added]
-    if recipe.vision.family == "minicpmv":  # its own tokens, slicing and normalization (frontend/minicpmv.py)
-        from llmbuild.frontend.minicpmv import runtime_meta
-
-        meta = {"family": "minicpmv", "net": VIT_NET, "section": section,
+    own = family_part_if_any(recipe.vision.family, "family")
+    if own is not None:  # a family folder's own tokens, slicing and normalization (MiniCPM-V's)
+        meta = {"family": recipe.vision.family, "net": VIT_NET, "section": section,
                 "tokens_per_image": int(shapes["image_features"][1]),
                 "inputs": {name: list(shape) for name, shape in shapes.items() if name != "image_features"},
-                **runtime_meta(vlm, added, tokenizer_dir(recipe, paths) / "tokenizer.json")}
+                **own.runtime_meta(vlm, added, tokenizer_dir(recipe, paths) / "tokenizer.json")}
     elif missing:
         raise LlmbuildError(f"{tokenizer_dir(recipe, paths) / 'tokenizer.json'}: no {missing[0]!r} token (an InternVL "
                             "tokenizer has <img>, </img> and <IMG_CONTEXT>)")

@@ -85,12 +85,14 @@ def recipe_for(req: CompileRequest) -> tuple[str, str]:
     return name, header + body + "\n"
 
 
-# A vision-language config.json's model_type -> the recipe's vision.family (its tower becomes the vit net).
-VISION_FAMILIES = {"internvl": "internvl", "internvl_chat": "internvl", "minicpmv": "minicpmv"}
+# A vision-language config.json's model_type -> the recipe's vision.family (its tower becomes the vit net),
+# for the families whose machinery is shared; a family folder's model types are its own (the registry's).
+SHARED_VISION_FAMILIES = {"internvl": "internvl", "internvl_chat": "internvl"}
 
 
 def _source(checkpoint: Path) -> tuple[dict, str, dict | None]:
     """(the recipe's source, its architecture, its vision section or None)."""
+    from llmbuild.families.registry import vision_family_for_hf_model_type
     from llmbuild.frontend.hf import text_config
     from llmbuild.frontend.registry import architecture_for_gguf, architecture_for_hf_model_type
 
@@ -109,7 +111,8 @@ def _source(checkpoint: Path) -> tuple[dict, str, dict | None]:
         raise LlmbuildError(f"{config}: cannot read JSON: {exc}") from None
     if not isinstance(fields, dict):
         raise LlmbuildError(f"{config}: expected a JSON object")
-    family = VISION_FAMILIES.get(str(fields.get("model_type")))
+    family = vision_family_for_hf_model_type(fields.get("model_type")) or \
+        SHARED_VISION_FAMILIES.get(str(fields.get("model_type")))
     text = text_config(fields)
     vision = {"family": family} if family and text is not fields else None
     architecture = architecture_for_hf_model_type(str(text.get("model_type")), str(config))

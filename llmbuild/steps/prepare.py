@@ -7,6 +7,7 @@ from pathlib import Path
 
 from llmbuild import LlmbuildError, one_line
 from llmbuild.artifacts.paths import BuildPaths, write_spec
+from llmbuild.families.registry import family_part, family_part_if_any, known_vision_families
 from llmbuild.frontend.checkpoint_scan import scan_checkpoint, scan_gguf
 from llmbuild.frontend.gguf_source import GGUFSource
 from llmbuild.frontend.hf import HFSource
@@ -36,8 +37,9 @@ def _prepare(recipe: Recipe, paths: BuildPaths) -> None:
         raise LlmbuildError(f"{recipe.path}: vision: a vision-language model from a GGUF file is not supported "
                             "(give its Hugging Face directory, source.kind hf)")
     vision = recipe.vision.config if recipe.vision else None
-    if vision is not None and recipe.vision.family == "minicpmv":  # the synthetic writer picks MiniCPM-V's layout
-        vision = {**vision, "model_type": "minicpmv"}
+    if vision is not None and recipe.vision.family in known_vision_families():
+        # The synthetic writer picks the family folder's layout by the config's model_type.
+        vision = {**vision, "model_type": family_part(recipe.vision.family, "family").HF_MODEL_TYPES[0]}
     prepare_checkpoint(recipe.source, paths.checkpoint, vision)
     source = open_source(recipe.source, paths.checkpoint)
     if isinstance(source, HFSource):
@@ -49,10 +51,9 @@ def _prepare(recipe: Recipe, paths: BuildPaths) -> None:
             checkpoint = QuantizedCheckpoint(source.directory)
             for name in packed:
                 checkpoint.check_linear(f"model.{name}")
-        if recipe.source.kind == "hf" and recipe.vision is not None and recipe.vision.family == "minicpmv":
-            from llmbuild.frontend.minicpmv_checkpoint import check_vision_tensors
-
-            check_vision_tensors(source.directory, source.entries())  # the vision step reads them next
+        own = family_part_if_any(recipe.vision.family, "checkpoint") if recipe.vision is not None else None
+        if recipe.source.kind == "hf" and own is not None:
+            own.check_vision_tensors(source.directory, source.entries())  # the vision step reads them next
     elif isinstance(source, GGUFSource):
         source.check_entries()
         scan_gguf(source.path, source.raw_tensors())

@@ -76,13 +76,13 @@ def image_e2e(recipe: Recipe, paths: BuildPaths, model: CompiledModel, text_ids:
     transformers' InternVLForConditionalGeneration.generate on the same ids and pixels, streamed layer by layer
     over the text reference's weights (verify/stream_vlm.py): greedy ids and the first step's logits."""
     from llmbuild.artifacts.paths import vlm_dir
+    from llmbuild.families.registry import family_part_if_any
     from llmbuild.verify.reference import reference_weights
     from llmbuild.verify.stream_vlm import image_generate
 
-    if model.vision.family == "minicpmv":  # sliced, against the torch reference (verify/e2e_minicpmv.py)
-        from llmbuild.verify.e2e_minicpmv import minicpmv_image_e2e
-
-        return minicpmv_image_e2e(recipe, paths, model, text_ids, eos)
+    own = family_part_if_any(model.vision.family, "verify")
+    if own is not None:  # a family folder's own run (MiniCPM-V: sliced, against its torch reference)
+        return own.image_e2e(recipe, paths, model, text_ids, eos)
     meta = model.vision.meta
     image = test_image(paths.root / "vision" / "test_image.png", int(meta["image_size"]))
     pixels = model.vision.pixels(image)  # tiled as `llmbuild run --image` tiles a user's file

@@ -178,12 +178,13 @@ def text_model_config(directory: Path) -> Any:
     part (the vit net is checked apart)."""
     import transformers
 
+    from llmbuild.families.registry import vision_family_for_hf_model_type
     from llmbuild.frontend.hf import read_json, text_config
     from llmbuild.frontend.internvl_chat import load_config
 
     fields = read_json(directory / "config.json")
-    if fields.get("model_type") == "minicpmv":
-        # Not in transformers (its own code is remote): the Qwen2 fields are MiniCPM-V's top level.
+    if vision_family_for_hf_model_type(fields.get("model_type")) is not None:
+        # A family folder's layout, not transformers' (MiniCPM-V's code is remote): its text_config.
         return transformers.AutoConfig.for_model(**text_config(fields))
     config = load_config(directory)  # AutoConfig's, or InternVL's original layout translated
     return config.get_text_config() if hasattr(config, "vision_config") else config

@@ -1,10 +1,8 @@
 """The inputs the vision step checks the vit net on, with the independent reference's output for each.
 
-InternVL: one pseudo-random tile through transformers' own `get_image_features`. MiniCPM-V: pieces of
-several patch grids (one patch, a square, a wide and a tall one, the largest the net holds), each fed as
-the runtime feeds it (padded, with the host-computed position ids, masks and sin-cos table), against the
-reference at the piece's own size (frontend/minicpmv.reference_features: transformers' tower computes its
-positions itself, no padding), so one check covers the padding, the masks and every input the host makes.
+InternVL: one pseudo-random tile through transformers' own `get_image_features`. A family folder with a
+`verify` module gives its own cases (MiniCPM-V: pieces of several patch grids, fed padded as the runtime
+feeds them, against its reference at each piece's own size).
 """
 
 from __future__ import annotations
@@ -13,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from llmbuild.families.registry import family_part_if_any
 from llmbuild.importer.onnx_net import MASK_INPUT
 
 CHECK_SEED = 20261202
@@ -29,8 +28,9 @@ def vision_inputs(program_inputs: dict[str, tuple[int, ...]], pixels: np.ndarray
 
 
 def check_cases(family: str, vlm: Path, shapes: dict[str, tuple[int, ...]]) -> list[Case]:
-    if family == "minicpmv":
-        return minicpmv_cases(vlm)
+    own = family_part_if_any(family, "verify")
+    if own is not None:  # a family with its own cases (MiniCPM-V: pieces of several grids)
+        return own.vision_cases(vlm, CHECK_SEED)
     import torch
 
     from llmbuild.verify.stream_vlm import streamed_vision_module
@@ -40,29 +40,3 @@ def check_cases(family: str, vlm: Path, shapes: dict[str, tuple[int, ...]]) -> l
     with torch.no_grad():
         want = module(torch.from_numpy(pixels)).numpy()
     return [("tile", vision_inputs(shapes, pixels), want)]
-
-
-def minicpmv_grids(capacity: int, scale_side: int) -> list[tuple[int, int]]:
-    """(rows, columns) patch grids to check: one patch, the slice's square, a wide and a tall one, and the
-    most patches the net holds (its `capacity`)."""
-    wide = (max(1, scale_side - 1), scale_side + 1)
-    tall = (wide[1], wide[0])
-    most = next((h, capacity // h) for h in range(int(capacity**0.5), 0, -1) if capacity % h == 0)
-    grids = [(1, 1), (scale_side, scale_side), wide, tall, most]
-    return [g for i, g in enumerate(grids) if g[0] * g[1] <= capacity and g not in grids[:i]]
-
-
-def minicpmv_cases(vlm: Path) -> list[Case]:
-    from llmbuild.frontend.minicpmv import load_vision, reference_features, vit_geometry
-    from llmbuild.numerics.minicpmv_inputs import slice_inputs
-
-    tower, resampler, cfg = load_vision(vlm)
-    geo = vit_geometry(cfg)
-    p = geo["patch"]
-    rng = np.random.default_rng(CHECK_SEED)
-    cases = []
-    for h, w in minicpmv_grids(geo["max_patches"], geo["scale"] // p):
-        piece = rng.standard_normal((3, h * p, w * p)).astype(np.float32)
-        inputs = slice_inputs(piece, p, geo["max_patches"], geo["side"], geo["queries"], geo["embed_dim"])
-        cases.append((f"{w}x{h} patches", inputs, reference_features(tower, resampler, piece)[None]))
-    return cases

@@ -6,9 +6,12 @@ columns/rows log-ratio is closest to the image's among the grids of n-1, n, n+1 
 area in slices), the image resized so each slice again has about scale_resolution² pixels, and cut row by
 row. Every piece is RGB /255, normalized by mean and deviation 0.5, and runs through the one static vit net,
 padded to its `max_patches`: the host fills what MiniCPM-V computes from the piece's (h, w) patch grid
-(`numerics/minicpmv_inputs.slice_inputs`). The prompt stands for the image as the model's processor writes it
+(`inputs.slice_inputs`). The prompt stands for the image as the model's processor writes it
 (`placeholder_ids`): `<image_id>i</image_id>`, `<image>` + query_num `<unk>` + `</image>` for the overview,
 then one `<slice>` + query_num `<unk>` + `</slice>` per slice, the grid's rows separated by a new line.
+
+The runtime's VisionNet (runtime/vision.py) finds this module through the family registry and calls its
+hooks `prepare`, `pixels`, `run_rows` and `image_ids` with itself as `net`. Nothing of the compiler here.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from llmbuild.numerics.minicpmv_inputs import MEAN, STD, best_resize, ensure_divide
+from llmbuild import LlmbuildError
+from llmbuild.families.minicpmv.inputs import MEAN, STD, best_resize, ensure_divide, slice_inputs
 from llmbuild.runtime.image_file import open_rgb
 
 
@@ -110,3 +114,36 @@ def placeholder_ids(meta: dict[str, Any], grid: tuple[int, int] | None, index: i
                 ids += encode("\n")
             ids += one * columns
     return ids
+
+
+# ---- the hooks of runtime/vision.VisionNet (`net`) ----------------------------------------------------------
+
+def pixels(meta: dict[str, Any], path: str | Path) -> SlicedImage:
+    """An image file as the binary's meta.vision says to slice it."""
+    return load_sliced(path, int(meta["scale_resolution"]), int(meta["patch_size"]), int(meta["max_slices"]))
+
+
+def prepare(net: Any, image: Any) -> SlicedImage:
+    """An image file sliced, or pieces already made (a SlicedImage)."""
+    if isinstance(image, SlicedImage):
+        return image
+    if isinstance(image, np.ndarray):
+        raise LlmbuildError("a MiniCPM-V binary takes image files or SlicedImage pieces "
+                            "(llmbuild.families.minicpmv.runtime.load_sliced), not a pixel array")
+    return pixels(net.meta, image)
+
+
+def run_rows(net: Any, prepared: SlicedImage) -> list[np.ndarray]:
+    """[query_num, hidden] for each piece, the overview's and each slice's: the static net, fed the piece
+    padded with the inputs the host computes from its patch grid."""
+    m = net.meta
+    return [net.run_net(slice_inputs(piece, int(m["patch_size"]), int(m["max_patches"]), int(m["position_side"]),
+                                     net.tokens, int(m["embed_dim"])))
+            for piece in prepared.pieces]
+
+
+def image_ids(net: Any, image: Any, index: int) -> list[int]:
+    """The ids standing for one prepared image in a prompt; `index`: its place in its message."""
+    if not isinstance(image, SlicedImage):
+        raise LlmbuildError("a MiniCPM-V image's ids depend on its slices: pass the prepared image")
+    return placeholder_ids(net.meta, image.grid, index, net.encode)

@@ -2,8 +2,8 @@
 
 One static graph serves pieces of any grid up to `max_patches`: what MiniCPM-V computes from a piece's (h, w)
 patch grid (the tower's position ids, its padding mask, the resampler's key mask and sin-cos table) is
-computed here on the host and fed in. The runtime fills them per piece (runtime/minicpmv_slices.py) and the
-export traces the graph with them (frontend/minicpmv.py), so both use this one definition.
+computed here on the host and fed in. The runtime fills them per piece (runtime.py) and the
+export traces the graph with them (model.py), so both use this one definition.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Written beside a synthetic Qwen2 text checkpoint (`vlm/` inside it), as InternVL
 under the names MiniCPM-V's checkpoint gives them (`llm.model.*`, `llm.lm_head.*`), the same tokenizer
 (which then holds MiniCPM-V's image tokens), and a config.json in the published layout (the Qwen2 fields at
 the top level, `vision_config`, `query_num`, `slice_config`). Tensor names and shapes are those the torch
-modules of frontend/minicpmv.py have (built on the meta device); values come from numpy in sorted name
+modules of model.py have (built on the meta device); values come from numpy in sorted name
 order, so the bytes do not depend on torch's generator.
 """
 
@@ -46,7 +46,8 @@ def vision_shapes(config: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
     """Every `vpm.*` and `resampler.*` tensor of the MiniCPM-V vision path for `config`, by its name."""
     import torch
 
-    from llmbuild.frontend.minicpmv import RESAMPLER, VPM, build_modules
+    from llmbuild.families.minicpmv.family import RESAMPLER, VPM
+    from llmbuild.families.minicpmv.model import build_modules
 
     try:
         with torch.device("meta"):
@@ -75,7 +76,7 @@ def _init(rng: np.random.Generator, name: str, shape: tuple[int, ...]) -> np.nda
     return (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32)
 
 
-def write_synthetic_minicpmv(text_dir: Path, text_config: Mapping[str, Any], text_tensors: Mapping[str, np.ndarray],
+def write_synthetic(text_dir: Path, text_config: Mapping[str, Any], text_tensors: Mapping[str, np.ndarray],
                              vision: Mapping[str, Any], seed: int) -> None:
     """`text_dir/vlm/`: config.json, model.safetensors (the text tensors under `llm.`, the vision tensors
     drawn from `seed`) and the tokenizer files of `text_dir`."""

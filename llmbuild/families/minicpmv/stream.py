@@ -1,7 +1,7 @@
-"""MiniCPM-V 2.6 with an image, streamed: what frontend/minicpmv.reference_generate computes, without ever
+"""MiniCPM-V 2.6 with an image, streamed: what reference.reference_generate computes, without ever
 holding the language model (a 7B one is 30 GB in float32; the e2e step must stay under 4 GiB).
 
-- The vision path is the reference's own (frontend/minicpmv.reference_features: transformers' Idefics2
+- The vision path is the reference's own (model.reference_features: transformers' Idefics2
   tower at each piece's own size, then the published resampler), built on the meta device with the tower's
   encoder layers made one at a time from the checkpoint as they run (verify/stream_vlm.StreamedVisionLayer,
   as InternVL's tower is): SigLIP-400M is 1.7 GB in float32, one of its 27 layers 61 MB, so the vision path
@@ -40,13 +40,14 @@ class _Tensors:
 
 
 def streamed_vision(model_dir: Path) -> tuple[Any, Any, dict[str, Any]]:
-    """(tower, resampler, config) as frontend/minicpmv.load_vision gives them, but the tower's encoder layers
+    """(tower, resampler, config) as model.load_vision gives them, but the tower's encoder layers
     made from the checkpoint only while they run; the rest (embeddings, post_layernorm, the resampler) read
     whole."""
     import torch
     from torch import nn
 
-    from llmbuild.frontend.minicpmv import RESAMPLER, VPM, build_modules, read_config
+    from llmbuild.families.minicpmv.family import RESAMPLER, VPM, read_config
+    from llmbuild.families.minicpmv.model import build_modules
     from llmbuild.verify.stream_model import aligned
     from llmbuild.verify.stream_vlm import StreamedVisionLayer
 
@@ -69,7 +70,7 @@ def streamed_vision(model_dir: Path) -> tuple[Any, Any, dict[str, Any]]:
 
 def piece_rows(model_dir: Path, pieces: Sequence[np.ndarray]) -> np.ndarray:
     """[pieces * query_num, hidden]: every piece's resampler rows, overview and slices in order."""
-    from llmbuild.frontend.minicpmv import reference_features
+    from llmbuild.families.minicpmv.model import reference_features
 
     tower, resampler, cfg = streamed_vision(model_dir)
     rows = [reference_features(tower, resampler, p) for p in pieces]
@@ -83,7 +84,7 @@ def streamed_image_generate(weights: Any, model_dir: Path, prompt: list[int], pi
                             eos: tuple[int, ...] = ()) -> tuple[list[int], np.ndarray]:
     """(greedy new ids, every step's logits [steps, V]) of MiniCPM-V on `prompt` with the image `pieces`
     (every image's, in prompt order), the language model streamed over `weights` (a ReferenceWeights)."""
-    from llmbuild.frontend.minicpmv import generate_with_rows
+    from llmbuild.families.minicpmv.reference import generate_with_rows
     from llmbuild.verify.stream_model import streamed_model
 
     feats = piece_rows(model_dir, pieces)

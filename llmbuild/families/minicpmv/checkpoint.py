@@ -19,7 +19,7 @@ _NORMS = ("weight", "bias")
 
 
 def expected_vision_shapes(cfg: dict[str, Any]) -> dict[str, tuple[int, ...]]:
-    """Every `vpm.*` and `resampler.*` tensor of frontend/minicpmv.build_modules for a MiniCPM-V config:
+    """Every `vpm.*` and `resampler.*` tensor of model.build_modules for a MiniCPM-V config:
     transformers' Idefics2VisionTransformer under `vpm.`, the published resampler under `resampler.`."""
     vc = cfg["vision_config"]
     width, mlp = int(vc["hidden_size"]), int(vc["intermediate_size"])
@@ -49,8 +49,8 @@ def expected_vision_shapes(cfg: dict[str, Any]) -> dict[str, tuple[int, ...]]:
 
 def check_vision_tensors(directory: Path, entries: Iterable[Any]) -> None:
     """`entries`: the checkpoint files' tensors (hf.HFSource.entries(): hf_name, shape, dtype, file)."""
+    from llmbuild.families.minicpmv.family import read_config
     from llmbuild.frontend.hf import INDEX_FILE, SINGLE_FILE
-    from llmbuild.frontend.minicpmv import read_config
 
     directory = Path(directory)
     path = directory / "config.json"
