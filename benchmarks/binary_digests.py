@@ -87,7 +87,7 @@ def write_digest_record(args: argparse.Namespace, before: dict, rows: dict[str, 
 
     # The earlier table and build folder live outside the repository: named by their role in the command.
     placeholders = {str(args.compare): "EARLIER.json", str(args.compare_build): "EARLIER_BUILD",
-                    str(args.build_dir): "BUILD"}
+                    str(args.build_dir): "BUILD", str(args.json): "TABLE.json"}
     command = command_line([placeholders.get(word, word) for word in sys.argv])
     earlier = before.get("commit", "an earlier table")
     table = [[name, binary, round((args.build_dir.resolve() / name / binary).stat().st_size / 2**20, 1),
