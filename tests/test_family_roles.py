@@ -3,12 +3,15 @@ named by role, through the registry, and no module outside the folder names the 
 
 from __future__ import annotations
 
-import ast
 import importlib
+import sys
 from pathlib import Path
 
 import pytest
 from helpers import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from family_footprint import code_words  # noqa: E402  (what the footprint benchmark counts as code)
 
 from llmbuild import LlmbuildError
 from llmbuild.families.registry import (
@@ -53,34 +56,11 @@ def test_the_text_config_of_a_minicpmv_config_json_is_its_qwen2() -> None:
     assert text_config(cfg) == {"model_type": "qwen2", "hidden_size": 64, "architectures": ["Qwen2ForCausalLM"]}
 
 
-def _code_names(source: str) -> str:
-    """The module's string literals, names and imported modules (not its comments or docstrings)."""
-    tree = ast.parse(source)
-    docs = {id(node.body[0].value) for node in ast.walk(tree)
-            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body
-            and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
-    words = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
-            words.append(node.value)
-        elif isinstance(node, ast.Name):
-            words.append(node.id)
-        elif isinstance(node, ast.Attribute):
-            words.append(node.attr)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            words.append(node.name)
-        elif isinstance(node, ast.Import):
-            words += [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            words += [node.module or "", *(alias.name for alias in node.names)]
-    return "\n".join(words).lower()
-
-
 def test_no_module_outside_the_folder_names_minicpmv_in_its_code() -> None:
     package = ROOT / "llmbuild"
     naming = {str(path.relative_to(ROOT)) for path in package.rglob("*.py")
               if not path.is_relative_to(package / "families" / "minicpmv")
-              and "minicpmv" in _code_names(path.read_text(encoding="utf-8"))}
+              and "minicpmv" in code_words(path.read_text(encoding="utf-8"))}
     assert naming == ALLOWED_OUTSIDE
 
 
