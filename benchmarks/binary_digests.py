@@ -96,6 +96,10 @@ def write_digest_record(args: argparse.Namespace, before: dict, rows: dict[str, 
              "`--json` table, run at that commit into EARLIER_BUILD)."] if before else []
     if missing:
         notes.append(f"Not built here (no checkpoint on this machine): {', '.join(sorted(missing))}.")
+    from llmbuild.recipe import list_recipes
+
+    if left_out := sorted(set(list_recipes(buildable_only=True)) - set(rows) - set(missing)):
+        notes.append(f"Shipped recipes not in this run: {', '.join(left_out)}.")
     write_record(args.record, name=args.record.stem, section="reproducible binaries",
                  title="The shipped recipes' binaries, and the same at an earlier commit",
                  caption="Each recipe's `.llmb` and `.bmodel` built with Snakemake from a clean folder; the first 16 "
