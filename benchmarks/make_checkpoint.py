@@ -85,8 +85,8 @@ import numpy as np  # noqa: E402
 
 from llmbuild import LlmbuildError  # noqa: E402
 from llmbuild.families.layout import expected_shapes  # noqa: E402
+from llmbuild.families.registry import family_for_hf_model_type, get_family  # noqa: E402
 from llmbuild.frontend.atomic import atomic_directory  # noqa: E402
-from llmbuild.frontend.registry import architecture_for_hf_model_type, get_architecture  # noqa: E402
 from llmbuild.frontend.synthetic import BIAS_STD, CORPUS, EMBED_STD, LOGIT_STD, NORM_SPREAD  # noqa: E402
 from llmbuild.frontend.tokenizer_files import PRE_TOKENIZER_SPLITS, write_json  # noqa: E402
 from llmbuild.quant.readers import AWQ_ORDER  # noqa: E402
@@ -596,7 +596,7 @@ def quantized_tensors(model: Published, prefix: str, n: int, k: int, group: int)
 def tensor_plans(layout: Layout) -> list[TensorPlan]:
     """Every tensor in the order transformers' save_pretrained meets them (module registration order)."""
     model, config = layout.model, layout.text
-    arch = get_architecture(architecture_for_hf_model_type(config["model_type"]))
+    arch = get_family(family_for_hf_model_type(config["model_type"]))
     spec = arch.spec_from_hf_config(config, origin=model.config_file)
     shapes = expected_shapes(spec)
     dtype = model.float_dtype

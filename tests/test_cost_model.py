@@ -176,13 +176,13 @@ def _compiled_activation_peak(spec, shapes, mode: str, plan) -> int:
 
 
 def _odd_spec():
-    from llmbuild.frontend.registry import get_architecture
+    from llmbuild.families.registry import get_family
     from llmbuild.frontend.synthetic import full_hf_config
 
     cfg = full_hf_config({"model_type": "qwen2", "hidden_size": 96, "num_hidden_layers": 3, "num_attention_heads": 6,
                           "num_key_value_heads": 2, "intermediate_size": 200, "vocab_size": 1000,
                           "tie_word_embeddings": False})
-    return get_architecture("qwen2").spec_from_hf_config(cfg)
+    return get_family("qwen2").spec_from_hf_config(cfg)
 
 
 @pytest.mark.parametrize("case", TINY + ["odd_bf16"])

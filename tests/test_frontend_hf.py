@@ -12,8 +12,8 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from llmbuild import LlmbuildError
+from llmbuild.families.registry import get_family
 from llmbuild.frontend.hf import HFSource
-from llmbuild.frontend.registry import get_architecture
 from llmbuild.frontend.sources import open_source, prepare_checkpoint
 from llmbuild.frontend.synthetic import make_synthetic_checkpoint
 from llmbuild.frontend.tokenizer_files import read_tokenizer_bundle
@@ -140,7 +140,7 @@ def test_prepare_hf_writes_only_a_pointer(base: Path, tmp_path: Path) -> None:
 
 
 def test_spec_from_hf_config_variants() -> None:
-    llama, qwen3 = get_architecture("llama"), get_architecture("qwen3")
+    llama, qwen3 = get_family("llama"), get_family("qwen3")
     cfg = {k: v for k, v in CONFIG.items() if k != "model_type"}
     spec = llama.spec_from_hf_config(
         cfg

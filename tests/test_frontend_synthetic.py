@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from llmbuild import LlmbuildError
+from llmbuild.families.registry import FAMILIES, family_for_hf_model_type, get_family
 from llmbuild.frontend.hf import HFSource
-from llmbuild.frontend.registry import ARCHITECTURES, architecture_for_hf_model_type, get_architecture
 from llmbuild.frontend.sources import open_source, prepare_checkpoint
 from llmbuild.frontend.synthetic import SPECIAL_TOKENS, make_synthetic_checkpoint
 from llmbuild.frontend.tokenizer_files import read_tokenizer_bundle
@@ -64,13 +64,13 @@ def references(checkpoints: dict[str, Path]) -> dict[str, tuple]:
 
 
 def test_registry_is_sorted_and_lazy() -> None:
-    assert list(ARCHITECTURES) == sorted(ARCHITECTURES)
-    assert architecture_for_hf_model_type("qwen2") == "qwen2"
-    assert get_architecture("llama").name == "llama"
+    assert list(FAMILIES) == sorted(FAMILIES)
+    assert family_for_hf_model_type("qwen2") == "qwen2"
+    assert get_family("llama").name == "llama"
     with pytest.raises(LlmbuildError, match="expected one of llama, qwen2, qwen3"):
-        get_architecture("gpt2")
+        get_family("gpt2")
     with pytest.raises(LlmbuildError, match="unsupported model_type 'mistral'"):
-        architecture_for_hf_model_type("mistral")
+        family_for_hf_model_type("mistral")
 
 
 @pytest.mark.parametrize("arch", sorted(TINY))

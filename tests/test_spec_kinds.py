@@ -13,7 +13,7 @@ import pytest
 from llmbuild import LlmbuildError
 from llmbuild.artifacts.paths import read_spec, write_spec
 from llmbuild.cost.chip_estimate import spec_from_dict
-from llmbuild.frontend.registry import get_architecture
+from llmbuild.families.registry import get_family
 from llmbuild.frontend.spec import spec_to_json
 from llmbuild.importer.nets import build_block
 from llmbuild.importer.shapes import Shapes
@@ -27,7 +27,7 @@ DENSE_FIELDS = ["architecture", "bos_token_id", "eos_token_ids", "head_dim", "hi
 
 
 def dense():
-    return get_architecture("qwen2").spec_from_hf_config(CONFIG)
+    return get_family("qwen2").spec_from_hf_config(CONFIG)
 
 
 def test_a_dense_spec_json_has_only_the_fields_it_always_had(tmp_path: Path) -> None:

@@ -18,45 +18,45 @@ if TYPE_CHECKING:
 
 def spec_from_hf_config_file(path: Path) -> ModelSpec:
     """The ModelSpec a Hugging Face config.json describes (its model_type picks the architecture)."""
+    from llmbuild.families.registry import family_for_hf_model_type, get_family
     from llmbuild.frontend.hf import read_json, text_config
-    from llmbuild.frontend.registry import architecture_for_hf_model_type, get_architecture
 
     path = Path(path)
     cfg = text_config(read_json(path))  # a vision-language config's language model
     model_type = cfg.get("model_type")
     if not isinstance(model_type, str):
         raise LlmbuildError(f"{path}: missing field 'model_type'")
-    arch = get_architecture(architecture_for_hf_model_type(model_type, str(path)))
+    arch = get_family(family_for_hf_model_type(model_type, str(path)))
     return arch.spec_from_hf_config(cfg, origin=str(path))
 
 
 def architecture_without_weights(source: SourceConfig) -> str:
     """The registry architecture a recipe's source names (its model_type or the GGUF's architecture), from
     configuration or file headers only."""
-    from llmbuild.frontend.registry import architecture_for_gguf, architecture_for_hf_model_type
+    from llmbuild.families.registry import family_for_gguf, family_for_hf_model_type
 
     if source.kind == "synthetic":
-        return architecture_for_hf_model_type((source.config or {}).get("model_type", ""))
+        return family_for_hf_model_type((source.config or {}).get("model_type", ""))
     if source.kind == "gguf":
         from llmbuild.frontend.gguf_source import open_gguf
         from llmbuild.frontend.sources import gguf_file
 
-        return architecture_for_gguf(str(open_gguf(gguf_file(source))[1].get("general.architecture")))
+        return family_for_gguf(str(open_gguf(gguf_file(source))[1].get("general.architecture")))
     from llmbuild.frontend.hf import read_json, text_config
 
     path = Path(source.path) / "config.json" if source.path and (Path(source.path) / "config.json").is_file() \
         else Path(source.config_file or "")
-    return architecture_for_hf_model_type(str(text_config(read_json(path)).get("model_type")))
+    return family_for_hf_model_type(str(text_config(read_json(path)).get("model_type")))
 
 
 def spec_without_weights(source: SourceConfig) -> ModelSpec:
     """The ModelSpec of a recipe's source, read from configuration or file headers only."""
     if source.kind == "synthetic":
-        from llmbuild.frontend.registry import architecture_for_hf_model_type, get_architecture
+        from llmbuild.families.registry import family_for_hf_model_type, get_family
         from llmbuild.frontend.synthetic import full_hf_config
 
         cfg = full_hf_config(source.config or {})
-        arch = get_architecture(architecture_for_hf_model_type(cfg["model_type"]))
+        arch = get_family(family_for_hf_model_type(cfg["model_type"]))
         return arch.spec_from_hf_config(cfg, origin="source.config")
     if source.kind == "hf":
         # The checkpoint's own config wins; the shipped copy stands in while the checkpoint is absent.
@@ -66,8 +66,8 @@ def spec_without_weights(source: SourceConfig) -> ModelSpec:
             return spec_from_hf_config_file(Path(source.config_file))
         raise LlmbuildError(f"source.path: no config.json in {source.path} and no source.config_file")
     if source.kind == "gguf":
+        from llmbuild.families.registry import family_for_gguf, get_family
         from llmbuild.frontend.gguf_source import open_gguf
-        from llmbuild.frontend.registry import architecture_for_gguf, get_architecture
         from llmbuild.frontend.sources import gguf_file
 
         path = gguf_file(source)
@@ -75,6 +75,6 @@ def spec_without_weights(source: SourceConfig) -> ModelSpec:
         arch_name = metadata.get("general.architecture")
         if not isinstance(arch_name, str):
             raise LlmbuildError(f"{path}: missing metadata general.architecture")
-        arch = get_architecture(architecture_for_gguf(arch_name))
+        arch = get_family(family_for_gguf(arch_name))
         return arch.spec_from_gguf(metadata, [t.name for t in index.tensors], origin=str(path))
     raise LlmbuildError(f"source: unknown kind {source.kind!r}: expected synthetic, hf or gguf")

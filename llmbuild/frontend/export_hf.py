@@ -22,7 +22,7 @@ import numpy as np
 
 from llmbuild import LlmbuildError
 from llmbuild.families.layout import expected_shapes
-from llmbuild.frontend.registry import get_architecture
+from llmbuild.families.registry import get_family
 from llmbuild.frontend.spec import ModelSpec, TensorSource
 
 # What a checkpoint directory holds besides the config and the weights, copied as they are.
@@ -85,7 +85,7 @@ def hf_tensor_name(canonical: str) -> str:
 def hf_config_from_spec(spec: ModelSpec, dtype: str = "float32") -> dict[str, Any]:
     """config.json for `spec`, in the form transformers 5 saves (rope_parameters, dtype); the family's
     unsupported flags (attention_bias, ...) are written false so no reader guesses them."""
-    arch = get_architecture(spec.architecture)
+    arch = get_family(spec.architecture)
     rope: dict[str, Any] = {"rope_type": "default", "rope_theta": spec.rope_theta}
     rope.update({key: _plain(value) for key, value in spec.rope_scaling})
     config: dict[str, Any] = {

@@ -17,7 +17,7 @@ import numpy as np
 
 from llmbuild import LlmbuildError
 from llmbuild.families.layout import expected_shapes
-from llmbuild.frontend.registry import architecture_for_gguf, get_architecture
+from llmbuild.families.registry import family_for_gguf, get_family
 from llmbuild.frontend.spec import ModelSpec
 
 _GLOBAL_NAMES = {
@@ -88,7 +88,7 @@ class GGUFSource:
         arch_name = self.metadata.get("general.architecture")
         if not isinstance(arch_name, str):
             raise LlmbuildError(f"{self.path}: missing metadata general.architecture")
-        self.architecture = get_architecture(architecture_for_gguf(arch_name))
+        self.architecture = get_family(family_for_gguf(arch_name))
         self._tensors: dict[str, Any] = {}
         for t in self._reader.tensors:
             name = canonical_gguf_name(t.name)

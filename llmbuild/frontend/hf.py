@@ -14,10 +14,14 @@ import numpy as np
 
 from llmbuild import LlmbuildError
 from llmbuild.families.layout import expected_shapes
-from llmbuild.families.registry import family_part, vision_family_for_hf_model_type
+from llmbuild.families.registry import (
+    family_for_hf_model_type,
+    family_part,
+    get_family,
+    vision_family_for_hf_model_type,
+)
 from llmbuild.frontend.internvl_chat import is_internvl_chat, native_config
 from llmbuild.frontend.json_file import read_json
-from llmbuild.frontend.registry import architecture_for_hf_model_type, get_architecture
 from llmbuild.frontend.safetensors_header import read_header
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.numerics.formats import bf16_bits_to_f32
@@ -90,7 +94,7 @@ class HFSource:
         model_type = cfg.get("model_type")
         if not isinstance(model_type, str):
             raise LlmbuildError(f"{config_path}: missing field 'model_type'")
-        self.architecture = get_architecture(architecture_for_hf_model_type(model_type, str(config_path)))
+        self.architecture = get_family(family_for_hf_model_type(model_type, str(config_path)))
         # generate() stops on generation_config.json's ids, which may list more than config.json's.
         generation_path = self.directory / "generation_config.json"
         if generation_path.is_file():

@@ -15,7 +15,7 @@ import numpy as np
 
 from llmbuild import LlmbuildError
 from llmbuild.families.layout import expected_shapes
-from llmbuild.frontend.registry import architecture_for_hf_model_type, get_architecture
+from llmbuild.families.registry import family_for_hf_model_type, get_family
 from llmbuild.frontend.spec import ModelSpec
 
 CORPUS = Path(__file__).resolve().parent.parent / "data" / "corpus.txt"
@@ -51,7 +51,7 @@ def make_synthetic_checkpoint(config: Mapping[str, Any], seed: int, out_dir: Pat
     from llmbuild.frontend.tokenizer_files import write_json
 
     hf_config = full_hf_config(config)
-    arch = get_architecture(architecture_for_hf_model_type(hf_config["model_type"]))
+    arch = get_family(family_for_hf_model_type(hf_config["model_type"]))
     spec = arch.spec_from_hf_config(hf_config, origin="source.config")
     tensors = random_tensors(spec, seed)
     from llmbuild.families.registry import family_part, vision_family_for_hf_model_type
@@ -82,7 +82,7 @@ def full_hf_config(config: Mapping[str, Any]) -> dict[str, Any]:
     model_type = config.get("model_type")
     if not isinstance(model_type, str):
         raise LlmbuildError("source.config: missing field 'model_type'")
-    arch = get_architecture(architecture_for_hf_model_type(model_type))
+    arch = get_family(family_for_hf_model_type(model_type))
     for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size"):
         if key not in config:
             raise LlmbuildError(f"source.config: missing field {key!r}")

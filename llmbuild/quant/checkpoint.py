@@ -46,10 +46,10 @@ def _float_shapes(config: dict) -> dict[str, tuple[int, ...]]:
     """Canonical tensor name -> shape for a known architecture; {} otherwise (shapes then come from the
     packed tensors themselves)."""
     from llmbuild.families.layout import expected_shapes
-    from llmbuild.frontend.registry import architecture_for_hf_model_type, get_architecture
+    from llmbuild.families.registry import family_for_hf_model_type, get_family
 
     try:
-        arch = get_architecture(architecture_for_hf_model_type(str(config.get("model_type"))))
+        arch = get_family(family_for_hf_model_type(str(config.get("model_type"))))
         return expected_shapes(arch.spec_from_hf_config(config))
     except LlmbuildError:
         return {}

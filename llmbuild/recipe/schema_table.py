@@ -36,22 +36,11 @@ def vision_families() -> tuple[str, ...]:
     return tuple(sorted(("internvl", *known_vision_families())))
 
 
-# The architectures the frontend registry is expected to provide; used only until it exists.
-_FALLBACK_ARCHITECTURES = ("llama", "qwen2", "qwen3")
-_REGISTRY = "llmbuild.frontend.registry"
-
-
 def architectures() -> list[str]:
-    """Names in the frontend registry, imported lazily so loading a recipe stays cheap and acyclic."""
-    try:
-        from llmbuild.frontend.registry import ARCHITECTURES
-    except ImportError as exc:
-        # Only a registry that is absent (or not yet exporting ARCHITECTURES) falls back; an import
-        # error inside it is a real bug and must surface.
-        if exc.name != _REGISTRY:
-            raise
-        return list(_FALLBACK_ARCHITECTURES)
-    return sorted(ARCHITECTURES)
+    """The decoder families' names in the registry, imported lazily so loading a recipe stays cheap."""
+    from llmbuild.families.registry import known_families
+
+    return known_families()
 
 
 def chips() -> list[str]:
@@ -296,7 +285,7 @@ FIELDS: tuple[FieldSpec, ...] = (
               "compiler does not build); `list_recipes(buildable_only=True)`, and so `snakemake all`, "
               "skip it."),
     FieldSpec("architecture",
-              "Decoder architecture in the frontend registry. The checkpoint decides how the model is imported "
+              "Decoder architecture in the family registry. The checkpoint decides how the model is imported "
               "(its config.json's `model_type`, or a GGUF file's `general.architecture`); this field states it, "
               "and the loader checks that the two agree.", constraint=OneOf(architectures),
               note="must be the checkpoint's architecture"),

@@ -92,15 +92,14 @@ SHARED_VISION_FAMILIES = {"internvl": "internvl", "internvl_chat": "internvl"}
 
 def _source(checkpoint: Path) -> tuple[dict, str, dict | None]:
     """(the recipe's source, its architecture, its vision section or None)."""
-    from llmbuild.families.registry import vision_family_for_hf_model_type
+    from llmbuild.families.registry import family_for_gguf, family_for_hf_model_type, vision_family_for_hf_model_type
     from llmbuild.frontend.hf import text_config
-    from llmbuild.frontend.registry import architecture_for_gguf, architecture_for_hf_model_type
 
     if checkpoint.is_file() and checkpoint.suffix == ".gguf":
         from llmbuild.frontend.gguf_source import gguf_metadata
 
         arch = gguf_metadata(checkpoint).get("general.architecture")
-        return {"kind": "gguf", "path": str(checkpoint)}, architecture_for_gguf(str(arch)), None
+        return {"kind": "gguf", "path": str(checkpoint)}, family_for_gguf(str(arch)), None
     config = checkpoint / "config.json"
     if not config.is_file():
         raise LlmbuildError(f"{checkpoint}: expected a Hugging Face checkpoint directory (with config.json) "
@@ -115,7 +114,7 @@ def _source(checkpoint: Path) -> tuple[dict, str, dict | None]:
         SHARED_VISION_FAMILIES.get(str(fields.get("model_type")))
     text = text_config(fields)
     vision = {"family": family} if family and text is not fields else None
-    architecture = architecture_for_hf_model_type(str(text.get("model_type")), str(config))
+    architecture = family_for_hf_model_type(str(text.get("model_type")), str(config))
     return {"kind": "hf", "path": str(checkpoint)}, architecture, vision
 
 
