@@ -33,16 +33,18 @@ from typing import TextIO
 
 from llmbuild.progress_log import clock
 from llmbuild.recipe_types import Recipe
+from llmbuild.steps.snakemake_log import (
+    COMPLETE_LOG,
+    ERROR,
+    FINISHED,
+    JOB_START,
+    JOBID,
+    NOTHING_TO_DO,
+    STATS,
+    STATS_ROW,
+    STEPS,
+)
 
-STATS = re.compile(r"^Job stats:")
-STATS_ROW = re.compile(r"^(\S+)\s+(\d+)$")
-RULE = re.compile(r"^(?:local)?(?:rule|checkpoint) (\S+):$")
-JOBID = re.compile(r"^\s+jobid: (\d+)$")
-FINISHED = re.compile(r"^Finished jobid: (\d+) \(Rule: (\S+)\)")
-STEPS = re.compile(r"^(\d+) of (\d+) steps \(\d+%\) done")
-ERROR = re.compile(r"^Error in rule (\S+):")
-SNAKEMAKE_LOG = re.compile(r"^Complete log\(s\): (\S+)")
-NOTHING = "Nothing to be done"
 SHARD = re.compile(r"^(layers|checks)_(.+)_(\d+)_(\d+)$")  # rules/compile.smk, rules/verify.smk
 HEARTBEAT_S = 30.0  # plain output: a line at least this often while a long step runs
 REFRESH_S = 1.0  # terminal: the bar's clock
@@ -112,15 +114,15 @@ class BuildState:
             else:
                 self.counts[row[1]] = int(row[2])
             return None
-        if (m := RULE.match(line)) is not None:
-            self._rule = m[1]
+        if (m := JOB_START.match(line)) is not None:
+            self._rule = m[2]
         elif (m := JOBID.match(line)) is not None and self._rule is not None:
             self.running[int(m[1])] = (self._rule, now)
             self.first_started = self.first_started if self.first_started is not None else now
             rule, self._rule = self._rule, None
             return ("start", rule)
         elif (m := FINISHED.match(line)) is not None:
-            rule, _ = self.running.pop(int(m[1]), (m[2], now))
+            rule, _ = self.running.pop(int(m[1]), (m[2] or "?", now))
             self.done_minutes += minutes(rule)
             self.done += 1  # `N of M steps` follows and says the same
             if self.first_started is not None and self.done_minutes > 0:
@@ -137,9 +139,9 @@ class BuildState:
             self.failed.append(m[1])
             self.running = {j: r for j, r in self.running.items() if r[0] != m[1]}
             return ("fail", m[1])
-        elif (m := SNAKEMAKE_LOG.match(line)) is not None:
+        elif (m := COMPLETE_LOG.match(line)) is not None:
             self.snakemake_log = m[1]
-        elif line.startswith(NOTHING):
+        elif line.startswith(NOTHING_TO_DO):
             self.up_to_date = True
         return None
 

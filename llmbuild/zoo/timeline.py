@@ -11,16 +11,10 @@ Snakemake saw the job end: queued, running, and waiting for the next status chec
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
-_DATE = re.compile(r"^\[(\w{3} \w{3} +\d{1,2} \d{2}:\d{2}:\d{2} \d{4})\]$")
-_START = re.compile(r"^(local)?rule (\S+):$")
-_ERROR = re.compile(r"^Error in rule (\S+):$")
-_FINISHED = re.compile(r"^Finished jobid: (\d+)")
-_FIELD = re.compile(r"^\s+(\w+): (.*)$")
-_SUBMITTED = re.compile(r"^Job (\d+) has been submitted with SLURM jobid (\d+)")
+from llmbuild.steps.snakemake_log import DATE, ERROR, FIELD, FINISHED, JOB_START, SLURM_SUBMITTED
 
 
 @dataclass
@@ -53,14 +47,14 @@ def read_jobs(log_text: str, recipes: list[str] | tuple[str, ...] = ()) -> list[
     while i < len(lines):
         line = lines[i]
         i += 1
-        if date := _DATE.match(line):
+        if date := DATE.match(line):
             now = _seconds(date.group(1))
             origin = now if origin is None else origin
             continue
         if now is None:
             continue
-        start, error, finished = _START.match(line), _ERROR.match(line), _FINISHED.match(line)
-        if (submitted := _SUBMITTED.match(line)) and int(submitted.group(1)) in jobs:
+        start, error, finished = JOB_START.match(line), ERROR.match(line), FINISHED.match(line)
+        if (submitted := SLURM_SUBMITTED.match(line)) and int(submitted.group(1)) in jobs:
             jobs[int(submitted.group(1))].slurm_id = submitted.group(2)
         elif finished and int(finished.group(1)) in jobs:
             jobs[int(finished.group(1))].end = now - origin
@@ -82,7 +76,7 @@ def first_date(log_text: str) -> float | None:
     """When the log's first job started (seconds since the epoch, the machine's local time as printed): what
     the jobs' times count from, to compare them with SLURM's own record."""
     for line in log_text.splitlines():
-        if date := _DATE.match(line):
+        if date := DATE.match(line):
             return _seconds(date.group(1))
     return None
 
@@ -126,7 +120,7 @@ def _seconds(printed: str) -> float:
 def _fields(lines: list[str], i: int) -> tuple[dict[str, str], int]:
     """The indented `key: value` lines of a job block from line i; returns them and the line after."""
     fields = {}
-    while i < len(lines) and (field := _FIELD.match(lines[i])):
+    while i < len(lines) and (field := FIELD.match(lines[i])):
         fields.setdefault(field.group(1), field.group(2).strip())
         i += 1
     return fields, i
