@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from llmbuild.op_defs import BY_NAME, COSTS, GROUPINGS, OPS, OpDef
+from llmbuild.op_defs import BY_NAME, COSTS, GROUPINGS, OPS, REAL_ROWS, OpDef
 
 __all__ = ["BY_NAME", "OPS", "Pieces", "current_pieces", "derived_pieces", "missing_pieces"]
 
@@ -30,11 +30,14 @@ class Pieces:
     mac_ops: tuple[str, ...]
     vector_ops: Mapping[str, int]  # vector operations per output element
     attention_ops: tuple[str, ...]
+    # "top.X" the vendor's exporters translate (hand-written in bmodel/: the vendor's forms are its own)
+    vendor_exports: frozenset[str]
 
 
 def current_pieces() -> Pieces:
     """The pieces the compiler and the runtime use."""
     from llmbuild.binary.program import OPCODE_OF
+    from llmbuild.bmodel.vit_export import exported_top_ops
     from llmbuild.cost import group_timing
     from llmbuild.dialects import top, tpu
     from llmbuild.numerics.kernels import KERNELS
@@ -53,12 +56,14 @@ def current_pieces() -> Pieces:
         mac_ops=tuple(group_timing.MAC_OPS),
         vector_ops=dict(group_timing.EU_OPS_PER_ELEMENT),
         attention_ops=tuple(group_timing.ATTENTION_OPS),
+        vendor_exports=exported_top_ops(),
     )
 
 
 def derived_pieces(defs: Iterable[OpDef]) -> Pieces:
     """Every piece derived from `defs` by the functions each layer derives its own with."""
     from llmbuild.binary.program import opcode_table
+    from llmbuild.bmodel.vit_export import exported_top_ops
     from llmbuild.cost.group_timing import cost_tables
     from llmbuild.dialects import from_definitions
     from llmbuild.numerics.kernels import host_kernels
@@ -80,6 +85,7 @@ def derived_pieces(defs: Iterable[OpDef]) -> Pieces:
         mac_ops=costs.mac_ops,
         vector_ops=costs.vector_ops,
         attention_ops=costs.attention_ops,
+        vendor_exports=exported_top_ops(),
     )
 
 
@@ -103,6 +109,9 @@ def missing_pieces(op: OpDef, pieces: Pieces) -> list[str]:
             missing.append(f"a docstring on {top_name}")
         if tpu_class is not None and pieces.lowering.get(top_name) is not tpu_class:
             missing.append(f"the lowering {top_name} -> {tpu_name} in passes/lower_top_to_tpu.py")
+        if op.exported and top_name not in pieces.vendor_exports:
+            missing.append(f"the vendor export op_{form.name} in bmodel/top_export.py or bmodel/vit_export.py "
+                           "(or exported=False in the definition: its nets then build no .bmodel)")
         for table, where in ((pieces.kernels, "numerics/kernels.KERNELS"),
                              (pieces.spec_kernels, "op_defs.SPEC_KERNELS")):
             if form.name not in table:
@@ -120,6 +129,8 @@ def missing_pieces(op: OpDef, pieces: Pieces) -> list[str]:
     elif (op.grouping == "row_local") != (tpu_name in pieces.row_local):
         where = "in" if op.grouping == "row_local" else "out of"
         missing.append(f"{tpu_name} {where} ROW_LOCAL in passes/layer_group_plan.py")
+    if op.real_rows not in REAL_ROWS:
+        missing.append(f"real_rows among {', '.join(REAL_ROWS)}")
     cost_table = {"mac": op.name in pieces.mac_ops, "attention": op.name in pieces.attention_ops,
                   "vector": pieces.vector_ops.get(op.name) == op.vector_ops,
                   "view": pieces.vector_ops.get(op.name) == 0}

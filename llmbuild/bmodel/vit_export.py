@@ -157,3 +157,9 @@ class _VitExporter(NetExporter):
 
 
 __all__ = ["PIXELS_INPUT", "export_vit"]
+
+
+def exported_top_ops() -> frozenset[str]:
+    """The top ops ("top.X") that the net and vision exporters translate to the vendor's top dialect."""
+    return frozenset(f"top.{name[3:]}" for exporter in (NetExporter, _VitExporter) for name in dir(exporter)
+                     if name.startswith("op_"))

@@ -68,15 +68,11 @@ def gather(attrs: dict[str, Any], table: Weight, indices: np.ndarray) -> np.ndar
 # Rows per tile of a product the layer-group pass did not tile by rows: a fixed size, so that the tiles,
 # and with them the bits, do not depend on how many threads run them (numerics/parallel.py).
 ROW_TILE = 32
-# Ops whose cost grows with the rows of their activation: given `active_rows`, they compute the row tiles
-# holding the real tokens and leave zeros after them.
-ROW_SKIPPING = frozenset({"MatMul", "A16MatMul", "FAttention"})
-# Ops that compute each token's row from that row alone: an executor may compute (and round) the real rows
-# only and leave zeros after them (what a product of those rows reads; a row's bits in a product do not
-# depend on the other rows' values). Shared by the interpreter and the host path.
-ROW_LOCAL = frozenset({"Add", "Mul", "Active", "SiLU", "GELU", "GELUTanh", "RMSNorm", "LayerNorm", "Cast", "Rope",
-                       "Gather"})
-
+# What an executor given the count of real tokens may compute (each definition's `real_rows`, with its top
+# forms' names): the row tiles holding real tokens (ROW_SKIPPING) or the real rows alone (ROW_LOCAL), zeros
+# after them. Shared by the interpreter and the host path.
+ROW_SKIPPING = frozenset(name for op in OPS if op.real_rows == "skipping" for name in op.names())
+ROW_LOCAL = frozenset(name for op in OPS if op.real_rows == "local" for name in op.names())
 
 def on_real_rows(compute: Callable[..., np.ndarray], xs: Sequence[np.ndarray], cut: Sequence[bool],
                  shape: tuple[int, ...], n: int) -> np.ndarray:

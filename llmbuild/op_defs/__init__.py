@@ -19,7 +19,7 @@ from llmbuild.op_defs.gather import GATHER
 from llmbuild.op_defs.layer_norm import LAYER_NORM
 from llmbuild.op_defs.matmul import MATMUL
 from llmbuild.op_defs.mul import MUL
-from llmbuild.op_defs.op_definition import COSTS, GROUPINGS, Kernel, OpDef, TopForm, with_attrs
+from llmbuild.op_defs.op_definition import COSTS, GROUPINGS, REAL_ROWS, Kernel, OpDef, TopForm, with_attrs
 from llmbuild.op_defs.permute import PERMUTE
 from llmbuild.op_defs.reshape import RESHAPE
 from llmbuild.op_defs.rms_norm import RMS_NORM
@@ -27,8 +27,8 @@ from llmbuild.op_defs.rotary_embedding import ROPE
 from llmbuild.op_defs.slice import SLICE
 from llmbuild.op_defs.softmax import SOFTMAX
 
-__all__ = ["BY_NAME", "COSTS", "GROUPINGS", "OPS", "SPEC_KERNELS", "Kernel", "OpDef", "TopForm", "spec_kernels",
-           "with_attrs"]
+__all__ = ["BY_NAME", "COSTS", "GROUPINGS", "OPS", "REAL_ROWS", "SPEC_KERNELS", "Kernel", "OpDef", "TopForm",
+           "spec_kernels", "with_attrs"]
 
 OPS: tuple[OpDef, ...] = (
     GATHER, RMS_NORM, MATMUL, A16_MATMUL, A16_GATHER, RESHAPE, PERMUTE, ROPE, FATTENTION, CONCAT, ADD, MUL,

@@ -48,5 +48,5 @@ A16_MATMUL = OpDef(
     "A16MatMul", 14, "x @ dequant(W)^T (+ bias): 4- or 8-bit weights in groups, 16-bit activations.",
     '%y = "tpu.A16MatMul"(%x, %q, %s, %z) {bits = 4 : i64, group_size = 64 : i64} : (...) -> '
     "tensor<1x16x128xbf16>",
-    shape="A16MatMul", grouping="row_local", cost="mac", spec=spec,
+    shape="A16MatMul", grouping="row_local", cost="mac", real_rows="skipping", spec=spec,
 )

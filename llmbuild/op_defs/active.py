@@ -46,7 +46,7 @@ ACTIVE = OpDef(
     "Active", 11, "An activation chosen by mode (TPU-MLIR's Active): SILU from top.SiLU, GELU from top.GELU, "
     "GELU_TANH from top.GELUTanh.",
     '%g = "tpu.Active"(%x) {mode = "SILU"} : (tensor<1x16x128xbf16>) -> tensor<1x16x128xbf16>',
-    shape="Active", grouping="row_local", cost="vector",
+    shape="Active", grouping="row_local", cost="vector", real_rows="local",
     vector_ops=4,  # exp, add 1, divide, multiply by x (the gate's multiply is its own Mul)
     spec=spec,
     tops=(

@@ -19,5 +19,5 @@ def spec(attrs: dict[str, Any], *xs: np.ndarray) -> np.ndarray:
 ADD = OpDef(
     "Add", 9, "Elementwise sum with broadcasting: residuals, the attention mask.",
     '%s = "tpu.Add"(%a, %b) : (tensor<1x16x64xbf16>, tensor<1x16x64xbf16>) -> tensor<1x16x64xbf16>',
-    shape="Elementwise", grouping="row_local", cost="vector", vector_ops=1, spec=spec,
+    shape="Elementwise", grouping="row_local", cost="vector", real_rows="local", vector_ops=1, spec=spec,
 )

@@ -16,5 +16,5 @@ def spec(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
 CAST = OpDef(
     "Cast", 13, "Element type conversion, round to nearest even; inserted by the lowering.",
     '%c = "tpu.Cast"(%x) : (tensor<1x16x64xbf16>) -> tensor<1x16x64xf32>',
-    shape="Cast", grouping="row_local", cost="vector", vector_ops=1, spec=spec, tops=(),
+    shape="Cast", grouping="row_local", cost="vector", real_rows="local", vector_ops=1, spec=spec, tops=(),
 )

@@ -26,5 +26,5 @@ FATTENTION = OpDef(
     "FAttention", 7, "Grouped-query attention softmax(q k^T * scale + mask) v, in key blocks when long.",
     '%a = "tpu.FAttention"(%q, %k, %v, %mask) {scale = 0.25 : f64, q_head = 4 : i64, kv_head = 2 : i64} '
     ": (...) -> tensor<1x16x64xbf16>",
-    shape="FAttention", grouping="attention", cost="attention", spec=spec,
+    shape="FAttention", grouping="attention", cost="attention", real_rows="skipping", spec=spec,
 )

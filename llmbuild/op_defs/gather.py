@@ -21,5 +21,5 @@ GATHER = OpDef(
     "Gather", 1, "Rows of a table by index: the embedding lookup, the RoPE tables, act order's permutation.",
     '%e = "tpu.Gather"(%table, %ids) {axis = 0 : i64} : (tensor<512x64xf32>, tensor<1x16xi32>) -> '
     "tensor<1x16x64xf32>",
-    shape="Gather", grouping="row_local", cost="vector", vector_ops=1, spec=spec, moves_data=True,
+    shape="Gather", grouping="row_local", cost="vector", real_rows="local", vector_ops=1, spec=spec, moves_data=True,
 )

@@ -20,7 +20,7 @@ LAYER_NORM = OpDef(
     "LayerNorm", 18, "(x - mean) / sqrt(var + eps) * gamma + beta over the last axis: the vision towers' norm.",
     '%y = "tpu.LayerNorm"(%x, %g, %b) {eps = 1.0e-06 : f64} : (tensor<1x1025x1024xbf16>, ...) -> '
     "tensor<1x1025x1024xbf16>",
-    shape="LayerNorm", grouping="row_local", cost="vector",
+    shape="LayerNorm", grouping="row_local", cost="vector", real_rows="local",
     vector_ops=RMS_NORM.vector_ops + 2,  # RMSNorm's work plus centring and the bias
     spec=spec,
 )

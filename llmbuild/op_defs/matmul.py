@@ -23,5 +23,5 @@ MATMUL = OpDef(
     "MatMul", 3, "x @ W (+ bias) over the last axis; W is [K, N], or [N, K] transposed.",
     '%y = "tpu.MatMul"(%x, %w) {right_transpose = true} : (tensor<1x16x64xbf16>, tensor<128x64xbf16>) '
     "-> tensor<1x16x128xbf16>",
-    shape="MatMul", grouping="row_local", cost="mac", spec=spec,
+    shape="MatMul", grouping="row_local", cost="mac", real_rows="skipping", spec=spec,
 )

@@ -19,5 +19,5 @@ def spec(attrs: dict[str, Any], *xs: np.ndarray) -> np.ndarray:
 MUL = OpDef(
     "Mul", 10, "Elementwise product with broadcasting: the gated MLP.",
     '%m = "tpu.Mul"(%a, %b) : (tensor<1x16x128xbf16>, tensor<1x16x128xbf16>) -> tensor<1x16x128xbf16>',
-    shape="Elementwise", grouping="row_local", cost="vector", vector_ops=1, spec=spec,
+    shape="Elementwise", grouping="row_local", cost="vector", real_rows="local", vector_ops=1, spec=spec,
 )

@@ -5,7 +5,8 @@ classes (`dialects/from_definitions.py`, on the irdl base `dialects/common.<shap
 (`passes/lower_top_to_tpu.TOP_TO_TPU`), the opcode (`binary/program.OPCODES`), the grouping
 (`passes/layer_group_plan.ROW_LOCAL`), the cost (`cost/group_timing`) and the host's kernel table
 (`numerics/kernels.KERNELS`: the spec kernel, unless the host has an optimised kernel of its own).
-`llmbuild/op_registry.py` checks that each derived piece exists.
+`llmbuild/op_registry.py` checks that each derived piece exists, and that an `exported` op has its
+hand-written translation to the vendor's top dialect.
 """
 
 from __future__ import annotations
@@ -22,6 +23,11 @@ Kernel = Callable[..., np.ndarray]
 
 GROUPINGS = ("row_local", "attention", "concat", "whole")  # row by row, flash attention, the key block's concat
 COSTS = ("mac", "attention", "vector", "view")  # MAC work, attention's own rule, vector work, nothing
+# What an executor given the count of real tokens (`active_rows`, the rest padding) may compute: every row;
+# the real rows only, zeros after them ("local": a row's result depends on that row alone, and a product
+# that reads it gets the same bits either way); or the row tiles that hold real tokens, zeros after them
+# ("skipping": ops whose cost grows with the rows).
+REAL_ROWS = ("all", "local", "skipping")
 
 
 @dataclass(frozen=True)
@@ -45,9 +51,13 @@ class OpDef:
     example: str  # one line of `.mlir`, as the op appears after lowering
     shape: str  # the irdl base in dialects/common.py (operands, attributes, verifier), without "Base"
     grouping: str  # GROUPINGS
-    cost: str  # COSTS
+    cost: str  # COSTS; "mac" is a product of an activation by a weight (the planner tiles and streams it)
     spec: Kernel  # the plain numpy semantics: the reference interpreter runs it, the checks compare to it
     vector_ops: int = 0  # vector operations per output element, when `cost` is "vector"
+    real_rows: str = "all"  # REAL_ROWS
+    # Whether its top forms have a form in the vendor's top dialect (bmodel/top_export.py, bmodel/vit_export.py
+    # export each): False for an op that only the .llmb carries, whose nets then build no .bmodel.
+    exported: bool = True
     moves_data: bool = False  # it only moves data: the lowering keeps its float input's precision
     tops: tuple[TopForm, ...] | None = None  # None: one top op of the same name, shape and summary
 
@@ -59,6 +69,10 @@ class OpDef:
 
     def doc(self) -> str:
         return docstring(self.summary, self.example)
+
+    def names(self) -> tuple[str, ...]:
+        """The tpu op's name and its top forms' (top.SiLU is a form of Active)."""
+        return (self.name, *(form.name for form in self.top_forms() if form.name != self.name))
 
 
 def docstring(summary: str, example: str) -> str:

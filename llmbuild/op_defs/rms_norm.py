@@ -18,7 +18,7 @@ RMS_NORM = OpDef(
     "RMSNorm", 2, "x / sqrt(mean(x^2) + eps) * gamma over the last axis.",
     '%y = "tpu.RMSNorm"(%x, %g) {eps = 1.0e-06 : f64} : (tensor<1x16x64xbf16>, tensor<64xbf16>) -> '
     "tensor<1x16x64xbf16>",
-    shape="RMSNorm", grouping="row_local", cost="vector",
+    shape="RMSNorm", grouping="row_local", cost="vector", real_rows="local",
     vector_ops=4,  # square, accumulate, scale by the row's rsqrt, multiply by gamma
     spec=spec,
 )

@@ -21,6 +21,6 @@ def spec(attrs: dict[str, Any], x: np.ndarray, cos: np.ndarray, sin: np.ndarray)
 ROPE = OpDef(
     "Rope", 6, "Rotary position embedding, rotate-half form: x * cos + rotate_half(x) * sin.",
     '%q = "tpu.Rope"(%x, %cos, %sin) : (tensor<1x16x4x16xbf16>, ...) -> tensor<1x16x4x16xbf16>',
-    shape="Rope", grouping="row_local", cost="vector", vector_ops=3,  # x * cos, rotate(x) * sin, add
+    shape="Rope", grouping="row_local", cost="vector", real_rows="local", vector_ops=3,  # x * cos, rotate(x) * sin, add
     spec=spec,
 )

@@ -50,7 +50,8 @@ STREAM_FRACTION = 16  # one streamed weight slice holds at most lmem / 16 bytes
 KEY_BLOCK_MIN = 256
 KEY_BLOCK_FLOOR = 16
 STATE_BYTES = 4  # the online softmax's running max, sum and accumulator are f32
-MATMULS = ("tpu.MatMul", "tpu.A16MatMul")
+# Products of an activation by a weight (cost "mac"): the planner tiles their rows and streams their weight.
+MATMULS = tuple(f"tpu.{op.name}" for op in OPS if op.cost == "mac")
 # Ops whose output row t depends only on row t of their activation operands (tokens on axis 1).
 
 
