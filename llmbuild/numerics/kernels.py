@@ -75,7 +75,7 @@ ROW_SKIPPING = frozenset({"MatMul", "A16MatMul", "FAttention"})
 # only and leave zeros after them (what a product of those rows reads; a row's bits in a product do not
 # depend on the other rows' values). Shared by the interpreter and the host path.
 ROW_LOCAL = frozenset({"Add", "Mul", "Active", "SiLU", "GELU", "GELUTanh", "RMSNorm", "LayerNorm", "Cast", "Rope",
-                       "Gather"})
+                       "Gather", "Sigmoid", "Softplus", "L2Norm"})
 
 
 def on_real_rows(compute: Callable[..., np.ndarray], xs: Sequence[np.ndarray], cut: Sequence[bool],
