@@ -49,6 +49,7 @@ class Executor(Protocol):
     def copy_rows(self, src: TensorDesc, dst: TensorDesc, at: int, rows: int) -> None: ...
     def shift_rows(self, src: TensorDesc, dst: TensorDesc, rows: int) -> None: ...
     def clear(self, dst: TensorDesc) -> None: ...
+    def read(self, t: TensorDesc) -> Any: ...
     def set_output(self, prog: Program, name: str, value: np.ndarray) -> None: ...
 
 
@@ -260,6 +261,16 @@ class CompiledModel:
             raise LlmbuildError(f"{self.path}: section {self.nets.section(net)}: the program cannot run "
                                 f"({type(exc).__name__}: {one_line(str(exc))})") from None
         return prog
+
+    def layer_state(self, layer: int) -> dict[str, np.ndarray]:
+        """What layer `layer` carries to the next call, as float32 copies: its KV cache's filled rows (`k`,
+        `v`) or its linear-attention state (`conv`, the window; `recurrent`)."""
+        out = {}
+        for (i, which), desc in self._kv.items():
+            if i == layer:
+                value = np.array(self.device.read(desc), dtype=np.float32)
+                out[which] = value[:, : self.history] if which in "kv" else value
+        return out
 
     def _store_kv(self, layer: int, prog: Program, rows: int) -> None:
         outputs = dict(prog.outputs)

@@ -498,6 +498,10 @@ class HostExecutor:
     def clear(self, dst: TensorDesc) -> None:
         self.buffers[dst.address] = np.zeros(dst.shape, dtype=np.float32)
 
+    def read(self, t: TensorDesc) -> np.ndarray:
+        """The value last stored in the buffer at `t` (a cache or a state)."""
+        return _fit(self.buffers[t.address], t.shape)
+
 
 def _cache_budget() -> int:
     import os
