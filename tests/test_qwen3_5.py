@@ -105,10 +105,9 @@ def test_gated_delta_rule_matches_transformers(tokens: int, chunk: int, with_sta
                               output_final_state=True, use_qk_l2norm_in_kernel=True)
     got = spec({"chunk_size": chunk, "scale": 16 ** -0.5}, _unit(q), _unit(k), v, g, beta,
                *(() if state is None else (state,)))
-    rows = tokens * 4 * 8
-    assert got.shape == (1, rows + 4 * 16 * 8)
-    np.testing.assert_allclose(got[0, :rows].reshape(1, tokens, 4, 8), want_out.numpy(), rtol=0, atol=2e-6)
-    np.testing.assert_allclose(got[0, rows:].reshape(1, 4, 16, 8), want_state.numpy(), rtol=0, atol=4e-6)
+    assert got.shape == (1, 16 + tokens, 4, 8)  # the state's 16 rows of [Hv, dv], then the tokens'
+    np.testing.assert_allclose(got[:, 16:], want_out.numpy(), rtol=0, atol=2e-6)
+    np.testing.assert_allclose(got[:, :16].transpose(0, 2, 1, 3), want_state.numpy(), rtol=0, atol=4e-6)
 
 
 def test_causal_conv1d_matches_torch_s_convolution() -> None:

@@ -338,7 +338,8 @@ class CausalConv1dBase(IRDLOperation):
 class GatedDeltaRuleBase(IRDLOperation):
     """Linear attention by the gated delta rule (op_defs/gated_delta_rule.py): queries and keys [1, n, Hk, dk],
     values [1, n, Hv, dv], log decays `g` and write strengths `beta` [1, n, Hv], the carried state
-    [1, Hv, dk, dv] (absent: zeros); output [1, n*Hv*dv + Hv*dk*dv], the outputs and then the final state."""
+    [1, Hv, dk, dv] (absent: zeros); output [1, dk + n, Hv, dv], the final state's dk rows and then the
+    tokens' outputs."""
 
     queries = operand_def(TensorType)
     keys = operand_def(TensorType)
@@ -362,8 +363,8 @@ class GatedDeltaRuleBase(IRDLOperation):
             want = (1, v[2], q[3], v[3])
             _expect(shape_of(self.state) == want, self, f"state must be {want}")
         _expect(self.chunk_size.value.data > 0, self, "chunk_size must be > 0")
-        size = q[1] * v[2] * v[3] + v[2] * q[3] * v[3]
-        _expect(shape_of(self.output) == (1, size), self, f"output must be (1, {size})")
+        want = (1, q[3] + q[1], v[2], v[3])
+        _expect(shape_of(self.output) == want, self, f"output must be {want}")
 
 
 class ConcatBase(IRDLOperation):

@@ -159,6 +159,12 @@ class TopGraph:
         attrs = {"axis": common.i64_attr(axis), "start": common.i64_attr(start), "end": common.i64_attr(end)}
         return self._add(top.SliceOp.build(operands=[x], result_types=[tensor(shape)], attributes=attrs), loc)
 
+    def permute(self, x: SSAValue, order: Sequence[int], loc: str) -> SSAValue:
+        shape = common.shape_of(x)
+        op = top.PermuteOp.build(operands=[x], result_types=[tensor([shape[i] for i in order])],
+                                 attributes={"order": common.i64_array(order)})
+        return self._add(op, loc)
+
     def l2_norm(self, x: SSAValue, eps: float, loc: str) -> SSAValue:
         op = top.L2NormOp.build(operands=[x], result_types=[x.type], attributes={"eps": common.f64_attr(eps)})
         return self._add(op, loc)
@@ -176,7 +182,7 @@ class TopGraph:
         _, _, hv, dv = common.shape_of(v)
         op = top.GatedDeltaRuleOp.build(
             operands=[q, k, v, g, beta, [state] if state is not None else []],
-            result_types=[tensor((1, n * hv * dv + hv * dk * dv))],
+            result_types=[tensor((1, dk + n, hv, dv))],
             attributes={"chunk_size": common.i64_attr(chunk_size), "scale": common.f64_attr(scale)},
         )
         return self._add(op, loc)

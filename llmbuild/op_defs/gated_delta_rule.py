@@ -8,8 +8,9 @@ Per value head h (query/key head h // (Hv / Hk)), with the state S [dk, dv] and 
 `chunk_size` 1 computes exactly that, token by token (a decode step); a larger chunk computes the same
 recurrence a chunk of tokens at a time (the intra-chunk part as a unit lower-triangular system solved by
 forward substitution, then one state update per chunk), as transformers' torch_chunk_gated_delta_rule does
-for a prompt. The result is one tensor: the outputs [n, Hv, dv] and then the final state [Hv, dk, dv],
-flattened side by side, which two Slices split (an op has one result here).
+for a prompt. The result is one tensor [1, dk + n, Hv, dv] (an op has one result here), which two Slices
+split: first the final state as dk rows of [Hv, dv] (S[h, i, :] at row i, head h), then each token's
+output, so that the tokens are the last rows, the padding of a partly filled prefill at the very end.
 """
 
 from __future__ import annotations
@@ -19,11 +20,6 @@ from typing import Any
 import numpy as np
 
 from llmbuild.op_defs.op_definition import OpDef
-
-
-def packed_size(tokens: int, value_heads: int, key_dim: int, value_dim: int) -> int:
-    """Elements of the result: `tokens` output rows of Hv x dv, then the Hv x dk x dv state."""
-    return tokens * value_heads * value_dim + value_heads * key_dim * value_dim
 
 
 def _recurrent(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta: np.ndarray,
@@ -82,7 +78,7 @@ def _chunked(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta: n
 def spec(attrs: dict[str, Any], q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta: np.ndarray,
          state: np.ndarray | None = None) -> np.ndarray:
     """q, k [1, n, Hk, dk] (unit rows), v [1, n, Hv, dv], g (log decay, <= 0) and beta [1, n, Hv], state
-    [1, Hv, dk, dv] (zeros when absent) -> [1, n * Hv * dv + Hv * dk * dv]: the outputs, then the state."""
+    [1, Hv, dk, dv] (zeros when absent) -> [1, dk + n, Hv, dv]: the final state's rows, then the outputs."""
     _, n, key_heads, dk = k.shape
     heads, dv = v.shape[2:]
     dt = q.dtype.type
@@ -93,15 +89,15 @@ def spec(attrs: dict[str, Any], q: np.ndarray, k: np.ndarray, v: np.ndarray, g: 
     s = np.zeros((heads, dk, dv), q.dtype) if state is None else state[0].astype(q.dtype)
     chunk = int(attrs["chunk_size"])
     out, s = _recurrent(q, k, v, g, beta, s) if chunk == 1 else _chunked(q, k, v, g, beta, s, chunk)
-    return np.concatenate([out.transpose(1, 0, 2).reshape(-1), s.reshape(-1)])[None, :]
+    return np.concatenate([s.transpose(1, 0, 2), out.transpose(1, 0, 2)])[None]
 
 
 GATED_DELTA_RULE = OpDef(
-    "GatedDeltaRule", 22, "Linear attention by the gated delta rule from a carried state: each token's "
-    "output [n, Hv, dv] and the final state [Hv, dk, dv], flattened side by side; chunk_size 1 goes token by "
+    "GatedDeltaRule", 22, "Linear attention by the gated delta rule from a carried state: the final state "
+    "[Hv, dk, dv] as dk rows of [Hv, dv], then each token's output [n, Hv, dv]; chunk_size 1 goes token by "
     "token, a larger one a chunk at a time.",
     '%o = "tpu.GatedDeltaRule"(%q, %k, %v, %g, %beta, %s) {chunk_size = 64 : i64, scale = 0.25 : f64} : '
-    "(...) -> tensor<1x5120xf32>",
+    "(...) -> tensor<1x32x4x16xf32>",
     shape="GatedDeltaRule", grouping="whole", cost="vector",
     vector_ops=0, spec=spec,
 )

@@ -75,10 +75,9 @@ def gated_delta_net(g: BlockGraph, x: Any, inputs: Mapping[str, Any], spec: Mode
     chunk = 1 if shapes.stage == "decode" else CHUNK
     packed = g.gated_delta_rule(q, k, v, decay, beta, inputs.get("state_recurrent"), chunk, dk**-0.5,
                                 p + "delta_rule")
-    rows = n * hv * dv
-    core = g.reshape(g.slice(packed, 1, 0, rows, p + "delta_out"), (1, n, hv, dv), p + "delta_heads")
-    state = g.reshape(g.slice(packed, 1, rows, rows + hv * dk * dv, p + "delta_state"), (1, hv, dk, dv),
-                      p + "state_heads")
+    # The state's dk rows first, then the tokens' outputs (op_defs/gated_delta_rule.py).
+    state = g.permute(g.slice(packed, 1, 0, dk, p + "delta_state"), (0, 2, 1, 3), p + "state_heads")
+    core = g.slice(packed, 1, dk, dk + n, p + "delta_out")
 
     normed = g.rms_norm(core, g.weight(a_ + "norm.weight", (dv,)), spec.rms_norm_eps, p + "out_norm")
     gate = g.silu(g.reshape(z, (1, n, hv, dv), p + "z_heads"), p + "z_silu")
