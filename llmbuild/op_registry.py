@@ -30,6 +30,7 @@ class Pieces:
     mac_ops: tuple[str, ...]
     vector_ops: Mapping[str, int]  # vector operations per output element
     attention_ops: tuple[str, ...]
+    recurrence_ops: tuple[str, ...] = ()
 
 
 def current_pieces() -> Pieces:
@@ -53,6 +54,7 @@ def current_pieces() -> Pieces:
         mac_ops=tuple(group_timing.MAC_OPS),
         vector_ops=dict(group_timing.EU_OPS_PER_ELEMENT),
         attention_ops=tuple(group_timing.ATTENTION_OPS),
+        recurrence_ops=tuple(group_timing.RECURRENCE_OPS),
     )
 
 
@@ -80,6 +82,7 @@ def derived_pieces(defs: Iterable[OpDef]) -> Pieces:
         mac_ops=costs.mac_ops,
         vector_ops=costs.vector_ops,
         attention_ops=costs.attention_ops,
+        recurrence_ops=costs.recurrence_ops,
     )
 
 
@@ -122,7 +125,7 @@ def missing_pieces(op: OpDef, pieces: Pieces) -> list[str]:
         missing.append(f"{tpu_name} {where} ROW_LOCAL in passes/layer_group_plan.py")
     cost_table = {"mac": op.name in pieces.mac_ops, "attention": op.name in pieces.attention_ops,
                   "vector": pieces.vector_ops.get(op.name) == op.vector_ops,
-                  "view": pieces.vector_ops.get(op.name) == 0}
+                  "view": pieces.vector_ops.get(op.name) == 0, "recurrence": op.name in pieces.recurrence_ops}
     if op.cost not in COSTS or not cost_table[op.cost]:
         missing.append(f"the {op.cost} cost of {op.name} in cost/group_timing.py")
     return missing

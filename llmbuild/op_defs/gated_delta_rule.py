@@ -22,6 +22,22 @@ import numpy as np
 from llmbuild.op_defs.op_definition import OpDef
 
 
+def work(tokens: int, value_heads: int, key_dim: int, value_dim: int, chunk: int) -> tuple[float, float]:
+    """(MAC-array flops, vector operations) of one call, as the spec computes it. Token by token (chunk 1)
+    it is vector work on the [dk, dv] state of each head (decay, read, write, output: 7 operations an
+    element). A chunk of c tokens (padded to whole chunks) is products: the chunk's k k^T and q k^T
+    (2 c^2 dk each), the triangular solve over [v, k] (c^2 (dv + dk)), reading the state for v and q (2 c dk dv
+    each), the intra-chunk output (2 c^2 dv) and the state's update (2 c dk dv); the decays are vector work."""
+    if chunk == 1:
+        return 0.0, float(tokens * value_heads * (7 * key_dim * value_dim + 4 * value_dim))
+    c = chunk
+    chunks = -(-tokens // c)
+    per_chunk = (4 * c * c * key_dim + c * c * (value_dim + key_dim) + 6 * c * key_dim * value_dim
+                 + 2 * c * c * value_dim)
+    vector = 4 * c * c + 2 * c * (key_dim + value_dim) + 2 * key_dim * value_dim  # decays, masks, the state's
+    return float(chunks * value_heads * per_chunk), float(chunks * value_heads * vector)
+
+
 def _recurrent(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta: np.ndarray,
                state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Token by token, in transformers' torch_recurrent_gated_delta_rule's order of operations. Heads first:
@@ -98,6 +114,5 @@ GATED_DELTA_RULE = OpDef(
     "token, a larger one a chunk at a time.",
     '%o = "tpu.GatedDeltaRule"(%q, %k, %v, %g, %beta, %s) {chunk_size = 64 : i64, scale = 0.25 : f64} : '
     "(...) -> tensor<1x32x4x16xf32>",
-    shape="GatedDeltaRule", grouping="whole", cost="vector",
-    vector_ops=0, spec=spec,
+    shape="GatedDeltaRule", grouping="whole", cost="recurrence", spec=spec,
 )

@@ -21,7 +21,8 @@ import numpy as np
 Kernel = Callable[..., np.ndarray]
 
 GROUPINGS = ("row_local", "attention", "concat", "whole")  # row by row, flash attention, the key block's concat
-COSTS = ("mac", "attention", "vector", "view")  # MAC work, attention's own rule, vector work, nothing
+# MAC work, attention's own rule, vector work, nothing, a linear-attention recurrence's own rule
+COSTS = ("mac", "attention", "vector", "view", "recurrence")
 
 
 @dataclass(frozen=True)
