@@ -161,13 +161,12 @@ def test_every_recipe_estimates() -> None:
 
 
 def _compiled_activation_peak(spec, shapes, mode: str, plan) -> int:
+    from llmbuild.cost.ops import layer_kinds
     from llmbuild.importer.nets import STAGES, build_block, head_nets
     from llmbuild.passes import run_passes
     from llmbuild.passes.assign_address import assign_addresses
     from llmbuild.passes.canonicalize import Canonicalize
     from llmbuild.passes.lower_top_to_tpu import LowerTopToTpu
-
-    from llmbuild.cost.ops import layer_kinds
 
     firsts = [first for first, _ in layer_kinds(spec).values()]  # a hybrid model: each kind's first layer
     modules = [build_block(spec, layer, stage, shapes) for layer in firsts for stage in STAGES]

@@ -78,6 +78,19 @@ def test_a_bad_config_is_one_line_naming_the_field(change: dict, message: str) -
     assert str(info.value).startswith("cfg.json: ") and message in str(info.value) and "\n" not in str(info.value)
 
 
+def test_a_recipe_asking_for_the_vendor_s_bmodel_is_refused_at_its_line(tmp_path: Path) -> None:
+    from llmbuild.recipe import load_recipe
+    from llmbuild.recipe_types import builds_bmodel
+
+    (tmp_path / "_tiny_common.yaml").write_text((RECIPES / "_tiny_common.yaml").read_text())
+    text = (RECIPES / f"{RECIPE}.yaml").read_text().replace("  build: false", "  build: true")
+    (tmp_path / "asks.yaml").write_text(text)
+    with pytest.raises(LlmbuildError, match=r"asks.yaml:\d+: bmodel.build: expected false for architecture qwen3_5"):
+        load_recipe("asks", tmp_path)
+    (tmp_path / "silent.yaml").write_text(text.replace("bmodel:\n  build: true\n", ""))
+    assert not builds_bmodel(load_recipe("silent", tmp_path))  # absent: none, where a dense model would
+
+
 # ---- the ops against transformers' reference functions --------------------------------------------------
 
 

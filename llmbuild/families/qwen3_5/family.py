@@ -40,6 +40,9 @@ _ROPE_HANDLED = ("partial_rotary_factor", "mrope_section", "mrope_interleaved")
 _LINEAR_FIELDS = {"linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128,
                   "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4}
 STATE_NAMES = ("conv", "recurrent")
+# Why a recipe of this family builds no vendor bmodel (recipe/cross_rules.py refuses bmodel.build true).
+NO_VENDOR_EXPORT = ("architecture qwen3_5 (its linear-attention layers, a gated delta rule over a carried state, "
+                    "have no export to the vendor's top dialect)")
 
 
 def _one_centred(name: str) -> bool:
