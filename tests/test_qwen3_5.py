@@ -255,6 +255,45 @@ def test_each_stage_s_state_equals_transformers_cache(built: Path, hf_model) -> 
     assert (model.counts.prefill, model.counts.decode, model.counts.prefill_kv) == (4, 1, 6)
 
 
+def test_bf16_s_first_step_follows_transformers_and_the_device_equals_the_host(
+        built: Path, hf_model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same model in bf16 (its recurrent state kept f32): the first step's logits against transformers'
+    float32 ones, and the simulated device bit for bit the host path over a prefill, two decode steps and a
+    prefill_kv chunk (the state read from the kv region in f32)."""
+    from llmbuild.artifacts.paths import BuildPaths
+    from llmbuild.recipe import load_recipe
+    from llmbuild.runtime.compiled_model import CompiledModel
+    from llmbuild.steps.head import build_head
+    from llmbuild.steps.layer import build_layer
+    from llmbuild.steps.link import link
+    from llmbuild.steps.plan import plan
+    from llmbuild.steps.prepare import prepare
+
+    for name in ("_tiny_common", RECIPE):
+        (tmp_path / f"{name}.yaml").write_text((RECIPES / f"{name}.yaml").read_text())
+    (tmp_path / "bf16.yaml").write_text(f"base: {RECIPE}\nquantization:\n  mode: bf16\n")
+    monkeypatch.setenv("LLMBUILD_BUILD_DIR", str(tmp_path / "build"))
+    monkeypatch.setenv("LLMBUILD_BMODEL", "0")
+    recipe = load_recipe("bf16", tmp_path)
+    prepare(recipe)
+    plan(recipe)
+    for layer in range(4):
+        build_layer(recipe, layer)
+    build_head(recipe)
+    link(recipe)
+    binary = BuildPaths.of(recipe).binary(recipe.name)
+    host, device = CompiledModel(binary, faithful=False), CompiledModel(binary, faithful=True)
+    first = host.prefill(PROMPT)
+    with torch.no_grad():
+        want = hf_model(torch.tensor([PROMPT])).logits[0, -1].numpy()
+    assert _cosine(first, want) >= 0.999
+    assert np.array_equal(device.prefill(PROMPT), first)
+    for token in (7, 8):
+        assert np.array_equal(device.decode_token(token), host.decode_token(token))
+    assert np.array_equal(device.prefill([3, 4, 5]), host.prefill([3, 4, 5]))
+    assert device.layer_state(0)["recurrent"].dtype == np.float32
+
+
 def test_truncating_a_state_model_starts_it_over(built: Path) -> None:
     """A recurrent state cannot give back a token: truncate forgets the conversation, and a session feeding
     it again gets what a fresh model computes."""

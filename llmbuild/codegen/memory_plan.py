@@ -84,7 +84,7 @@ def make_plan(spec: ModelSpec, shapes: Shapes, mode: str, alignment: int, group_
     for i in range(spec.num_layers):
         if spec.layer_kind(i) == "linear":
             for name, shape in spec.layer_state:
-                place(kv, f"layers.{i}.{name}", act_dtype, (1, *shape), alignment)
+                place(kv, f"layers.{i}.{name}", state_dtype(name, act_dtype), (1, *shape), alignment)
             continue
         for which in ("k", "v"):
             place(kv, f"layers.{i}.{which}", act_dtype, kv_shape, alignment)
@@ -120,4 +120,10 @@ def _state_io(spec: ModelSpec, L: int, act_dtype: str) -> list[tuple[str, str, t
         return []
     state = dict(spec.layer_state)
     return [("token_mask", act_dtype, (1, L, 1)), ("present_conv", act_dtype, (1, L, state["conv"][1])),
-            ("present_recurrent", act_dtype, (1, *state["recurrent"]))]
+            ("present_recurrent", state_dtype("recurrent", act_dtype), (1, *state["recurrent"]))]
+
+
+def state_dtype(name: str, act_dtype: str) -> str:
+    """A linear-attention state's element type: the recurrent matrix f32 (lower-top-to-tpu keeps it so), the
+    convolution's window the activations' (its rows are the qkv projection's, as stored)."""
+    return "f32" if name == "recurrent" else act_dtype

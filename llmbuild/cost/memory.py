@@ -22,6 +22,7 @@ from llmbuild.numerics.formats import itemsize
 
 ACTIVATION_ALIGN = 64  # llmbuild.codegen.memory_plan.ACTIVATION_ALIGN (not imported: it pulls in the IR)
 ROPE_BYTES = 4  # the cos/sin tables stay f32
+STATE_F32_BYTES = 4  # a linear-attention layer's recurrent state stays f32
 
 
 def align(n: int, a: int) -> int:
@@ -88,7 +89,7 @@ def kv_region(spec: ModelSpec, fmt: WeightFormat, seq_length: int, alignment: in
     per_tensor = seq_length * spec.num_kv_heads * spec.head_dim * fmt.act_bytes
     kinds = layer_kinds(spec)
     total = 2 * kinds.get("full", (0, 0))[1] * align(per_tensor, alignment)
-    state = sum(align(math.prod(shape) * fmt.act_bytes, alignment) for _, shape in spec.layer_state)
+    state = sum(align(math.prod(shape) * state_bytes(name, fmt), alignment) for name, shape in spec.layer_state)
     return total + kinds.get("linear", (0, 0))[1] * state
 
 
@@ -99,11 +100,16 @@ def io_region(spec: ModelSpec, fmt: WeightFormat, seq_length: int, prefill_lengt
              spec.vocab_size * 4)  # input_ids .. logits, as make_plan lists them
     if "linear" in spec.layer_types:  # the token mask, the new window rows and the new recurrent state
         state = dict(spec.layer_state)
-        sizes += (L * b, L * state["conv"][1] * b, math.prod(state["recurrent"]) * b)
+        sizes += (L * b, L * state["conv"][1] * b, math.prod(state["recurrent"]) * state_bytes("recurrent", fmt))
     cursor = 0
     for size in sizes:
         cursor = align(cursor, ACTIVATION_ALIGN) + size
     return align(cursor, alignment)
+
+
+def state_bytes(name: str, fmt: WeightFormat) -> int:
+    """codegen/memory_plan.state_dtype's bytes (not imported: it pulls in the IR): the recurrent state f32."""
+    return STATE_F32_BYTES if name == "recurrent" else fmt.act_bytes
 
 
 def estimate_memory(spec: ModelSpec, fmt: WeightFormat, seq_length: int, prefill_length: int, alignment: int,

@@ -20,6 +20,7 @@ from llmbuild.op_defs.mul import MUL
 
 CHUNK = 64  # mixers.CHUNK: not imported, the cost layer sits below the importer's family hooks' use
 ROPE_BYTES = 4  # the gathered cos/sin rows stay f32
+STATE_BYTES = 4  # the recurrent state, and the delta rule's result that holds it, stay f32 (lower-top-to-tpu)
 
 # (values read, the value defined or None, its bytes): one op of a net, in build order. Each value has a
 # name of its own in the layer (a name defined twice would merge two lifetimes).
@@ -54,7 +55,7 @@ def _linear_mixer(spec: ModelSpec, fmt: WeightFormat, stage: str, n: int) -> lis
     H, b = spec.hidden_size, fmt.act_bytes
     hv, dk, dv, C, K = la.num_value_heads, la.key_head_dim, la.value_head_dim, la.conv_dim, la.conv_kernel
     window = (K - 1) * C * b
-    state = hv * dk * dv * b
+    state = hv * dk * dv * STATE_BYTES
     carried = stage != "prefill"
     flops, vector = delta_rule_work(n, hv, dk, dv, 1 if stage == "decode" else CHUNK)
     return [
@@ -151,10 +152,10 @@ def _linear_values(spec: ModelSpec, stage: str, n: int, b: int) -> list[Value]:
         ops += [(["beta"], "beta_mask", n * hv * b), (["decay"], "decay_mask", n * hv * b)]
         beta, decay = "beta_mask", "decay_mask"
     ops += [
-        (["q_l2", "k_l2", "v", decay, beta], "packed", (dk + n) * hv * dv * b),
-        (["packed"], "state_rows", dk * hv * dv * b),
+        (["q_l2", "k_l2", "v", decay, beta], "packed", (dk + n) * hv * dv * STATE_BYTES),
+        (["packed"], "state_rows", dk * hv * dv * STATE_BYTES),
         (["state_rows"], None, 0),  # the permuted state: bound to present_recurrent
-        (["packed"], "core", n * vd * b),
+        (["packed"], "core", n * vd * STATE_BYTES),  # a slice of the f32 result stays f32
         (["core"], "normed", n * vd * b),
         (["z"], "z_silu", n * vd * b),
         (["normed", "z_silu"], "gated", n * vd * b),
