@@ -32,6 +32,7 @@ class Pieces:
     attention_ops: tuple[str, ...]
     # "top.X" the vendor's exporters translate (hand-written in bmodel/: the vendor's forms are its own)
     vendor_exports: frozenset[str]
+    recurrence_ops: tuple[str, ...] = ()
 
 
 def current_pieces() -> Pieces:
@@ -56,6 +57,7 @@ def current_pieces() -> Pieces:
         mac_ops=tuple(group_timing.MAC_OPS),
         vector_ops=dict(group_timing.EU_OPS_PER_ELEMENT),
         attention_ops=tuple(group_timing.ATTENTION_OPS),
+        recurrence_ops=tuple(group_timing.RECURRENCE_OPS),
         vendor_exports=exported_top_ops(),
     )
 
@@ -85,6 +87,7 @@ def derived_pieces(defs: Iterable[OpDef]) -> Pieces:
         mac_ops=costs.mac_ops,
         vector_ops=costs.vector_ops,
         attention_ops=costs.attention_ops,
+        recurrence_ops=costs.recurrence_ops,
         vendor_exports=exported_top_ops(),
     )
 
@@ -109,9 +112,9 @@ def missing_pieces(op: OpDef, pieces: Pieces) -> list[str]:
             missing.append(f"a docstring on {top_name}")
         if tpu_class is not None and pieces.lowering.get(top_name) is not tpu_class:
             missing.append(f"the lowering {top_name} -> {tpu_name} in passes/lower_top_to_tpu.py")
-        if op.exported and top_name not in pieces.vendor_exports:
+        if op.exported and form.exported and top_name not in pieces.vendor_exports:
             missing.append(f"the vendor export op_{form.name} in bmodel/top_export.py or bmodel/vit_export.py "
-                           "(or exported=False in the definition: its nets then build no .bmodel)")
+                           "(or exported=False in the definition or the form: its nets then build no .bmodel)")
         for table, where in ((pieces.kernels, "numerics/kernels.KERNELS"),
                              (pieces.spec_kernels, "op_defs.SPEC_KERNELS")):
             if form.name not in table:
@@ -133,7 +136,7 @@ def missing_pieces(op: OpDef, pieces: Pieces) -> list[str]:
         missing.append(f"real_rows among {', '.join(REAL_ROWS)}")
     cost_table = {"mac": op.name in pieces.mac_ops, "attention": op.name in pieces.attention_ops,
                   "vector": pieces.vector_ops.get(op.name) == op.vector_ops,
-                  "view": pieces.vector_ops.get(op.name) == 0}
+                  "view": pieces.vector_ops.get(op.name) == 0, "recurrence": op.name in pieces.recurrence_ops}
     if op.cost not in COSTS or not cost_table[op.cost]:
         missing.append(f"the {op.cost} cost of {op.name} in cost/group_timing.py")
     return missing

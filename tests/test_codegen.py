@@ -131,7 +131,7 @@ def test_program_encoding_follows_the_documented_layout() -> None:
     assert OPCODES == (
         "Gather", "RMSNorm", "MatMul", "Reshape", "Permute", "Rope", "FAttention",
         "Concat", "Add", "Mul", "Active", "Softmax", "Cast", "A16MatMul", "Load", "Store", "A16Gather",
-        "LayerNorm", "Slice",
+        "LayerNorm", "Slice", "L2Norm", "CausalConv1d", "GatedDeltaRule",
     )  # fmt: skip
 
 

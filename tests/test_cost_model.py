@@ -27,7 +27,7 @@ from llmbuild.recipe import list_recipes, load_recipe
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPES = REPO / "recipes"
-TINY = ["qwen2_tiny_f32", "qwen2_tiny_bf16", "llama_tiny_f16", "qwen3_tiny_f32"]
+TINY = ["qwen2_tiny_f32", "qwen2_tiny_bf16", "llama_tiny_f16", "qwen3_tiny_f32", "qwen3_5_tiny_f32"]
 HEADLINE_KEYS = {"decode_tokens_per_s", "first_token_latency_s", "device_memory_bytes", "decode_roofline_fraction"}
 
 
@@ -161,13 +161,16 @@ def test_every_recipe_estimates() -> None:
 
 
 def _compiled_activation_peak(spec, shapes, mode: str, plan) -> int:
+    from llmbuild.cost.ops import layer_kinds
     from llmbuild.importer.nets import STAGES, build_block, head_nets
     from llmbuild.passes import run_passes
     from llmbuild.passes.assign_address import assign_addresses
     from llmbuild.passes.canonicalize import Canonicalize
     from llmbuild.passes.lower_top_to_tpu import LowerTopToTpu
 
-    modules = [build_block(spec, 0, stage, shapes) for stage in STAGES] + list(head_nets(spec, shapes).values())
+    firsts = [first for first, _ in layer_kinds(spec).values()]  # a hybrid model: each kind's first layer
+    modules = [build_block(spec, layer, stage, shapes) for layer in firsts for stage in STAGES]
+    modules += list(head_nets(spec, shapes).values())
     peak = 0
     for module in modules:
         run_passes(module, [Canonicalize(), LowerTopToTpu(mode=mode)])

@@ -98,15 +98,32 @@ def _concat(rng, dtype) -> Iterator[Case]:
     yield {"axis": 1}, (_randn(rng, dtype, 1, 7, 2, 8), _randn(rng, dtype, 1, 3, 2, 8))
 
 
+def _causal_conv1d(rng, dtype) -> Iterator[Case]:
+    yield {"pad": 3}, (_randn(rng, dtype, 1, 6, 12), _randn(rng, dtype, 12, 1, 4))
+    yield {"pad": 0}, (_randn(rng, dtype, 1, 9, 12), _randn(rng, dtype, 12, 1, 4))
+
+
+def _gated_delta_rule(rng, dtype) -> Iterator[Case]:
+    for n, chunk, state in ((1, 1, True), (5, 1, False), (9, 4, True), (9, 64, False)):
+        unit = [_randn(rng, dtype, 1, n, 2, 8) for _ in range(2)]
+        q, k = (x / np.sqrt((x * x).sum(-1, keepdims=True)) for x in unit)
+        gates = (-np.abs(_randn(rng, dtype, 1, n, 4)), 1 / (1 + np.exp(-_randn(rng, dtype, 1, n, 4))))
+        extra = (_randn(rng, dtype, 1, 4, 8, 6),) if state else ()
+        yield {"chunk_size": chunk, "scale": 8 ** -0.5}, (q, k, _randn(rng, dtype, 1, n, 4, 6), *gates, *extra)
+
+
 CASES: dict[str, Callable[[np.random.Generator, type], Iterator[Case]]] = {
     "Gather": _gather, "RMSNorm": _norm(1), "LayerNorm": _norm(2), "MatMul": _matmul, "A16MatMul": _a16_matmul,
     "A16Gather": _a16_gather, "Reshape": _unary({"shape": [1, 5, 4, 8]}, 1, 5, 32),
     "Permute": _unary({"order": [0, 2, 1, 3]}, 1, 5, 4, 8), "Rope": _rope, "FAttention": _fattention,
     "Concat": _concat, "Add": _binary, "Mul": _binary, "Softmax": _unary({"axis": -1}, 1, 4, 5, 16),
     "Cast": _unary({}, 1, 5, 32), "Slice": _unary({"axis": 1, "start": 1, "end": 4}, 1, 5, 32),
-    "Active": lambda rng, dtype: (case for mode in ("SILU", "GELU", "GELU_TANH")
+    "Active": lambda rng, dtype: (case for mode in ("SILU", "GELU", "GELU_TANH", "SIGMOID", "SOFTPLUS")
                                   for case in _unary({"mode": mode}, 1, 5, 32)(rng, dtype)),
     "SiLU": _unary({}, 1, 5, 32), "GELU": _unary({}, 1, 5, 32), "GELUTanh": _unary({}, 1, 5, 32),
+    "Sigmoid": _unary({}, 1, 5, 32), "Softplus": lambda rng, dtype: (({}, (_randn(rng, dtype, 1, 5, 32) * 12,)),),
+    "L2Norm": _unary({"eps": 1e-6}, 1, 5, 2, 16), "CausalConv1d": _causal_conv1d,
+    "GatedDeltaRule": _gated_delta_rule,
 }
 
 

@@ -130,6 +130,8 @@ class MemoryPlan:
         """The fixed buffer a net input or output is bound to."""
         if arg in ("history_k", "history_v"):
             return self.kv[f"layers.{layer}.{arg[-1]}"]
+        if arg.startswith("state_"):  # a linear-attention layer's state, read in place like a KV history
+            return self.kv[f"layers.{layer}.{arg.removeprefix('state_')}"]
         if arg == "hidden_states" and layer >= 0:
             raise KeyError("block hidden states are bound with hidden_binding()")
         if net == "lm_head":

@@ -19,10 +19,11 @@ from llmbuild.chips import Chip, load_chip
 from llmbuild.cost.efficiency import Efficiency, efficiency_for
 from llmbuild.cost.hardware import Rates
 from llmbuild.cost.memory import MemoryEstimate, estimate_memory
-from llmbuild.cost.ops import STEPS, lm_head_format, model_stages
+from llmbuild.cost.ops import layer_kinds, lm_head_format, model_stages, model_steps
 from llmbuild.cost.schedule import DEFAULT_SCHEDULE, LLMBUILD, SCHEDULES, OpTime, Schedule, run_step, time_op
 from llmbuild.cost.weight_formats import weight_format
 from llmbuild.families.layout import expected_shapes
+from llmbuild.families.registry import get_family
 from llmbuild.frontend.spec import ModelSpec, spec_from_json
 from llmbuild.recipe_types import DEFAULT_GROUP_SIZE
 
@@ -137,14 +138,13 @@ def _check_shapes(seq_length: int, prefill_length: int, position: int | None) ->
 
 
 def param_count(spec: ModelSpec) -> int:
-    """Weights of the model (the tied head counted once), from one layer's shapes times the layer count."""
+    """Weights of the model (the tied head counted once), from each layer kind's shapes times its count."""
     shapes = expected_shapes(replace(spec, num_layers=1))
-    total = layer = 0
-    for name, shape in shapes.items():
-        n = math.prod(shape)
-        total += n
-        layer += n if name.startswith("layers.") else 0
-    return total + (spec.num_layers - 1) * layer
+    total = sum(math.prod(shape) for name, shape in shapes.items() if not name.startswith("layers."))
+    family = get_family(spec.architecture)
+    for first, count in layer_kinds(spec).values():
+        total += count * sum(math.prod(shape) for shape in family.tensor_shapes_of_layer(spec, first).values())
+    return total
 
 
 class StepModel:
@@ -157,6 +157,7 @@ class StepModel:
         self.rates = Rates(chip)
         self.schedule = schedule
         self.stages = model_stages(spec, self.fmt, seq_length, prefill_length, self.head_fmt)
+        self.steps = model_steps(self.stages)
 
     def timed(self, eff: Efficiency) -> dict[str, list[OpTime]]:
         return {name: [time_op(op, self.rates, eff, self.schedule, self.fmt.act_dtype) for op in st.ops]
@@ -164,13 +165,13 @@ class StepModel:
 
     def step_times(self, step: str, eff: Efficiency, timed: dict[str, list[OpTime]] | None = None) -> list[float]:
         """Each stage's share of one `step` (prefill, decode or prefill_kv), in the order they run."""
-        order = [self.stages[n] for n in STEPS[step]]
+        order = [self.stages[n] for n in self.steps[step]]
         return run_step(order, timed or self.timed(eff), self.rates, eff, self.schedule)
 
     def decode_bytes(self) -> float:
         """Weight and KV bytes a decode step must read, in this schedule's storage format."""
         return sum(st.count * sum(op.weight_bytes + op.kv_bytes for op in st.ops)
-                   for st in (self.stages[n] for n in STEPS["decode"]))
+                   for st in (self.stages[n] for n in self.steps["decode"]))
 
 
 def estimate(spec: ModelSpec, mode: str, group_size: int, chip: str | Chip, seq_length: int, prefill_length: int,
@@ -195,7 +196,7 @@ def estimate(spec: ModelSpec, mode: str, group_size: int, chip: str | Chip, seq_
     timed = model.timed(eff)
     step_times: dict[str, float] = {}
     stage_latency: dict[str, float] = {}
-    for step, names in STEPS.items():
+    for step, names in model.steps.items():
         times = model.step_times(step, eff, timed)
         step_times[step] = sum(times)
         for name, t in zip(names, times, strict=True):

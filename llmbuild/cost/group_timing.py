@@ -38,6 +38,7 @@ from llmbuild.cost.ops import ADD_OPS, FLASH_RESCALE_OPS, SOFTMAX_OPS
 from llmbuild.cost.weight_formats import DEQUANT_OPS
 from llmbuild.numerics.formats import STORAGE
 from llmbuild.op_defs import OPS, OpDef
+from llmbuild.op_defs.gated_delta_rule import work as delta_rule_work
 
 # How each compute command is timed, from its definition (llmbuild/op_defs/): MAC work, attention's own
 # rule, or vector operations per result element (f32 on the vector unit; 0: a view, nothing computed).
@@ -50,6 +51,7 @@ class CostTables:
     mac_ops: tuple[str, ...]
     attention_ops: tuple[str, ...]
     vector_ops: dict[str, int]  # vector operations per result element; 0: a view
+    recurrence_ops: tuple[str, ...] = ()  # priced by their own rule (work())
 
 
 def cost_tables(defs: Iterable[OpDef]) -> CostTables:
@@ -58,12 +60,14 @@ def cost_tables(defs: Iterable[OpDef]) -> CostTables:
         mac_ops=tuple(op.name for op in defs if op.cost == "mac"),
         attention_ops=tuple(op.name for op in defs if op.cost == "attention"),
         vector_ops={op.name: op.vector_ops for op in defs if op.cost in ("vector", "view")},
+        recurrence_ops=tuple(op.name for op in defs if op.cost == "recurrence"),
     )
 
 
 _TABLES = cost_tables(OPS)
 MAC_OPS = _TABLES.mac_ops
 ATTENTION_OPS = _TABLES.attention_ops
+RECURRENCE_OPS = _TABLES.recurrence_ops
 EU_OPS_PER_ELEMENT = _TABLES.vector_ops
 DMA_OPS = ("Load", "Store")
 MAC_DTYPES = ("f32", "bf16", "f16")
@@ -158,6 +162,10 @@ class CommandCost:
             return 2.0 * rows * k * n, float(eu)
         if cmd.op in ATTENTION_OPS:
             return self._attention(cmd)
+        if cmd.op in RECURRENCE_OPS:  # the gated delta rule: q [1, n, Hk, dk], v [1, n, Hv, dv]
+            _, n, _, dk = t[cmd.operands[0]].shape
+            _, _, hv, dv = t[cmd.operands[2]].shape
+            return delta_rule_work(n, hv, dk, dv, a["chunk_size"])
         if cmd.op == "Concat":
             # Rows already in the result's allocation (a key block's pieces, loaded side by side) cost nothing.
             moved = [t[o] for o in cmd.operands if t[o].buffer < 0 or t[o].buffer != out.buffer]

@@ -10,16 +10,19 @@ tests/test_cost_model.py checks the two agree on the tiny recipes.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
-from llmbuild.cost.ops import embedding_format
+from llmbuild.cost.ops import embedding_format, layer_kinds
 from llmbuild.cost.weight_formats import WeightFormat
 from llmbuild.families.layout import expected_shapes
+from llmbuild.families.registry import family_part_if_any, get_family
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.numerics.formats import itemsize
 
 ACTIVATION_ALIGN = 64  # llmbuild.codegen.memory_plan.ACTIVATION_ALIGN (not imported: it pulls in the IR)
 ROPE_BYTES = 4  # the cos/sin tables stay f32
+STATE_F32_BYTES = 4  # a linear-attention layer's recurrent state stays f32
 
 
 def align(n: int, a: int) -> int:
@@ -64,22 +67,30 @@ def weight_region(spec: ModelSpec, fmt: WeightFormat, seq_length: int, head_fmt:
                   alignment: int) -> tuple[int, dict[str, int]]:
     """(the weight region's size, bytes by part): RoPE tables, embedding, layers, final norm, lm_head;
     `head_fmt` is lm_head_format's."""
-    shapes = expected_shapes(replace(spec, num_layers=1))  # one layer: all layers are alike
+    shapes = expected_shapes(replace(spec, num_layers=1))  # the head's tensors (and one layer's)
     table_fmt = embedding_format(spec, head_fmt)
-    parts = {"rope": 2 * align(seq_length * spec.head_dim * ROPE_BYTES, alignment), "embedding": 0, "layers": 0,
+    parts = {"rope": 2 * align(seq_length * spec.rope_dim * ROPE_BYTES, alignment), "embedding": 0, "layers": 0,
              "head": 0}
     for name, shape in shapes.items():
-        part = "embedding" if name.startswith("embed") else "layers" if name.startswith("layers.") else "head"
+        if name.startswith("layers."):
+            continue
+        part = "embedding" if name.startswith("embed") else "head"
         own = head_fmt if name == "lm_head.weight" else table_fmt if name == "embed_tokens.weight" else fmt
-        sizes = _tensor_sizes(name, shape, own)
-        parts[part] += sum(align(s, alignment) for s in sizes)
-    parts["layers"] *= spec.num_layers
+        parts[part] += sum(align(s, alignment) for s in _tensor_sizes(name, shape, own))
+    family = get_family(spec.architecture)
+    for first, count in layer_kinds(spec).values():  # the layers of one kind are alike
+        for name, shape in family.tensor_shapes_of_layer(spec, first).items():
+            parts["layers"] += count * sum(align(s, alignment) for s in _tensor_sizes(name, shape, fmt))
     return sum(parts.values()), parts
 
 
 def kv_region(spec: ModelSpec, fmt: WeightFormat, seq_length: int, alignment: int) -> int:
+    """A full layer's k and v caches [S, kv_heads, head_dim]; a linear-attention layer's state instead."""
     per_tensor = seq_length * spec.num_kv_heads * spec.head_dim * fmt.act_bytes
-    return 2 * spec.num_layers * align(per_tensor, alignment)
+    kinds = layer_kinds(spec)
+    total = 2 * kinds.get("full", (0, 0))[1] * align(per_tensor, alignment)
+    state = sum(align(math.prod(shape) * state_bytes(name, fmt), alignment) for name, shape in spec.layer_state)
+    return total + kinds.get("linear", (0, 0))[1] * state
 
 
 def io_region(spec: ModelSpec, fmt: WeightFormat, seq_length: int, prefill_length: int, alignment: int) -> int:
@@ -87,10 +98,18 @@ def io_region(spec: ModelSpec, fmt: WeightFormat, seq_length: int, prefill_lengt
     kvd = spec.num_kv_heads * spec.head_dim
     sizes = (L * 4, L * H * b, L * H * b, L * 4, L * (S + L) * b, L * kvd * b, L * kvd * b, H * b,
              spec.vocab_size * 4)  # input_ids .. logits, as make_plan lists them
+    if "linear" in spec.layer_types:  # the token mask, the new window rows and the new recurrent state
+        state = dict(spec.layer_state)
+        sizes += (L * b, L * state["conv"][1] * b, math.prod(state["recurrent"]) * state_bytes("recurrent", fmt))
     cursor = 0
     for size in sizes:
         cursor = align(cursor, ACTIVATION_ALIGN) + size
     return align(cursor, alignment)
+
+
+def state_bytes(name: str, fmt: WeightFormat) -> int:
+    """codegen/memory_plan.state_dtype's bytes (not imported: it pulls in the IR): the recurrent state f32."""
+    return STATE_F32_BYTES if name == "recurrent" else fmt.act_bytes
 
 
 def estimate_memory(spec: ModelSpec, fmt: WeightFormat, seq_length: int, prefill_length: int, alignment: int,
@@ -157,10 +176,20 @@ def _block_values(spec: ModelSpec, act_dtype: str, stage: str, seq_length: int,
 
 
 def block_activation_peak(spec: ModelSpec, act_dtype: str, stage: str, seq_length: int, prefill_length: int) -> int:
-    """The activation bytes assign-address gives one layer's `stage` net (liveness, first fit)."""
+    """The activation bytes assign-address gives one layer's `stage` net (liveness, first fit): the largest
+    of the layer kinds' where a family's layers differ (its `cost` part lists each kind's values)."""
+    own = family_part_if_any(spec.architecture, "cost")
+    if own is None or not hasattr(own, "block_values"):
+        return _peak(_block_values(spec, act_dtype, stage, seq_length, prefill_length))
+    return max(_peak([(i, *op) for i, op in enumerate(own.block_values(spec, act_dtype, stage, seq_length,
+                                                                          prefill_length, kind))])
+               for kind in layer_kinds(spec))
+
+
+def _peak(values: list[tuple[int, list[str], str | None, int]]) -> int:
     live: dict[str, list[int]] = {}
     sizes: dict[str, int] = {}
-    for index, reads, value, size in _block_values(spec, act_dtype, stage, seq_length, prefill_length):
+    for index, reads, value, size in values:
         for r in reads:
             live[r][1] = index
         if value is not None:

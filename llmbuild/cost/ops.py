@@ -17,7 +17,8 @@ from dataclasses import dataclass, replace
 
 from llmbuild.cost.weight_formats import WeightFormat
 from llmbuild.families.family import CostTerm
-from llmbuild.families.registry import get_family
+from llmbuild.families.registry import family_part_if_any, get_family
+from llmbuild.families.spec import LAYER_KINDS
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.op_defs.active import ACTIVE
 from llmbuild.op_defs.add import ADD
@@ -198,7 +199,7 @@ def model_stages(spec: ModelSpec, fmt: WeightFormat, seq_length: int, prefill_le
         tokens = 1 if stage == "decode" else L
         return Stage(name, stage, N, tokens, block_ops(spec, fmt, stage, seq_length, L))
 
-    return {
+    stages = {
         "embedding": Stage("embedding", "head", 1, L, embedding_ops(spec, table_fmt, L)),
         "block": block("block", "prefill"),
         "block_kv": block("block_kv", "prefill_kv"),
@@ -206,6 +207,34 @@ def model_stages(spec: ModelSpec, fmt: WeightFormat, seq_length: int, prefill_le
         "block_cache": block("block_cache", "decode"),
         "lm_head": Stage("lm_head", "head", 1, 1, lm_head_ops(spec, head_fmt)),
     }
+    own = family_part_if_any(spec.architecture, "cost")
+    if own is None or not hasattr(own, "layer_ops"):
+        return stages
+    # A family whose layers differ (a hybrid of attention kinds) prices each kind apart: `block` and its
+    # stages for its full layers, `block_linear` and its stages for the others (STEPS runs both).
+    for name, stage in (("block", "prefill"), ("block_kv", "prefill_kv"), ("block_cache", "decode")):
+        tokens = 1 if stage == "decode" else L
+        for kind, (_, count) in layer_kinds(spec).items():
+            key = name if kind == "full" else f"{name}_{kind}"
+            stages[key] = Stage(key, stage, count, tokens, own.layer_ops(spec, fmt, stage, seq_length, L, kind))
+        if "full" not in layer_kinds(spec):
+            stages[name] = Stage(name, stage, 0, tokens, ())
+    return stages
+
+
+def layer_kinds(spec: ModelSpec) -> dict[str, tuple[int, int]]:
+    """Each kind of layer the spec has: (its first layer, how many); a dense model's one kind, "full"."""
+    kinds = spec.layer_types or ("full",) * spec.num_layers
+    return {kind: (kinds.index(kind), kinds.count(kind)) for kind in dict.fromkeys(kinds)}
+
+
+def model_steps(stages: dict[str, Stage]) -> dict[str, tuple[str, ...]]:
+    """STEPS for these stages: each block stage followed by its other layer kinds' (`block_linear` after
+    `block`), where a family's layers differ."""
+    others = [kind for kind in LAYER_KINDS if kind != "full"]
+    return {step: tuple(n for name in names
+                        for n in (name, *(f"{name}_{k}" for k in others if f"{name}_{k}" in stages)))
+            for step, names in STEPS.items()}
 
 
 # The nets one step runs, in order: a first-token prefill, a decode step, a prefill with history.

@@ -306,6 +306,67 @@ class FAttentionBase(IRDLOperation):
         _expect(shape_of(self.output) == (b, mq, qh * d), self, "output shape mismatch")
 
 
+class L2NormBase(IRDLOperation):
+    """`x * rsqrt(sum(x^2, -1) + eps)`: each row to unit length over the last axis."""
+
+    input = operand_def(TensorType)
+    output = result_def(TensorType)
+    eps = attr_def(FloatAttr)
+
+    def verify_(self) -> None:
+        _expect(shape_of(self.output) == shape_of(self.input), self, "output shape must equal input")
+
+
+class CausalConv1dBase(IRDLOperation):
+    """A depthwise causal convolution along axis 1: input [B, T, C], weight [C, 1, K] (torch's depthwise
+    Conv1d layout), `pad` rows of zeros before the input; output [B, T + pad - K + 1, C]."""
+
+    input = operand_def(TensorType)
+    weight = operand_def(TensorType)
+    output = result_def(TensorType)
+    pad = attr_def(IntegerAttr)
+
+    def verify_(self) -> None:
+        x, w, pad = shape_of(self.input), shape_of(self.weight), self.pad.value.data
+        _expect(len(x) == 3, self, f"input must be [B, T, C], got {x}")
+        _expect(len(w) == 3 and w[0] == x[2] and w[1] == 1, self, f"weight must be [{x[2]}, 1, K], got {w}")
+        rows = x[1] + pad - w[2] + 1
+        _expect(pad >= 0 and rows > 0, self, f"{x[1]} rows and pad {pad} are shorter than the kernel {w[2]}")
+        _expect(shape_of(self.output) == (x[0], rows, x[2]), self, f"output must be {(x[0], rows, x[2])}")
+
+
+class GatedDeltaRuleBase(IRDLOperation):
+    """Linear attention by the gated delta rule (op_defs/gated_delta_rule.py): queries and keys [1, n, Hk, dk],
+    values [1, n, Hv, dv], log decays `g` and write strengths `beta` [1, n, Hv], the carried state
+    [1, Hv, dk, dv] (absent: zeros); output [1, dk + n, Hv, dv], the final state's dk rows and then the
+    tokens' outputs."""
+
+    queries = operand_def(TensorType)
+    keys = operand_def(TensorType)
+    values = operand_def(TensorType)
+    g = operand_def(TensorType)
+    beta = operand_def(TensorType)
+    state = opt_operand_def(TensorType)
+    output = result_def(TensorType)
+    chunk_size = attr_def(IntegerAttr)
+    scale = attr_def(FloatAttr)
+
+    def verify_(self) -> None:
+        q, k, v = shape_of(self.queries), shape_of(self.keys), shape_of(self.values)
+        _expect(len(q) == 4 and q == k and q[0] == 1, self,
+                f"queries and keys must be one shape [1, n, Hk, dk], got {q} and {k}")
+        _expect(len(v) == 4 and v[:2] == q[:2] and v[2] % q[2] == 0, self,
+                f"values must be [1, {q[1]}, Hv, dv] with Hv a multiple of {q[2]}, got {v}")
+        gates = (1, q[1], v[2])
+        _expect(shape_of(self.g) == gates and shape_of(self.beta) == gates, self, f"g and beta must be {gates}")
+        if self.state is not None:
+            want = (1, v[2], q[3], v[3])
+            _expect(shape_of(self.state) == want, self, f"state must be {want}")
+        _expect(self.chunk_size.value.data > 0, self, "chunk_size must be > 0")
+        want = (1, q[3] + q[1], v[2], v[3])
+        _expect(shape_of(self.output) == want, self, f"output must be {want}")
+
+
 class ConcatBase(IRDLOperation):
     inputs = var_operand_def(TensorType)
     output = result_def(TensorType)

@@ -8,7 +8,7 @@ overrides a hook; the shared builder stays in the importer, and the hook sees on
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -23,7 +23,10 @@ _SUPPORTED_ACTIVATIONS = ("silu",)
 
 class BlockGraph(Protocol):
     """The part of the importer's net builder (importer/graph.py's TopGraph) a family's block hooks may
-    use; values are the builder's SSA values, opaque here so that families import nothing of the compiler."""
+    use; values are the builder's SSA values, opaque here so that families import nothing of the compiler.
+    Float tensors only: `arg` makes a float32 net input, `weight` a float32 constant."""
+
+    def arg(self, name: str, shape: Sequence[int]) -> Any: ...
 
     def weight(self, name: str, shape: Sequence[int]) -> Any: ...
 
@@ -34,6 +37,47 @@ class BlockGraph(Protocol):
     def mul(self, a: Any, b: Any, loc: str) -> Any: ...
 
     def silu(self, x: Any, loc: str) -> Any: ...
+
+    def sigmoid(self, x: Any, loc: str) -> Any: ...
+
+    def softplus(self, x: Any, loc: str) -> Any: ...
+
+    def gather(self, table: Any, indices: Any, loc: str, axis: int = 0) -> Any: ...
+
+    def reshape(self, x: Any, shape: Sequence[int], loc: str) -> Any: ...
+
+    def slice(self, x: Any, axis: int, start: int, end: int, loc: str) -> Any: ...
+
+    def concat(self, xs: Sequence[Any], axis: int, loc: str) -> Any: ...
+
+    def permute(self, x: Any, order: Sequence[int], loc: str) -> Any: ...
+
+    def rope(self, x: Any, cos: Any, sin: Any, loc: str) -> Any: ...
+
+    def attention(self, q: Any, k: Any, v: Any, mask: Any, scale: float, loc: str) -> Any: ...
+
+    def l2_norm(self, x: Any, eps: float, loc: str) -> Any: ...
+
+    def causal_conv1d(self, x: Any, weight: Any, pad: int, loc: str) -> Any: ...
+
+    def gated_delta_rule(self, q: Any, k: Any, v: Any, g: Any, beta: Any, state: Any | None, chunk_size: int,
+                         scale: float, loc: str) -> Any: ...
+
+
+# A projection as the shared builder makes it (float, or over 4/8-bit levels): x, the weight's name within
+# the layer (without `.weight`), output and input features, an optional bias, the op's location.
+Projection = Callable[[Any, str, int, int, Any, str], Any]
+
+
+@dataclass(frozen=True)
+class StageShapes:
+    """What a block hook needs of the stage it builds: tokens in the net (n), the KV cache's rows (S), the
+    keys an attention row sees, and the stage's name ("prefill", "prefill_kv" or "decode")."""
+
+    stage: str
+    tokens: int
+    seq_length: int
+    keys: int
 
 
 @dataclass(frozen=True)
@@ -204,12 +248,17 @@ class Family:
         shapes |= {"mlp.gate_proj.weight": (ffn, h), "mlp.up_proj.weight": (ffn, h), "mlp.down_proj.weight": (h, ffn)}
         return shapes
 
+    def tensor_shapes_of_layer(self, spec: ModelSpec, layer: int) -> dict[str, tuple[int, ...]]:
+        """Layer `layer`'s tensors: `layer_tensor_shapes`, the same for every layer unless a family's layers
+        differ (a hybrid of attention kinds)."""
+        return self.layer_tensor_shapes(spec)
+
     def tensor_shapes(self, spec: ModelSpec) -> dict[str, tuple[int, ...]]:
         """Every canonical tensor of `spec` with its shape, in import order (embedding first)."""
         h = spec.hidden_size
         shapes: dict[str, tuple[int, ...]] = {"embed_tokens.weight": (spec.vocab_size, h)}
-        per_layer = self.layer_tensor_shapes(spec)
         for i in range(spec.num_layers):
+            per_layer = self.tensor_shapes_of_layer(spec, i)
             shapes |= {f"layers.{i}.{name}": shape for name, shape in per_layer.items()}
         shapes["norm.weight"] = (h,)
         if not spec.tie_word_embeddings:
@@ -231,6 +280,48 @@ class Family:
             raise LlmbuildError(f"{spec.architecture}: per-layer state ({names}) besides the KV cache is not "
                                 "compiled")
 
+    def stage_inputs(self, g: BlockGraph, spec: ModelSpec, layer: int, shapes: StageShapes) -> dict[str, Any]:
+        """The net inputs a layer's stage takes besides hidden_states, position_ids and attention_mask, by
+        name (the memory plan binds each name): the KV history of a stage on top of a cache."""
+        if shapes.stage == "prefill":
+            return {}
+        kv = (1, shapes.seq_length, spec.num_kv_heads, spec.head_dim)
+        return {"history_k": g.arg("history_k", kv), "history_v": g.arg("history_v", kv)}
+
+    def mixer(self, g: BlockGraph, x: Any, pos: Any, mask: Any, inputs: Mapping[str, Any],
+              spec: ModelSpec, layer: int, shapes: StageShapes, linear: Projection) -> tuple[Any, dict[str, Any]]:
+        """The token mixer on the normed stream `x`: (its output, before the residual join; the outputs the
+        runtime keeps, by name). Grouped-query attention with RoPE at positions `pos`, q/k biases and norms
+        where the spec has them; its new k/v rows are the outputs."""
+        n, H, d = shapes.tokens, spec.hidden_size, spec.head_dim
+        p = f"layers.{layer}."
+        heads = {}
+        for proj, count in (("q", spec.num_heads), ("k", spec.num_kv_heads), ("v", spec.num_kv_heads)):
+            b = g.weight(f"{p}self_attn.{proj}_proj.bias", (count * d,)) if spec.qkv_bias else None
+            y = linear(x, f"self_attn.{proj}_proj", count * d, H, b, f"{p}{proj}_proj")
+            heads[proj] = g.reshape(y, (1, n, count, d), f"{p}{proj}_heads")
+        if spec.qk_norm:
+            for proj in ("q", "k"):
+                gamma = g.weight(f"{p}self_attn.{proj}_norm.weight", (d,))
+                heads[proj] = g.rms_norm(heads[proj], gamma, spec.rms_norm_eps, f"{p}{proj}_norm")
+        cos, sin = rope_rows(g, pos, n, shapes.seq_length, d, p)
+        q = g.rope(heads["q"], cos, sin, p + "q_rope")
+        k = g.rope(heads["k"], cos, sin, p + "k_rope")
+        v = heads["v"]
+        keys, values = k, v
+        if "history_k" in inputs:
+            keys = g.concat([inputs["history_k"], k], 1, p + "k_concat")
+            values = g.concat([inputs["history_v"], v], 1, p + "v_concat")
+        attn = g.attention(q, keys, values, mask, d**-0.5, p + "attention")
+        o = linear(attn, "self_attn.o_proj", H, spec.num_heads * d, None, p + "o_proj")
+        return o, {"present_k": k, "present_v": v}
+
+    def synthetic_tensor(self, rng: np.random.Generator, name: str, shape: tuple[int, ...], spec: ModelSpec,
+                         draw: Callable[[], np.ndarray]) -> np.ndarray:
+        """Hook of the synthetic checkpoint (frontend/synthetic.py): the canonical tensor `name` as the
+        checkpoint stores it, drawn from `rng`; `draw()` is the shared draw (the value the block uses)."""
+        return draw()
+
     def residual(self, g: BlockGraph, residual: Any, branch: Any, spec: ModelSpec, prefix: str, part: str) -> Any:
         """The stream after a branch (`part` "attn" or "mlp"): residual + branch. A family with norms or
         scales on the branch output adds them here (its extra weights in `layer_tensor_shapes`)."""
@@ -243,6 +334,18 @@ class Family:
     def gated_activation(self, g: BlockGraph, gate: Any, up: Any, prefix: str) -> Any:
         """The MLP's gated activation, SiLU(gate) * up."""
         return g.mul(g.silu(gate, prefix + "gate_silu"), up, prefix + "gate_mul")
+
+
+ROPE_COS, ROPE_SIN = "rope.cos", "rope.sin"  # the RoPE tables [S, rope_dim], weights of the head
+
+
+def rope_rows(g: BlockGraph, pos: Any, n: int, S: int, width: int, p: str) -> tuple[Any, Any]:
+    """The cos and sin rows of positions `pos` ([1, n] ids), as [1, n, 1, width] to broadcast over heads."""
+    tables = []
+    for name in (ROPE_COS, ROPE_SIN):
+        rows = g.gather(g.weight(name, (S, width)), pos, f"{p}{name}_gather")
+        tables.append(g.reshape(rows, (1, n, 1, width), f"{p}{name}_heads"))
+    return tables[0], tables[1]
 
 
 def unpermute_qk_rows(array: np.ndarray, n_head: int) -> np.ndarray:

@@ -14,4 +14,4 @@ def expected_shapes(spec: ModelSpec) -> dict[str, tuple[int, ...]]:
 
 def layer_tensor_names(spec: ModelSpec, layer: int) -> list[str]:
     """Layer `layer`'s canonical tensor names in import order, as its family lays them out."""
-    return [f"layers.{layer}.{name}" for name in get_family(spec.architecture).layer_tensor_shapes(spec)]
+    return [f"layers.{layer}.{name}" for name in get_family(spec.architecture).tensor_shapes_of_layer(spec, layer)]

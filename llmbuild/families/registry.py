@@ -26,6 +26,7 @@ FAMILIES: dict[str, str] = {
     "llama": "llmbuild.families.llama.family",
     "qwen2": "llmbuild.families.qwen2.family",
     "qwen3": "llmbuild.families.qwen3.family",
+    "qwen3_5": "llmbuild.families.qwen3_5.family",
 }
 
 

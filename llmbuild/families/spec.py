@@ -17,8 +17,9 @@ keep the HF layout ``[out_features, in_features]`` and every tensor comes back a
 
 A family adds tensors of its own to a layer (family.py's `layer_tensor_shapes`; layout.py lists them).
 What may differ between families beyond the dense block has a field here (`mlp`, `attention`,
-`layer_state`); each defaults to the dense block and is left out of the JSON form while it does, so the
-spec.json and binaries of every dense model stay as they were.
+`layer_state`, and for a hybrid of attention kinds `layer_types`, `linear_attention`, `rotary_dim`); each
+defaults to the dense block and is left out of the JSON form while it does, so the spec.json and binaries of
+every dense model stay as they were.
 """
 
 from __future__ import annotations
@@ -29,9 +30,37 @@ from typing import Any
 # The kinds importer/nets.py's shared block builder compiles; the others have a name so that a family can
 # state them (and be refused with a clear message) before they are compiled.
 MLP_COMPILED = ("dense",)  # room for "moe"
-ATTENTION_COMPILED = ("full",)  # room for "sliding", "linear"
+ATTENTION_COMPILED = ("full",)  # room for "sliding"; "hybrid" is its family's own (families/qwen3_5/)
+# A layer's attention kind in `layer_types`: full causal attention with a KV cache, or linear attention
+# whose state (`layer_state`) has a fixed size.
+LAYER_KINDS = ("full", "linear")
 # Fields that are left out of the JSON form while they hold their default (see the module docstring).
-_OMITTED_AT_DEFAULT = ("mlp", "attention", "layer_state")
+_OMITTED_AT_DEFAULT = ("mlp", "attention", "layer_state", "layer_types", "linear_attention", "rotary_dim")
+
+
+@dataclass(frozen=True)
+class LinearAttention:
+    """The shape of a linear-attention (Gated DeltaNet) layer: query/key heads and value heads with their
+    sizes, and the causal convolution's kernel over the concatenated q, k, v channels."""
+
+    num_key_heads: int
+    num_value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    conv_kernel: int
+
+    @property
+    def key_dim(self) -> int:
+        return self.num_key_heads * self.key_head_dim
+
+    @property
+    def value_dim(self) -> int:
+        return self.num_value_heads * self.value_head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        """Channels of the convolution: q, k and v side by side."""
+        return 2 * self.key_dim + self.value_dim
 
 
 @dataclass(frozen=True)
@@ -56,9 +85,22 @@ class ModelSpec:
     rope_scaling: tuple[tuple[str, object], ...] = field(default=())
     mlp: str = "dense"  # the feed-forward kind (MLP_COMPILED lists those compiled)
     attention: str = "full"  # the attention kind (ATTENTION_COMPILED lists those compiled)
-    # State a layer carries between steps besides its KV cache, as (name, shape) pairs (a recurrent or
-    # convolution state of linear attention); none is compiled yet.
+    # State a linear-attention layer carries between steps instead of a KV cache, as (name, shape) pairs
+    # (its convolution window and recurrent matrix); compiled by the family that states it.
     layer_state: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    # Each layer's kind (LAYER_KINDS) where layers differ (`attention` "hybrid"); () when all are `attention`.
+    layer_types: tuple[str, ...] = ()
+    linear_attention: LinearAttention | None = None  # the linear layers' shape, where there are any
+    rotary_dim: int = 0  # rotary embedding on the first rotary_dim dimensions of a head; 0: all head_dim
+
+    def layer_kind(self, layer: int) -> str:
+        """Layer `layer`'s attention kind: "full" or "linear"."""
+        return self.layer_types[layer] if self.layer_types else "full"
+
+    @property
+    def rope_dim(self) -> int:
+        """The dimensions of a head the rotary embedding turns (the RoPE tables' width)."""
+        return self.rotary_dim or self.head_dim
 
 
 def spec_to_json(spec: ModelSpec) -> dict[str, Any]:
@@ -77,4 +119,7 @@ def spec_from_json(data: dict[str, Any]) -> ModelSpec:
     d["eos_token_ids"] = tuple(d.get("eos_token_ids") or ())
     d["rope_scaling"] = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in d.get("rope_scaling") or ())
     d["layer_state"] = tuple((str(name), tuple(shape)) for name, shape in d.get("layer_state") or ())
+    d["layer_types"] = tuple(d.get("layer_types") or ())
+    if isinstance(d.get("linear_attention"), dict):
+        d["linear_attention"] = LinearAttention(**d["linear_attention"])
     return ModelSpec(**d)

@@ -115,11 +115,13 @@ def full_hf_config(config: Mapping[str, Any]) -> dict[str, Any]:
 def random_tensors(spec: ModelSpec, seed: int) -> dict[str, np.ndarray]:
     """float32 weights under HF names, drawn in sorted-name order from one generator."""
     rng = np.random.default_rng(seed)
+    family = get_family(spec.architecture)
     shapes = {_hf_name(name): (name, shape) for name, shape in expected_shapes(spec).items()}
     tensors = {}
     for hf_name in sorted(shapes):
         name, shape = shapes[hf_name]
-        tensors[hf_name] = _init(rng, name, shape, spec)
+        tensors[hf_name] = family.synthetic_tensor(rng, name, shape, spec,
+                                                   lambda name=name, shape=shape: _init(rng, name, shape, spec))
     return tensors
 
 

@@ -147,6 +147,46 @@ class TopGraph:
     def silu(self, x: SSAValue, loc: str) -> SSAValue:
         return self._add(top.SiLUOp.build(operands=[x], result_types=[x.type]), loc)
 
+    def sigmoid(self, x: SSAValue, loc: str) -> SSAValue:
+        return self._add(top.SigmoidOp.build(operands=[x], result_types=[x.type]), loc)
+
+    def softplus(self, x: SSAValue, loc: str) -> SSAValue:
+        return self._add(top.SoftplusOp.build(operands=[x], result_types=[x.type]), loc)
+
+    def slice(self, x: SSAValue, axis: int, start: int, end: int, loc: str) -> SSAValue:
+        shape = list(common.shape_of(x))
+        shape[axis] = end - start
+        attrs = {"axis": common.i64_attr(axis), "start": common.i64_attr(start), "end": common.i64_attr(end)}
+        return self._add(top.SliceOp.build(operands=[x], result_types=[tensor(shape)], attributes=attrs), loc)
+
+    def permute(self, x: SSAValue, order: Sequence[int], loc: str) -> SSAValue:
+        shape = common.shape_of(x)
+        op = top.PermuteOp.build(operands=[x], result_types=[tensor([shape[i] for i in order])],
+                                 attributes={"order": common.i64_array(order)})
+        return self._add(op, loc)
+
+    def l2_norm(self, x: SSAValue, eps: float, loc: str) -> SSAValue:
+        op = top.L2NormOp.build(operands=[x], result_types=[x.type], attributes={"eps": common.f64_attr(eps)})
+        return self._add(op, loc)
+
+    def causal_conv1d(self, x: SSAValue, weight: SSAValue, pad: int, loc: str) -> SSAValue:
+        b, t, c = common.shape_of(x)
+        rows = t + pad - common.shape_of(weight)[-1] + 1
+        op = top.CausalConv1dOp.build(operands=[x, weight], result_types=[tensor((b, rows, c))],
+                                      attributes={"pad": common.i64_attr(pad)})
+        return self._add(op, loc)
+
+    def gated_delta_rule(self, q: SSAValue, k: SSAValue, v: SSAValue, g: SSAValue, beta: SSAValue,
+                         state: SSAValue | None, chunk_size: int, scale: float, loc: str) -> SSAValue:
+        _, n, _, dk = common.shape_of(k)
+        _, _, hv, dv = common.shape_of(v)
+        op = top.GatedDeltaRuleOp.build(
+            operands=[q, k, v, g, beta, [state] if state is not None else []],
+            result_types=[tensor((1, dk + n, hv, dv))],
+            attributes={"chunk_size": common.i64_attr(chunk_size), "scale": common.f64_attr(scale)},
+        )
+        return self._add(op, loc)
+
     def finish(self, outputs: Sequence[SSAValue], output_names: Sequence[str]) -> ModuleOp:
         self.block.add_ops([*self.ops, func.ReturnOp(*outputs)])
         fn_type = (self.arg_types, [o.type for o in outputs])

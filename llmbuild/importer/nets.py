@@ -4,8 +4,9 @@ Net names follow the incumbent: `embedding`, `embedding_cache`, `block_{i}` (pre
 `block_kv_{i}` (prefill with history), `block_cache_{i}` (decode) and `lm_head`. The op chain of one
 block is the Llama/Qwen2 one; Qwen2's q/k/v bias and Qwen3's q/k RMSNorm are flags of the spec, so a
 family variant needs no new code here. Where a family's block differs in structure, the builder asks the
-family (llmbuild/families/family.py's hooks: the residual joins, the gated activation), found through the
-registry by the spec's architecture.
+family (llmbuild/families/family.py's hooks: the stage's extra inputs, the token mixer with the outputs the
+runtime keeps, the residual joins, the gated activation), found through the registry by the spec's
+architecture.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, i32, i64
 from xdsl.ir import SSAValue
 
 from llmbuild.dialects import common
+from llmbuild.families.family import ROPE_COS, ROPE_SIN, StageShapes
 from llmbuild.families.registry import get_family
 from llmbuild.frontend.spec import ModelSpec
 from llmbuild.importer.graph import TopGraph
@@ -22,7 +24,6 @@ from llmbuild.quant.scheme import QuantScheme
 
 STAGES = ("prefill", "prefill_kv", "decode")
 STAGE_NET = {"prefill": "block_{}", "prefill_kv": "block_kv_{}", "decode": "block_cache_{}"}
-ROPE_COS, ROPE_SIN = "rope.cos", "rope.sin"
 
 
 def block_net_name(layer: int, stage: str) -> str:
@@ -46,6 +47,7 @@ def build_block(spec: ModelSpec, layer: int, stage: str, shapes: Shapes, quant: 
     g = TopGraph(net, _module_attrs(net, stage, layer))
 
     def linear(x: SSAValue, proj: str, n: int, k: int, bias: SSAValue | None, loc: str) -> SSAValue:
+        p = f"layers.{layer}."
         if quant is None:
             return g.linear(x, g.weight(f"{p}{proj}.weight", (n, k)), bias, loc)
         if quant.act_order:
@@ -53,38 +55,17 @@ def build_block(spec: ModelSpec, layer: int, stage: str, shapes: Shapes, quant: 
             x = g.gather(x, perm, loc + "_act_order", axis=len(common.shape_of(x)) - 1)
         return g.a16_linear(x, f"{p}{proj}", n, k, quant.group_for(k), quant.bits, bias, loc)
 
-    n, S = shapes.stage_tokens(stage), shapes.seq_length
-    H, d, nh, kvh = spec.hidden_size, spec.head_dim, spec.num_heads, spec.num_kv_heads
+    n, H = shapes.stage_tokens(stage), spec.hidden_size
     p = f"layers.{layer}."
+    stage_shapes = StageShapes(stage, n, shapes.seq_length, shapes.stage_keys(stage))
 
     hidden = g.arg("hidden_states", (1, n, H))
     pos = g.arg("position_ids", (1, n), i32)
     mask = g.arg("attention_mask", (1, 1, n, shapes.stage_keys(stage)))
-    history = None
-    if stage != "prefill":
-        history = (g.arg("history_k", (1, S, kvh, d)), g.arg("history_v", (1, S, kvh, d)))
+    inputs = family.stage_inputs(g, spec, layer, stage_shapes)
 
     x = g.rms_norm(hidden, g.weight(p + "input_layernorm.weight", (H,)), spec.rms_norm_eps, p + "input_norm")
-    heads = {}
-    for proj, count in (("q", nh), ("k", kvh), ("v", kvh)):
-        b = g.weight(f"{p}self_attn.{proj}_proj.bias", (count * d,)) if spec.qkv_bias else None
-        y = linear(x, f"self_attn.{proj}_proj", count * d, H, b, f"{p}{proj}_proj")
-        heads[proj] = g.reshape(y, (1, n, count, d), f"{p}{proj}_heads")
-    if spec.qk_norm:
-        for proj in ("q", "k"):
-            gamma = g.weight(f"{p}self_attn.{proj}_norm.weight", (d,))
-            heads[proj] = g.rms_norm(heads[proj], gamma, spec.rms_norm_eps, f"{p}{proj}_norm")
-
-    cos, sin = _rope_inputs(g, pos, n, S, d, p)
-    q = g.rope(heads["q"], cos, sin, p + "q_rope")
-    k = g.rope(heads["k"], cos, sin, p + "k_rope")
-    v = heads["v"]
-    keys, values = k, v
-    if history is not None:
-        keys = g.concat([history[0], k], 1, p + "k_concat")
-        values = g.concat([history[1], v], 1, p + "v_concat")
-    attn = g.attention(q, keys, values, mask, d**-0.5, p + "attention")
-    o = linear(attn, "self_attn.o_proj", H, nh * d, None, p + "o_proj")
+    o, kept = family.mixer(g, x, pos, mask, inputs, spec, layer, stage_shapes, linear)
     h = family.residual(g, hidden, o, spec, p, "attn")
 
     x = g.rms_norm(h, g.weight(p + "post_attention_layernorm.weight", (H,)), spec.rms_norm_eps, p + "post_norm")
@@ -94,15 +75,7 @@ def build_block(spec: ModelSpec, layer: int, stage: str, shapes: Shapes, quant: 
     act = family.gated_activation(g, gate, up, p)
     down = linear(act, "mlp.down_proj", H, F, None, p + "down_proj")
     out = family.residual(g, h, down, spec, p, "mlp")
-    return g.finish([out, k, v], ["hidden_states", "present_k", "present_v"])
-
-
-def _rope_inputs(g: TopGraph, pos: SSAValue, n: int, S: int, d: int, p: str) -> tuple[SSAValue, SSAValue]:
-    tables = []
-    for name in (ROPE_COS, ROPE_SIN):
-        rows = g.gather(g.weight(name, (S, d)), pos, f"{p}{name}_gather")
-        tables.append(g.reshape(rows, (1, n, 1, d), f"{p}{name}_heads"))
-    return tables[0], tables[1]
+    return g.finish([out, *kept.values()], ["hidden_states", *kept])
 
 
 def build_embedding(spec: ModelSpec, tokens: int, net: str, head: QuantScheme | None = None) -> ModuleOp:
@@ -156,4 +129,4 @@ def head_weight_names(spec: ModelSpec) -> list[str]:
     return names
 
 
-__all__ = ["STAGES", "Shapes", "build_block", "head_nets", "block_net_name", "i32"]
+__all__ = ["ROPE_COS", "ROPE_SIN", "STAGES", "Shapes", "build_block", "head_nets", "block_net_name", "i32"]

@@ -17,7 +17,7 @@ from llmbuild.frontend.spec import ModelSpec
 
 
 def inverse_frequencies(spec: ModelSpec) -> np.ndarray:
-    d = spec.head_dim
+    d = spec.rope_dim  # the head's dimensions the embedding turns (all of them but in a partial rotary)
     inv = np.float32(1.0) / (np.float32(spec.rope_theta) ** (np.arange(0, d, 2, dtype=np.float32) / np.float32(d)))
     scaling = dict(spec.rope_scaling)
     kind = scaling.get("rope_type", scaling.get("type", "default"))
@@ -44,7 +44,7 @@ def _llama3(inv: np.ndarray, s: dict) -> np.ndarray:
 
 
 def rope_tables(spec: ModelSpec, positions: int) -> tuple[np.ndarray, np.ndarray]:
-    """cos and sin tables [positions, head_dim] in the rotate-half layout, as float32."""
+    """cos and sin tables [positions, rope_dim] in the rotate-half layout, as float32."""
     freqs = np.outer(np.arange(positions, dtype=np.float32), inverse_frequencies(spec)).astype(np.float32)
     emb = np.concatenate([freqs, freqs], axis=-1)
     return np.cos(emb).astype(np.float32), np.sin(emb).astype(np.float32)

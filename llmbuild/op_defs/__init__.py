@@ -13,9 +13,12 @@ from llmbuild.op_defs.a16_matmul import A16_MATMUL
 from llmbuild.op_defs.active import ACTIVE
 from llmbuild.op_defs.add import ADD
 from llmbuild.op_defs.cast import CAST
+from llmbuild.op_defs.causal_conv1d import CAUSAL_CONV1D
 from llmbuild.op_defs.concat import CONCAT
 from llmbuild.op_defs.fattention import FATTENTION
+from llmbuild.op_defs.gated_delta_rule import GATED_DELTA_RULE
 from llmbuild.op_defs.gather import GATHER
+from llmbuild.op_defs.l2_norm import L2_NORM
 from llmbuild.op_defs.layer_norm import LAYER_NORM
 from llmbuild.op_defs.matmul import MATMUL
 from llmbuild.op_defs.mul import MUL
@@ -32,7 +35,7 @@ __all__ = ["BY_NAME", "COSTS", "GROUPINGS", "OPS", "REAL_ROWS", "SPEC_KERNELS", 
 
 OPS: tuple[OpDef, ...] = (
     GATHER, RMS_NORM, MATMUL, A16_MATMUL, A16_GATHER, RESHAPE, PERMUTE, ROPE, FATTENTION, CONCAT, ADD, MUL,
-    ACTIVE, SOFTMAX, CAST, LAYER_NORM, SLICE,
+    ACTIVE, SOFTMAX, CAST, LAYER_NORM, SLICE, L2_NORM, CAUSAL_CONV1D, GATED_DELTA_RULE,
 )
 BY_NAME = {op.name: op for op in OPS}
 

@@ -32,7 +32,17 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
     return x * 0.5 * (1.0 + np.tanh(c * (x + np.asarray(0.044715, x.dtype) * x * x * x)))
 
 
-ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {"SILU": silu, "GELU": gelu, "GELU_TANH": gelu_tanh}
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1 / (1 + np.exp(-x))
+
+
+def softplus(x: np.ndarray) -> np.ndarray:
+    """log(1 + exp(x)), and x itself above 20 (torch's softplus threshold, where the two agree in float32)."""
+    return np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20))))
+
+
+ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "SILU": silu, "GELU": gelu, "GELU_TANH": gelu_tanh, "SIGMOID": sigmoid, "SOFTPLUS": softplus}
 
 
 def spec(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
@@ -44,7 +54,7 @@ def spec(attrs: dict[str, Any], x: np.ndarray) -> np.ndarray:
 
 ACTIVE = OpDef(
     "Active", 11, "An activation chosen by mode (TPU-MLIR's Active): SILU from top.SiLU, GELU from top.GELU, "
-    "GELU_TANH from top.GELUTanh.",
+    "GELU_TANH from top.GELUTanh, SIGMOID from top.Sigmoid, SOFTPLUS from top.Softplus.",
     '%g = "tpu.Active"(%x) {mode = "SILU"} : (tensor<1x16x128xbf16>) -> tensor<1x16x128xbf16>',
     shape="Active", grouping="row_local", cost="vector", real_rows="local",
     vector_ops=4,  # exp, add 1, divide, multiply by x (the gate's multiply is its own Mul)
@@ -59,5 +69,13 @@ ACTIVE = OpDef(
                 "(SigLIP's gelu_pytorch_tanh). Lowered to tpu.Active {mode = \"GELU_TANH\"}.",
                 '%g = "top.GELUTanh"(%x) : (tensor<1x1024x4304xf32>) -> tensor<1x1024x4304xf32>',
                 {"mode": "GELU_TANH"}),
+        TopForm("Sigmoid", "Unary", "The logistic function 1 / (1 + exp(-x)): a gate. Lowered to tpu.Active "
+                "{mode = \"SIGMOID\"}.",
+                '%b = "top.Sigmoid"(%x) : (tensor<1x16x4xf32>) -> tensor<1x16x4xf32>', {"mode": "SIGMOID"},
+                exported=False),  # Qwen3.5's gates, whose recipes build no .bmodel yet
+        TopForm("Softplus", "Unary", "log(1 + exp(x)), x itself above 20 (torch's threshold). Lowered to "
+                "tpu.Active {mode = \"SOFTPLUS\"}.",
+                '%s = "top.Softplus"(%x) : (tensor<1x16x4xf32>) -> tensor<1x16x4xf32>', {"mode": "SOFTPLUS"},
+                exported=False),
     ),
 )

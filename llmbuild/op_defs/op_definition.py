@@ -22,7 +22,8 @@ import numpy as np
 Kernel = Callable[..., np.ndarray]
 
 GROUPINGS = ("row_local", "attention", "concat", "whole")  # row by row, flash attention, the key block's concat
-COSTS = ("mac", "attention", "vector", "view")  # MAC work, attention's own rule, vector work, nothing
+# MAC work, attention's own rule, vector work, nothing, a linear-attention recurrence's own rule
+COSTS = ("mac", "attention", "vector", "view", "recurrence")
 # What an executor given the count of real tokens (`active_rows`, the rest padding) may compute: every row;
 # the real rows only, zeros after them ("local": a row's result depends on that row alone, and a product
 # that reads it gets the same bits either way); or the row tiles that hold real tokens, zeros after them
@@ -39,6 +40,7 @@ class TopForm:
     summary: str
     example: str  # one line of `.mlir`
     lowering_attrs: Mapping[str, str] = field(default_factory=dict)  # string attributes the lowering sets
+    exported: bool = True  # it has a vendor translation (see OpDef.exported), when its op has
 
 
 @dataclass(frozen=True)

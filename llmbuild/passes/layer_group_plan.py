@@ -565,7 +565,7 @@ def plan_groups(fn: func.FuncOp, lmem_bytes: int, align: int, lanes: int, prefil
     groups: list[GroupPlan] = []
     current: list[Operation] = []
     plan: GroupPlan | None = None
-    produced: set[SSAValue] = set()
+    produced: set[SSAValue] = set()  # values the current group computes
 
     def close() -> None:
         nonlocal current, plan
@@ -573,6 +573,7 @@ def plan_groups(fn: func.FuncOp, lmem_bytes: int, align: int, lanes: int, prefil
             assert plan is not None
             groups.append(plan)
         current, plan = [], None
+        produced.clear()  # a closed group's values are in global memory: a Reshape of one is a view there
 
     for unit in _units(compute, users):
         op = unit[0]

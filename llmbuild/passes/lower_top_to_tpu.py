@@ -5,7 +5,10 @@ element type, with two places where high precision is kept, as the chip allows:
 - RoPE cos/sin tables stay f32 (angles lose too much in bf16), and so does every value computed only
   from them (the gathered rows); `tpu.Rope` reads bf16 activations with f32 tables;
 - the `logits` output of `lm_head` is written as f32 from the f32 accumulator (sampling and argmax
-  compare close logits; bf16 would make ties).
+  compare close logits; bf16 would make ties);
+- a linear-attention layer's recurrent state stays f32: the gated delta rule's result, its input
+  `state_recurrent` and its output `present_recurrent` (and the slices that only move it). The state sums
+  every earlier token; stored in bf16 after each step, its rounding compounds over the conversation.
 `top.Input` and `top.Weight` stay `top` ops with converted types, as in TPU-MLIR.
 """
 
@@ -42,7 +45,9 @@ from llmbuild.quant.scheme import activation_dtype
 
 MODE_ELEMENT = {"f32": f32, "bf16": bf16, "f16": f16}
 HIGH_PRECISION_WEIGHTS = ("rope.cos", "rope.sin")
-F32_OUTPUTS = ("logits",)
+F32_OUTPUTS = ("logits", "present_recurrent")
+F32_INPUTS = ("state_recurrent",)
+F32_RESULTS = ("top.GatedDeltaRule",)
 
 
 
@@ -91,8 +96,8 @@ class LowerTopToTpu(ModulePass):
         element = MODE_ELEMENT[act]
         fn = main_func(op)
         block = fn.body.block
-        for arg in block.args:
-            if _is_float(arg.type):
+        for name, arg in zip(string_list(fn.attributes["arg_names"]), block.args, strict=True):
+            if _is_float(arg.type) and name not in F32_INPUTS:
                 Rewriter.replace_value_with_new_type(arg, _with_element(arg.type, element))
         result_names = string_list(fn.attributes["result_names"])
         keep_f32_results = set()
@@ -137,13 +142,15 @@ class LowerTopToTpu(ModulePass):
 
     def _result_type(self, op: Operation, element: Attribute, keep_f32: bool) -> Attribute:
         t = op.results[0].type
+        if op.name == "top.Input":  # the argument's own type (an f32 input stays f32)
+            return _with_element(t, op.operands[0].type.element_type) if _is_float(t) else t
         if op.name == "top.Weight" and op.attributes["name"].data.endswith(".qweight"):
             return _packed_levels(op)
         if op.name == "top.Weight" and op.attributes["name"].data.endswith(".zeros"):
             return TensorType(ui8, t.get_shape(), t.encoding)  # zero points are integer levels: one byte
         if not _is_float(t):
             return t
-        if keep_f32:
+        if keep_f32 or op.name in F32_RESULTS:
             return _with_element(t, f32)
         if op.name == "top.Weight" and op.attributes["name"].data in HIGH_PRECISION_WEIGHTS:
             return _with_element(t, f32)

@@ -37,6 +37,14 @@ def check_rules(out: Checked, top: Path) -> None:
     if raw["bmodel"]["build"] and own is not None and own.NO_VENDOR_EXPORT:
         raise located_error(given["bmodel.build"].loc, "bmodel.build",
                             f"expected false for {own.NO_VENDOR_EXPORT}, got true")
+    # A text family without a vendor path says why in its family module (NO_VENDOR_EXPORT): its recipes build
+    # no bmodel by default (bmodel.build absent means "where the vendor can"), and refuse one asked for.
+    text = family_part_if_any(raw["architecture"], "family") if isinstance(raw["architecture"], str) else None
+    if getattr(text, "NO_VENDOR_EXPORT", None):
+        if raw["bmodel"]["build"]:
+            raise located_error(given["bmodel.build"].loc, "bmodel.build",
+                                f"expected false for {text.NO_VENDOR_EXPORT}, got true")
+        raw["bmodel"]["build"] = False
     if raw["bmodel"]["history"] and raw["quantization"]["mode"] == "f32":
         raise located_error(given["bmodel.history"].loc, "bmodel.history",
                             "expected false with quantization.mode f32 (the history form's prefill needs the "

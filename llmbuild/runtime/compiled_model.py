@@ -5,6 +5,12 @@ Later chunks of a long prompt (and later turns): `block_kv_i` on top of the cach
 Each generated token: `embedding_cache` -> every `block_cache_i` -> the new k/v row written in place at
 the current position -> `lm_head`.
 
+A linear-attention layer (a hybrid model's, families/qwen3_5/) keeps a fixed-size state where a full layer
+keeps its KV cache: its stages read the state in place and give the new rows of the convolution's input
+(`present_conv`, whose last K - 1 real rows become the window) and the new recurrent matrix
+(`present_recurrent`, copied over the old one). Such a state cannot be taken back to an earlier token:
+`truncate` to fewer rows than the history starts the model over (the caller prefills again).
+
 The loop is the same on both executors: the simulated device (`faithful=True`, every value through
 global memory at its address: the verification path) and the host path (`runtime/host.py`: the same
 programs on numpy arrays, bit-identical and much faster).
@@ -41,6 +47,9 @@ class Executor(Protocol):
     def run(self, prog: Program) -> None: ...
     def get_output(self, prog: Program, name: str) -> np.ndarray: ...
     def copy_rows(self, src: TensorDesc, dst: TensorDesc, at: int, rows: int) -> None: ...
+    def shift_rows(self, src: TensorDesc, dst: TensorDesc, rows: int) -> None: ...
+    def clear(self, dst: TensorDesc) -> None: ...
+    def read(self, t: TensorDesc) -> Any: ...
     def set_output(self, prog: Program, name: str, value: np.ndarray) -> None: ...
 
 
@@ -166,12 +175,16 @@ class CompiledModel:
             self.num_layers = int(self.meta["spec"]["num_layers"])
             self.S = int(self.meta["seq_length"])
             self.L = int(self.meta["prefill_length"])
-            self._kv = {(i, which): _desc(self.plan.kv[f"layers.{i}.{which}"])
-                        for i in range(self.num_layers) for which in "kv"}
-            for (i, which), kv in self._kv.items():  # [1, S, kv_heads, head_dim], as memory_plan.py lays it
-                if len(kv.shape) != 4 or kv.shape[1] != self.S:
+            # Each layer's cache (k, v) or linear-attention state (conv, recurrent), as memory_plan.py lays it.
+            self._kv = {_layer_slot(name): _desc(slot) for name, slot in self.plan.kv.items()}
+            for i in range(self.num_layers):
+                if (i, "k") not in self._kv and (i, "conv") not in self._kv:
+                    raise LlmbuildError(f"{self.path}: section plan: kv: layer {i} has neither a KV cache nor a state")
+            for (i, which), kv in self._kv.items():  # [1, S, kv_heads, head_dim]
+                if which in "kv" and (len(kv.shape) != 4 or kv.shape[1] != self.S):
                     raise LlmbuildError(f"{self.path}: section plan: kv.layers.{i}.{which}: expected a [1, "
                                         f"{self.S}, heads, dim] cache, got {list(kv.shape)}")
+            self.has_state = any(which == "conv" for _, which in self._kv)
             weight_region = tuple(int(x) for x in self.plan.regions["weight"])
         except BINARY_FAULTS as exc:
             raise LlmbuildError(f"{self.path}: section plan: not the plan this binary's nets need "
@@ -189,7 +202,8 @@ class CompiledModel:
             # resident: a 7B binary's 5 GB each token), decoded copies kept up to the host path's cache.
             entry = self.container.entries["weights"]
             image = FileImage(self.path, entry.offset, entry.size, weight_region[0])
-            host = HostExecutor(image, weight_region, self._kv.values(), self.L, cache_bytes=cache_bytes)
+            caches = [desc for (_, which), desc in self._kv.items() if which in "kv"]
+            host = HostExecutor(image, weight_region, caches, self.L, cache_bytes=cache_bytes)
             host.half = host.half or _decoded_bytes(self.plan) > host.cache_bytes
             self.device = host
         self.nets = _Programs(self.container, {n["name"]: n["section"] for n in self.meta["nets"]},
@@ -221,18 +235,22 @@ class CompiledModel:
         self.history = 0
 
     def truncate(self, rows: int) -> None:
-        """Forget the cache rows from `rows` on: they are masked from now on and overwritten later."""
+        """Forget the cache rows from `rows` on: they are masked from now on and overwritten later. A model
+        with linear-attention state forgets everything instead (its state holds every token at once); the
+        caller reads `history` afterwards to know what to prefill."""
         if not 0 <= rows <= self.history:
             raise ValueError(f"truncate to {rows} rows: the cache holds {self.history}")
-        self.history = rows
+        self.history = rows if not self.has_state or rows == self.history else 0
 
     def _run(self, net: str, inputs: dict[str, np.ndarray], rows: int | None = None) -> Program:
         """`rows`: the real tokens of a prefill chunk; the host path computes only their row tiles (the
         simulated device runs the static net whole, as the chip does)."""
         prog = self.nets[net]
         try:
+            takes = {name for name, _ in prog.inputs}
             for name, value in inputs.items():
-                self.device.set_input(prog, name, value)
+                if name in takes:  # a linear-attention layer takes no mask or positions, a full one no token mask
+                    self.device.set_input(prog, name, value)
             if rows is not None and not self.faithful:
                 self.device.run(prog, active_rows=rows)  # type: ignore[call-arg]
             else:
@@ -244,11 +262,31 @@ class CompiledModel:
                                 f"({type(exc).__name__}: {one_line(str(exc))})") from None
         return prog
 
+    def layer_state(self, layer: int) -> dict[str, np.ndarray]:
+        """What layer `layer` carries to the next call, as float32 copies: its KV cache's filled rows (`k`,
+        `v`) or its linear-attention state (`conv`, the window; `recurrent`)."""
+        out = {}
+        for (i, which), desc in self._kv.items():
+            if i == layer:
+                value = np.array(self.device.read(desc), dtype=np.float32)
+                out[which] = value[:, : self.history] if which in "kv" else value
+        return out
+
     def _store_kv(self, layer: int, prog: Program, rows: int) -> None:
         outputs = dict(prog.outputs)
-        for which in "kv":
-            src = prog.tensors[outputs[f"present_{which}"]]
-            self.device.copy_rows(src, self._kv[layer, which], self.history, rows)
+        if "present_k" in outputs:
+            for which in "kv":
+                src = prog.tensors[outputs[f"present_{which}"]]
+                self.device.copy_rows(src, self._kv[layer, which], self.history, rows)
+        if "present_conv" in outputs:
+            # The window is the last K - 1 rows of (window, new rows): the old rows move up, the new ones
+            # follow (a first chunk's window starts as zeros, the convolution's padding).
+            window = self._kv[layer, "conv"]
+            if self.history == 0:
+                self.device.clear(window)
+            self.device.shift_rows(prog.tensors[outputs["present_conv"]], window, rows)
+            state = self._kv[layer, "recurrent"]
+            self.device.copy_rows(prog.tensors[outputs["present_recurrent"]], state, 0, state.shape[1])
 
     def _logits(self, last_block: Program, row: int) -> np.ndarray:
         hidden = self.device.get_output(last_block, "hidden_states")[0, row]
@@ -268,6 +306,8 @@ class CompiledModel:
             )
         padded = np.zeros((1, self.L), dtype=np.int32)
         padded[0, :n] = ids
+        real = np.zeros((1, self.L, 1), np.float32)  # a linear-attention layer's token mask
+        real[0, :n] = 1
         self._run("embedding", {"input_ids": padded}, n)
         if rows:
             embedding = self.nets["embedding"]
@@ -283,7 +323,7 @@ class CompiledModel:
         prog = self.nets["embedding"]
         for i in range(self.num_layers):
             net = f"block_{i}" if first else f"block_kv_{i}"
-            prog = self._run(net, {"position_ids": pos, "attention_mask": mask}, n)
+            prog = self._run(net, {"position_ids": pos, "attention_mask": mask, "token_mask": real}, n)
             self._store_kv(i, prog, n)
         if first:
             self.counts.prefill += n
@@ -340,6 +380,12 @@ class CompiledModel:
                 break
             logits = self.decode_token(token)
         return out, steps
+
+
+def _layer_slot(name: str) -> tuple[int, str]:
+    """`layers.3.k` -> (3, "k")."""
+    _, layer, which = name.split(".", 2)
+    return int(layer), which
 
 
 def _decoded_bytes(plan: MemoryPlan) -> int:

@@ -136,3 +136,15 @@ class Device:
         """Rows [0, rows) of `src` into rows [at, at+rows) of `dst` (axis 1), as stored bytes: how the
         runtime appends a net's new k/v rows to a layer's cache."""
         self._raw(dst)[0, at : at + rows] = self._raw(src)[0, :rows]
+
+    def shift_rows(self, src: TensorDesc, dst: TensorDesc, rows: int) -> None:
+        """`dst` becomes the last dst.shape[1] rows (axis 1) of its own rows followed by rows [0, rows) of
+        `src`, as stored bytes: how the runtime moves a convolution's window over a net's new rows."""
+        window = self._raw(dst)
+        joined = np.concatenate([window, self._raw(src)[:, :rows]], axis=1)
+        window[...] = joined[:, joined.shape[1] - window.shape[1] :]
+
+    def clear(self, dst: TensorDesc) -> None:
+        """`dst` all zeros (a state before the first token)."""
+        self.check_writable(dst)
+        self._raw(dst)[...] = 0

@@ -487,6 +487,22 @@ class HostExecutor:
         cache[0, at : at + rows] = new[0, :rows]
 
 
+    def shift_rows(self, src: TensorDesc, dst: TensorDesc, rows: int) -> None:
+        """The buffer at `dst` becomes its last dst.shape[1] rows (axis 1) after rows [0, rows) of the buffer
+        at `src` are appended: a convolution's window moved over a net's new rows."""
+        new = _fit(self.buffers[src.address], src.shape)[:, :rows]
+        window = _fit(self.buffers[dst.address], dst.shape)
+        joined = np.concatenate([window, new], axis=1)
+        self.buffers[dst.address] = np.ascontiguousarray(joined[:, joined.shape[1] - dst.shape[1] :])
+
+    def clear(self, dst: TensorDesc) -> None:
+        self.buffers[dst.address] = np.zeros(dst.shape, dtype=np.float32)
+
+    def read(self, t: TensorDesc) -> np.ndarray:
+        """The value last stored in the buffer at `t` (a cache or a state)."""
+        return _fit(self.buffers[t.address], t.shape)
+
+
 def _cache_budget() -> int:
     import os
 

@@ -246,6 +246,7 @@ class Session:
         keep = self._feed_start(target)
         if keep < self.model.history:
             self.model.truncate(keep)
+            keep = self.model.history  # a model with linear-attention state starts over (compiled_model.py)
         self.ids = list(target)
         rows = None
         if self.features:

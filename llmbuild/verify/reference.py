@@ -2,7 +2,9 @@
 
 Written once per recipe to reference.safetensors, so per-layer jobs compare against it without
 importing torch. Contents: `ids` [T]; per layer `layers.{i}.input|output` [T, H] and `layers.{i}.k|v`
-[T, kv_heads, head_dim] (k after RoPE, as cached); `logits` [V] at the last position; and the end-to-end greedy run:
+[T, kv_heads, head_dim] (k after RoPE, as cached), or for a linear-attention layer its state after each
+stage's tokens, `layers.{i}.state.{stage}.conv` [K - 1, conv_dim] (the convolution's window) and
+`layers.{i}.state.{stage}.recurrent` [Hv, dk, dv]; `logits` [V] at the last position; and the end-to-end greedy run:
 `generate.prompt_ids`, `generate.ids` and `generate.logits` [steps, V] (every step's logits, so the end-to-end
 check compares every step, not only the first). Floats are stored as float32, the type
 transformers computed them in (so nothing is lost); ids as int64.
@@ -108,7 +110,11 @@ def make_reference(recipe: Recipe, paths: BuildPaths, out: Path) -> None:
 
     model, store = streamed_model(weights)
     # One line a layer, then one a generated token, in the step's log: a 7B reference runs for minutes.
-    tensors = layer_outputs(model, ids, StepProgress("reference forward", total=spec.num_layers))
+    # A model with linear-attention layers runs the stages' tokens in three calls, so that the state each
+    # stage starts from can be recorded (stage_cases.py); a dense model's cache holds it after one.
+    splits = (n1, n2, 1) if "linear" in spec.layer_types else None
+    calls = len(splits) if splits else 1
+    tensors = layer_outputs(model, ids, StepProgress("reference forward", total=calls * spec.num_layers), splits)
     prompt = prompt_ids_for(recipe, _tokenizer(recipe, paths), spec.vocab_size)
     generated, logits = greedy(model, prompt, recipe.verify.max_new_tokens, spec.eos_token_ids,
                               StepProgress("reference generate", total=recipe.verify.max_new_tokens))
@@ -128,21 +134,23 @@ def make_reference(recipe: Recipe, paths: BuildPaths, out: Path) -> None:
     write_json(paths.dequant_check, independent_dequantization(recipe, paths))
 
 
-def layer_outputs(model: Any, ids: np.ndarray, progress: StepProgress | None = None) -> dict[str, np.ndarray]:
-    """One forward pass over `ids`: `ids`, `logits` at the last position, and each layer's input,
-    output and cached k/v; `progress` gets a line as each layer ends."""
+def layer_outputs(model: Any, ids: np.ndarray, progress: StepProgress | None = None,
+                  splits: tuple[int, ...] | None = None) -> dict[str, np.ndarray]:
+    """A forward pass over `ids`: `ids`, `logits` at the last position, and each layer's input, output and
+    cached k/v; `progress` gets a line as each layer ends. With `splits` (token counts, one a stage), one
+    call per split on one cache, and each linear-attention layer's state after each."""
     import torch
 
-    seen: dict[str, np.ndarray] = {}
+    seen: dict[str, list[np.ndarray]] = {}
 
     def capture(i: int):
         def pre(module, args, kwargs):
             h = args[0] if args else kwargs["hidden_states"]
-            seen[f"layers.{i}.input"] = h[0].detach().numpy().copy()
+            seen.setdefault(f"layers.{i}.input", []).append(h[0].detach().numpy().copy())
 
         def post(module, args, kwargs, output):
             h = output[0] if isinstance(output, tuple) else output
-            seen[f"layers.{i}.output"] = h[0].detach().numpy().copy()
+            seen.setdefault(f"layers.{i}.output", []).append(h[0].detach().numpy().copy())
             if progress is not None:
                 progress.done(f"layer {i} done")
 
@@ -154,20 +162,33 @@ def layer_outputs(model: Any, ids: np.ndarray, progress: StepProgress | None = N
         pre, post = capture(i)
         handles.append(layer.register_forward_pre_hook(pre, with_kwargs=True))
         handles.append(layer.register_forward_hook(post, with_kwargs=True))
+    states: dict[str, np.ndarray] = {}
     try:
         with torch.no_grad():
-            # Logits at every position, as the whole model computes them (lm_head is row-blocked, so this
-            # costs T x vocab floats); only the last is kept.
-            result = model(torch.tensor(ids)[None], use_cache=True)
+            if splits is None:
+                # Logits at every position, as the whole model computes them (lm_head is row-blocked, so
+                # this costs T x vocab floats); only the last is kept.
+                result = model(torch.tensor(ids)[None], use_cache=True)
+                cache = _cache_of(result)
+            else:
+                from transformers import DynamicCache
+
+                cache, start = DynamicCache(config=model.config), 0
+                for stage, count in zip(("prefill", "prefill_kv", "decode"), splits, strict=True):
+                    chunk = torch.tensor(ids[start : start + count])[None]
+                    result = model(chunk, cache=cache, use_cache=True,
+                                   position_ids=torch.arange(start, start + count)[None])
+                    start += count
+                    states.update(_linear_states(cache, len(layers), stage))
     finally:
         for h in handles:
             h.remove()
     tensors: dict[str, np.ndarray] = {"ids": ids, "logits": result.logits[0, -1].numpy().copy()}
-    tensors.update(seen)
-    cache = result.get("cache")
-    if cache is None:  # `past_key_values` before transformers renamed it (5.24 warns on the old name)
-        cache = result.past_key_values
+    tensors.update({name: np.concatenate(parts) for name, parts in seen.items()})
+    tensors.update(states)
     for i in range(len(layers)):
+        if any(name.startswith(f"layers.{i}.state.") for name in states):
+            continue  # a linear-attention layer: no keys or values
         keys, values = _layer_kv(cache, i)
         tensors[f"layers.{i}.k"] = keys[0].transpose(1, 0, 2)  # [kvh, T, d] -> [T, kvh, d]
         tensors[f"layers.{i}.v"] = values[0].transpose(1, 0, 2)
@@ -222,6 +243,28 @@ def _tokenizer(recipe: Recipe, paths: BuildPaths) -> Any:
     import transformers
 
     return transformers.AutoTokenizer.from_pretrained(directory, local_files_only=True)
+
+
+def _cache_of(result: Any) -> Any:
+    cache = result.get("cache")
+    if cache is None:  # `past_key_values` before transformers renamed it (5.24 warns on the old name)
+        cache = result.past_key_values
+    return cache
+
+
+def _linear_states(cache: Any, layers: int, stage: str) -> dict[str, np.ndarray]:
+    """Each linear-attention layer's state in transformers' cache after `stage`, in the binary's layout: the
+    window as its last K - 1 rows [K - 1, conv_dim] (transformers keeps K columns [conv_dim, K], the first
+    of which no later output reads) and the recurrent matrix [Hv, dk, dv]."""
+    out = {}
+    for i in range(layers):
+        get_conv = getattr(cache.layers[i], "conv_states", None)
+        if get_conv is None:
+            continue
+        conv = cache.get_conv_state(i)[0].numpy()
+        out[f"layers.{i}.state.{stage}.conv"] = np.ascontiguousarray(conv[:, 1:].T)
+        out[f"layers.{i}.state.{stage}.recurrent"] = cache.get_recurrent_state(i)[0].numpy().copy()
+    return out
 
 
 def _layer_kv(cache, i: int) -> tuple[np.ndarray, np.ndarray]:

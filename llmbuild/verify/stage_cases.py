@@ -2,6 +2,8 @@
 
 The reference run feeds T = n1 + n2 + 1 tokens: the first n1 (= L) exercise `prefill`, the next n2
 exercise `prefill_kv` with the first n1 as history, and the last one `decode` with all others as history.
+A linear-attention layer's history is its state after the earlier tokens (the reference records it after
+each stage); it gives the state after its own tokens.
 """
 
 from __future__ import annotations
@@ -45,7 +47,6 @@ def stage_case(stage: str, ref: dict[str, np.ndarray], layer: int, shapes: Shape
     L, S = shapes.prefill_length, shapes.seq_length
     n1, n2 = split_lengths(shapes, check_tokens)
     x, y = ref[f"layers.{layer}.input"], ref[f"layers.{layer}.output"]
-    k, v = ref[f"layers.{layer}.k"], ref[f"layers.{layer}.v"]
     if stage == "prefill":
         lo, hi, hist = 0, n1, 0
         pos, mask = masks.prefill(n1, L, S)
@@ -63,8 +64,32 @@ def stage_case(stage: str, ref: dict[str, np.ndarray], layer: int, shapes: Shape
         "position_ids": pos,
         "attention_mask": mask,  # float32: at L = S = 8192 the prefill_kv mask alone is 512 MB
     }
+    if f"layers.{layer}.state.{stage}.recurrent" in ref:
+        return _linear_case(stage, ref, layer, inputs, y[lo:hi], width)
+    k, v = ref[f"layers.{layer}.k"], ref[f"layers.{layer}.v"]
     if stage != "prefill":
         inputs["history_k"] = _pad(k[:hist], S)[None]
         inputs["history_v"] = _pad(v[:hist], S)[None]
     expected = {"hidden_states": y[lo:hi], "present_k": k[lo:hi], "present_v": v[lo:hi]}
     return StageCase(inputs, expected, hi - lo, width)
+
+
+PREVIOUS_STAGE = {"prefill_kv": "prefill", "decode": "prefill_kv"}
+
+
+def _linear_case(stage: str, ref: dict[str, np.ndarray], layer: int, inputs: dict[str, np.ndarray],
+                 y: np.ndarray, width: int) -> StageCase:
+    """A linear-attention layer's stage: the state the previous stage left as input, its own as expected
+    output (the new window rows, `present_conv`, are the qkv projection's: the next stage's window checks
+    them), and for a prefill the token mask of its real rows."""
+    rows = len(y)
+    if stage != "decode":
+        mask = np.zeros((1, width, 1), np.float32)
+        mask[0, :rows] = 1
+        inputs["token_mask"] = mask
+    if stage in PREVIOUS_STAGE:
+        before = f"layers.{layer}.state.{PREVIOUS_STAGE[stage]}."
+        inputs["state_conv"] = ref[before + "conv"][None]
+        inputs["state_recurrent"] = ref[before + "recurrent"][None]
+    expected = {"hidden_states": y, "present_recurrent": ref[f"layers.{layer}.state.{stage}.recurrent"][None]}
+    return StageCase(inputs, expected, rows, width)

@@ -1,0 +1,313 @@
+"""Qwen3.5's text model (llmbuild/families/qwen3_5/): Gated DeltaNet linear-attention layers beside gated
+full-attention layers, built end to end from the shipped tiny recipe and checked against transformers' own
+`qwen3_5` classes on the same checkpoint: greedy ids, a conversation whose second turn runs `prefill_kv`, and
+each stage's linear-attention state against transformers' cache. The new ops' spec kernels are checked
+against transformers' reference functions for the gated delta rule and the causal convolution."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llmbuild import LlmbuildError
+from llmbuild.families.registry import get_family
+
+torch = pytest.importorskip("torch")
+RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+RECIPE = "qwen3_5_tiny_f32"
+PROMPT = [1, 5, 9, 42]
+STATE_COSINE = 0.99999  # each stage's state against transformers' cache (f32)
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    assert np.isfinite(a).all() and np.isfinite(b).all()
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+# ---- config reading -----------------------------------------------------------------------------------
+
+
+def _config(**change: object) -> dict:
+    from llmbuild.recipe import load_recipe
+
+    return {**load_recipe(RECIPE, RECIPES).source.config, **change}
+
+
+def test_the_config_becomes_a_hybrid_spec() -> None:
+    spec = get_family("qwen3_5").spec_from_hf_config(_config())
+    assert (spec.attention, spec.layer_types) == ("hybrid", ("linear", "linear", "linear", "full"))
+    la = spec.linear_attention
+    shape = (la.num_key_heads, la.num_value_heads, la.key_head_dim, la.value_head_dim, la.conv_kernel)
+    assert shape == (2, 4, 16, 16, 4)
+    assert dict(spec.layer_state) == {"conv": (3, 2 * 2 * 16 + 4 * 16), "recurrent": (4, 16, 16)}
+    assert (spec.head_dim, spec.rotary_dim, spec.rope_dim, spec.rope_scaling) == (32, 8, 8, ())
+
+
+def test_the_whole_model_s_config_reads_its_text_config() -> None:
+    text = _config()
+    whole = {"model_type": "qwen3_5", "tie_word_embeddings": False, "vision_config": {"depth": 1},
+             "text_config": {k: v for k, v in text.items() if k != "tie_word_embeddings"}}
+    family = get_family("qwen3_5")
+    assert family.spec_from_hf_config(whole) == family.spec_from_hf_config(text)
+
+
+def test_layer_types_default_to_transformers_interval() -> None:
+    config = _config(num_hidden_layers=8)
+    del config["layer_types"]
+    spec = get_family("qwen3_5").spec_from_hf_config(config)
+    assert spec.layer_types == ("linear",) * 3 + ("full",) + ("linear",) * 3 + ("full",)
+    spec = get_family("qwen3_5").spec_from_hf_config({**config, "full_attention_interval": 2})
+    assert spec.layer_types == ("linear", "full") * 4
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"layer_types": ["linear_attention"] * 3}, "layer_types: expected a list of 4 entries"),
+    ({"layer_types": ["linear_attention"] * 3 + ["sliding_attention"]},
+     "layer_types[3]: expected one of linear_attention, full_attention, got 'sliding_attention'"),
+    ({"linear_num_value_heads": 3}, "linear_num_value_heads: expected a multiple of linear_num_key_heads (2)"),
+    ({"partial_rotary_factor": 0.1}, "partial_rotary_factor: expected an even rotary dimension, got 3"),
+])
+def test_a_bad_config_is_one_line_naming_the_field(change: dict, message: str) -> None:
+    with pytest.raises(LlmbuildError) as info:
+        get_family("qwen3_5").spec_from_hf_config(_config(**change), origin="cfg.json")
+    assert str(info.value).startswith("cfg.json: ") and message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_recipe_asking_for_the_vendor_s_bmodel_is_refused_at_its_line(tmp_path: Path) -> None:
+    from llmbuild.recipe import load_recipe
+    from llmbuild.recipe_types import builds_bmodel
+
+    (tmp_path / "_tiny_common.yaml").write_text((RECIPES / "_tiny_common.yaml").read_text())
+    text = (RECIPES / f"{RECIPE}.yaml").read_text().replace("  build: false", "  build: true")
+    (tmp_path / "asks.yaml").write_text(text)
+    with pytest.raises(LlmbuildError, match=r"asks.yaml:\d+: bmodel.build: expected false for architecture qwen3_5"):
+        load_recipe("asks", tmp_path)
+    (tmp_path / "silent.yaml").write_text(text.replace("bmodel:\n  build: true\n", ""))
+    assert not builds_bmodel(load_recipe("silent", tmp_path))  # absent: none, where a dense model would
+
+
+# ---- the ops against transformers' reference functions --------------------------------------------------
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return (x / np.sqrt((x * x).sum(-1, keepdims=True) + 1e-6)).astype(np.float32)
+
+
+@pytest.mark.parametrize(("tokens", "chunk", "with_state"), [(150, 64, True), (7, 64, False), (1, 1, True)])
+def test_gated_delta_rule_matches_transformers(tokens: int, chunk: int, with_state: bool) -> None:
+    """Three chunks (the last partial) from a carried state, one partial chunk from none, and a decode step
+    (transformers' recurrent function, which it runs for one token with a cache)."""
+    from transformers.models.qwen3_5 import modeling_qwen3_5 as hf
+
+    from llmbuild.op_defs.gated_delta_rule import spec
+
+    rng = np.random.default_rng(tokens)
+    q, k = (rng.standard_normal((1, tokens, 2, 16)).astype(np.float32) for _ in range(2))
+    v = rng.standard_normal((1, tokens, 4, 8)).astype(np.float32)
+    g = -np.abs(rng.standard_normal((1, tokens, 4))).astype(np.float32)
+    beta = (1 / (1 + np.exp(-rng.standard_normal((1, tokens, 4))))).astype(np.float32)
+    state = rng.standard_normal((1, 4, 16, 8)).astype(np.float32) if with_state else None
+    fn = hf.torch_chunk_gated_delta_rule if chunk > 1 else hf.torch_recurrent_gated_delta_rule
+    want_out, want_state = fn(*map(torch.from_numpy, (q, k, v, g, beta)),
+                              initial_state=None if state is None else torch.from_numpy(state),
+                              output_final_state=True, use_qk_l2norm_in_kernel=True)
+    got = spec({"chunk_size": chunk, "scale": 16 ** -0.5}, _unit(q), _unit(k), v, g, beta,
+               *(() if state is None else (state,)))
+    assert got.shape == (1, 16 + tokens, 4, 8)  # the state's 16 rows of [Hv, dv], then the tokens'
+    np.testing.assert_allclose(got[:, 16:], want_out.numpy(), rtol=0, atol=2e-6)
+    np.testing.assert_allclose(got[:, :16].transpose(0, 2, 1, 3), want_state.numpy(), rtol=0, atol=4e-6)
+
+
+def test_causal_conv1d_matches_torch_s_convolution() -> None:
+    from llmbuild.op_defs.causal_conv1d import spec
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 9, 12)).astype(np.float32)
+    w = rng.standard_normal((12, 1, 4)).astype(np.float32)
+    want = torch.nn.functional.conv1d(torch.from_numpy(x).transpose(1, 2), torch.from_numpy(w), padding=3,
+                                      groups=12)[:, :, :9].transpose(1, 2).numpy()
+    np.testing.assert_allclose(spec({"pad": 3}, x, w), want, rtol=0, atol=1e-5)
+    # with a carried window: the same rows, from the window's last three inputs instead of zeros
+    np.testing.assert_allclose(spec({"pad": 0}, x, w), want[:, 3:], rtol=0, atol=1e-5)
+
+
+# ---- built end to end ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The shipped recipe built by the library steps the rules run (prepare, plan, layers, head, link)."""
+    from llmbuild.artifacts.paths import BuildPaths, read_spec
+    from llmbuild.recipe import load_recipe
+    from llmbuild.steps.head import build_head
+    from llmbuild.steps.layer import build_layer
+    from llmbuild.steps.link import link
+    from llmbuild.steps.plan import plan
+    from llmbuild.steps.prepare import prepare
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LLMBUILD_BUILD_DIR", str(tmp_path_factory.mktemp("qwen3_5") / "build"))
+        mp.setenv("LLMBUILD_BMODEL", "0")
+        recipe = load_recipe(RECIPE, RECIPES)
+        prepare(recipe)
+        plan(recipe)
+        paths = BuildPaths.of(recipe)
+        for layer in range(read_spec(paths.spec).num_layers):
+            build_layer(recipe, layer)
+        build_head(recipe)
+        link(recipe)
+        yield paths.root
+
+
+@pytest.fixture(scope="module")
+def hf_model(built: Path):
+    from transformers import AutoModelForCausalLM
+
+    model, info = AutoModelForCausalLM.from_pretrained(built / "checkpoint", dtype=torch.float32,
+                                                       output_loading_info=True)
+    assert type(model).__name__ == "Qwen3_5ForCausalLM"
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
+    return model.eval()
+
+
+def _model(built: Path, faithful: bool = False):
+    from llmbuild.runtime.compiled_model import CompiledModel
+
+    return CompiledModel(built / f"{RECIPE}.llmb", faithful=faithful)
+
+
+def _hf_greedy(model, ids: list[int], steps: int) -> tuple[list[int], list[np.ndarray]]:
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), max_new_tokens=steps, do_sample=False, output_scores=True,
+                             return_dict_in_generate=True, pad_token_id=0)
+    return out.sequences[0, len(ids):].tolist(), [s[0].numpy() for s in out.scores]
+
+
+def test_the_checkpoint_and_spec_are_transformers_qwen3_5(built: Path, hf_model) -> None:
+    config = json.loads((built / "checkpoint" / "config.json").read_text())
+    assert config["model_type"] == "qwen3_5_text" and hf_model.config.layer_types == config["layer_types"]
+    spec = json.loads((built / "spec.json").read_text())
+    assert spec["attention"] == "hybrid" and spec["rotary_dim"] == 8
+
+
+def test_32_greedy_ids_equal_transformers_generate(built: Path, hf_model) -> None:
+    ids, logits = _model(built).generate(PROMPT, 32)
+    want, want_logits = _hf_greedy(hf_model, PROMPT, 32)
+    assert ids == want
+    for got, ref in zip(logits, want_logits, strict=True):
+        assert _cosine(got, ref) >= 0.99999
+
+
+def test_the_simulated_device_gives_the_host_path_s_bits(built: Path) -> None:
+    host_ids, host_logits = _model(built).generate(PROMPT, 3)
+    device_ids, device_logits = _model(built, faithful=True).generate(PROMPT, 3)
+    assert device_ids == host_ids
+    for a, b in zip(device_logits, host_logits, strict=True):
+        assert np.array_equal(a, b)
+
+
+def test_a_second_turn_through_prefill_kv_equals_transformers_on_the_whole_conversation(
+        built: Path, hf_model) -> None:
+    """Turn 2 (20 tokens: two prefill_kv chunks of L = 16) continues the state turn 1 left; transformers
+    runs the whole conversation from nothing."""
+    model = _model(built)
+    first, _ = model.generate(PROMPT, 8)
+    turn = [1, 77, 300, 12, 5, 9, 401, 2, 1, 88, 61, 7, 230, 18, 99, 4, 3, 250, 17, 6]
+    second, _ = model.generate([first[-1], *turn], 12)  # the reply's last token was not fed yet
+    assert model.counts.prefill_kv == 21
+    want, _ = _hf_greedy(hf_model, [*PROMPT, *first, *turn], 12)
+    assert second == want
+
+
+def test_each_stage_s_state_equals_transformers_cache(built: Path, hf_model) -> None:
+    """After prefill, a decode step and a prefill_kv chunk: every linear layer's convolution window (the last
+    K - 1 of transformers' K columns) and recurrent matrix, and the full layer's keys and values."""
+    from transformers import DynamicCache
+
+    model = _model(built)
+    cache = DynamicCache(config=hf_model.config)
+    history: list[int] = []
+    more = [30, 31, 32, 33, 34, 35]
+    for stage, ids in (("prefill", PROMPT), ("decode", [7]), ("prefill_kv", more)):
+        with torch.no_grad():
+            out = hf_model(torch.tensor([ids]), cache=cache, use_cache=True,
+                           position_ids=torch.arange(len(history), len(history) + len(ids))[None])
+        logits = model.prefill(ids) if stage != "decode" else model.decode_token(ids[0])
+        history += ids
+        assert _cosine(logits, out.logits[0, -1].numpy()) >= 0.99999, stage
+        for layer, kind in enumerate(hf_model.config.layer_types):
+            state = model.layer_state(layer)
+            if kind == "linear_attention":
+                conv = cache.get_conv_state(layer)[0].numpy()  # [C, K]: oldest column first
+                assert state["conv"].shape == (1, conv.shape[1] - 1, conv.shape[0])
+                assert _cosine(state["conv"][0], conv[:, 1:].T) >= STATE_COSINE, (stage, layer)
+                recurrent = cache.get_recurrent_state(layer).numpy()
+                assert _cosine(state["recurrent"], recurrent) >= STATE_COSINE, (stage, layer)
+            else:
+                keys, values = cache.layers[layer].keys[0].numpy(), cache.layers[layer].values[0].numpy()
+                assert _cosine(state["k"][0], keys.transpose(1, 0, 2)) >= STATE_COSINE, (stage, layer)
+                assert _cosine(state["v"][0], values.transpose(1, 0, 2)) >= STATE_COSINE, (stage, layer)
+    assert (model.counts.prefill, model.counts.decode, model.counts.prefill_kv) == (4, 1, 6)
+
+
+def test_bf16_s_first_step_follows_transformers_and_the_device_equals_the_host(
+        built: Path, hf_model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same model in bf16 (its recurrent state kept f32): the first step's logits against transformers'
+    float32 ones, and the simulated device bit for bit the host path over a prefill, two decode steps and a
+    prefill_kv chunk (the state read from the kv region in f32)."""
+    from llmbuild.artifacts.paths import BuildPaths
+    from llmbuild.recipe import load_recipe
+    from llmbuild.runtime.compiled_model import CompiledModel
+    from llmbuild.steps.head import build_head
+    from llmbuild.steps.layer import build_layer
+    from llmbuild.steps.link import link
+    from llmbuild.steps.plan import plan
+    from llmbuild.steps.prepare import prepare
+
+    for name in ("_tiny_common", RECIPE):
+        (tmp_path / f"{name}.yaml").write_text((RECIPES / f"{name}.yaml").read_text())
+    (tmp_path / "bf16.yaml").write_text(f"base: {RECIPE}\nquantization:\n  mode: bf16\n")
+    monkeypatch.setenv("LLMBUILD_BUILD_DIR", str(tmp_path / "build"))
+    monkeypatch.setenv("LLMBUILD_BMODEL", "0")
+    recipe = load_recipe("bf16", tmp_path)
+    prepare(recipe)
+    plan(recipe)
+    for layer in range(4):
+        build_layer(recipe, layer)
+    build_head(recipe)
+    link(recipe)
+    binary = BuildPaths.of(recipe).binary(recipe.name)
+    host, device = CompiledModel(binary, faithful=False), CompiledModel(binary, faithful=True)
+    first = host.prefill(PROMPT)
+    with torch.no_grad():
+        want = hf_model(torch.tensor([PROMPT])).logits[0, -1].numpy()
+    assert _cosine(first, want) >= 0.999
+    assert np.array_equal(device.prefill(PROMPT), first)
+    for token in (7, 8):
+        assert np.array_equal(device.decode_token(token), host.decode_token(token))
+    assert np.array_equal(device.prefill([3, 4, 5]), host.prefill([3, 4, 5]))
+    assert device.layer_state(0)["recurrent"].dtype == np.float32
+
+
+def test_truncating_a_state_model_starts_it_over(built: Path) -> None:
+    """A recurrent state cannot give back a token: truncate forgets the conversation, and a session feeding
+    it again gets what a fresh model computes."""
+    from llmbuild.runtime.session import Session
+
+    session = Session(built / f"{RECIPE}.llmb")
+    model = session.model
+    model.prefill(PROMPT + [7, 8])
+    model.truncate(model.history)
+    assert model.history == 6
+    model.truncate(3)
+    assert model.history == 0
+    session.ids = PROMPT + [7, 8]
+    model.prefill(session.ids)
+    logits = session._feed(PROMPT + [9, 10])  # shares 4 of the 6 cached tokens: starts over, feeds all 6
+    assert model.history == 6
+    assert np.array_equal(logits, _model(built).prefill(PROMPT + [9, 10]))
