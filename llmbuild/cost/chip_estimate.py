@@ -23,7 +23,7 @@ from llmbuild.cost.ops import STEPS, lm_head_format, model_stages
 from llmbuild.cost.schedule import DEFAULT_SCHEDULE, LLMBUILD, SCHEDULES, OpTime, Schedule, run_step, time_op
 from llmbuild.cost.weight_formats import weight_format
 from llmbuild.families.layout import expected_shapes
-from llmbuild.frontend.spec import ModelSpec, spec_from_json
+from llmbuild.families.spec import ModelSpec, spec_from_json
 from llmbuild.recipe_types import DEFAULT_GROUP_SIZE
 
 

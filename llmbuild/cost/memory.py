@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from llmbuild.cost.ops import embedding_format
 from llmbuild.cost.weight_formats import WeightFormat
 from llmbuild.families.layout import expected_shapes
-from llmbuild.frontend.spec import ModelSpec
+from llmbuild.families.spec import ModelSpec
 from llmbuild.numerics.formats import itemsize
 
 ACTIVATION_ALIGN = 64  # llmbuild.codegen.memory_plan.ACTIVATION_ALIGN (not imported: it pulls in the IR)

@@ -16,7 +16,7 @@ import numpy as np
 from llmbuild import LlmbuildError
 from llmbuild.families.layout import expected_shapes
 from llmbuild.families.registry import family_for_hf_model_type, get_family
-from llmbuild.frontend.spec import ModelSpec
+from llmbuild.families.spec import ModelSpec
 
 CORPUS = Path(__file__).resolve().parent.parent / "data" / "corpus.txt"
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")  # ids 0, 1, 2

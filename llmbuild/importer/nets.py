@@ -15,7 +15,7 @@ from xdsl.ir import SSAValue
 
 from llmbuild.dialects import common
 from llmbuild.families.registry import get_family
-from llmbuild.frontend.spec import ModelSpec
+from llmbuild.families.spec import ModelSpec
 from llmbuild.importer.graph import TopGraph
 from llmbuild.importer.shapes import Shapes
 from llmbuild.quant.scheme import QuantScheme

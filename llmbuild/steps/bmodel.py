@@ -39,7 +39,7 @@ from llmbuild.bmodel.top_export import DynamicPrefill, FinalNorm, export_net
 from llmbuild.bmodel.vendor_compile import NetOptions, compile_net
 from llmbuild.bmodel.vit_export import export_vit
 from llmbuild.chips import load_chip
-from llmbuild.frontend.spec import ModelSpec
+from llmbuild.families.spec import ModelSpec
 from llmbuild.importer.nets import ROPE_COS, ROPE_SIN, head_net
 from llmbuild.importer.rope import rope_tables
 from llmbuild.passes import run_passes

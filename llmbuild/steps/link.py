@@ -24,7 +24,7 @@ from llmbuild.binary.program import Program, decode, decode_header
 from llmbuild.chips import load_chip
 from llmbuild.cost.compiled import perf_report
 from llmbuild.families.registry import family_part
-from llmbuild.frontend.spec import spec_to_json
+from llmbuild.families.spec import spec_to_json
 from llmbuild.frontend.tokenizer_files import TokenizerBundle, read_tokenizer_bundle, token_ids_by_string
 from llmbuild.recipe_types import Recipe
 from llmbuild.verify.layer_check_policy import faithful_layers

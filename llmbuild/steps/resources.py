@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from llmbuild.artifacts.paths import VIT_NET
 from llmbuild.families.layout import expected_shapes
 from llmbuild.families.registry import family_part
-from llmbuild.frontend.spec import ModelSpec
+from llmbuild.families.spec import ModelSpec
 from llmbuild.numerics.compiled_dequant import MIN_WEIGHTS
 from llmbuild.recipe_types import Recipe
 from llmbuild.verify import reference_memory
