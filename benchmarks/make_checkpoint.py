@@ -656,7 +656,7 @@ def vision_plan(name: str, shape: tuple[int, ...], dtype: str) -> TensorPlan:
 def vlm_tensor_plans(layout: Layout) -> list[TensorPlan]:
     """A vision-language model's tensors in the -hf upload's names: the language model under
     `language_model.` (drawn as the text model's), the tower and projector as transformers has them."""
-    from llmbuild.frontend.synthetic_vlm import vision_shapes
+    from llmbuild.families.internvl.synthetic import vision_shapes
 
     plans = []
     for plan in tensor_plans(layout):

@@ -71,7 +71,7 @@ def estimate_command(args: argparse.Namespace) -> None:
     others = {name: estimate(spec, mode, group, chip, seq, prefill, args.position, schedule=name,
                              device_memory_bytes=limit) for name in SCHEDULES}
     est = others[args.schedule]
-    vision = _vision(recipe if args.recipe is not None else None, spec.hidden_size, mode, chip)
+    vision = _vision(recipe if args.recipe is not None else None, mode, chip)
     if args.json:
         headlines = {name: e.headline() for name, e in others.items()}
         extra = {"vision": vision} if vision else {}
@@ -91,8 +91,8 @@ def estimate_command(args: argparse.Namespace) -> None:
 
 
 def _hf_config(recipe) -> dict | None:
-    """A vision family folder's recipe's config.json: a synthetic one as prepare writes it (the folder's
-    `synthetic.vlm_config`); an hf checkpoint's own, else the one shipped with the recipe."""
+    """A vision-language recipe's config.json: a synthetic one as prepare writes it (the family folder's
+    `synthetic.vlm_config`); an hf checkpoint's own, else the one shipped with the recipe (no weights needed)."""
     from llmbuild.families.registry import family_part
     from llmbuild.frontend.hf import read_json
 
@@ -108,27 +108,12 @@ def _hf_config(recipe) -> dict | None:
     return read_json(Path(path)) if path else None
 
 
-def _vision(recipe, text_hidden: int, mode: str, chip: str) -> dict | None:
-    """The vision tower's estimate per tile for a recipe with one (its config from vision.config)."""
+def _vision(recipe, mode: str, chip: str) -> dict | None:
+    """The vision net's estimate for a recipe with one, priced by its family folder's `cost` module from
+    config.json (InternVL: per tile; MiniCPM-V: per slice and per image)."""
     if recipe is None or recipe.vision is None:
         return None
-    from llmbuild.cost.vision_estimate import vision_estimate
-    from llmbuild.families.registry import family_part_if_any
+    from llmbuild.families.registry import family_part
 
-    own = family_part_if_any(recipe.vision.family, "cost")
-    if own is not None:  # a family folder prices its own net (MiniCPM-V: per slice)
-        full = _hf_config(recipe)
-        return own.estimate(full, mode, chip) if full is not None else None
-    config = (recipe.vision.config or {}).get("vision_config")
-    if config is None and recipe.source.kind == "hf":
-        # The checkpoint's own config.json, else the one shipped with the recipe (no weights needed).
-        from llmbuild.frontend.hf import read_json
-
-        folder = Path(recipe.source.path) if recipe.source.path else None
-        path = folder / "config.json" if folder and (folder / "config.json").is_file() else recipe.source.config_file
-        config = read_json(Path(path)).get("vision_config") if path else None
-    if not isinstance(config, dict):
-        return None
-    size = config.get("image_size")
-    return {**vision_estimate(config, text_hidden, mode, chip),
-            "image_size": int(size[0] if isinstance(size, list) else size)}
+    full = _hf_config(recipe)
+    return family_part(recipe.vision.family, "cost").estimate(full, mode, chip) if full is not None else None

@@ -102,11 +102,11 @@ class BmodelConfig:
 
 def builds_bmodel(recipe: Recipe) -> bool:
     """Whether the recipe's build makes the vendor's .bmodel beside the .llmb: by default where the vendor
-    supports the chip, for text and InternVL models (MiniCPM-V's slice-wise `vit` net has no vendor form
-    yet, and a bmodel without it would not run the model the recipe describes)."""
+    supports the chip (the loader makes the default false for a vision family whose vit net has no vendor
+    form: recipe/loader.py)."""
     chosen = recipe.bmodel.build
     if chosen is None:
-        return recipe.target.chip in VENDOR_CHIPS and (recipe.vision is None or recipe.vision.family == "internvl")
+        return recipe.target.chip in VENDOR_CHIPS
     return chosen
 
 

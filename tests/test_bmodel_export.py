@@ -14,7 +14,7 @@ import pytest
 from llmbuild import LlmbuildError
 from llmbuild.bmodel import vendor_ir
 from llmbuild.bmodel.top_export import DynamicPrefill, ExportError, FinalNorm, export_net
-from llmbuild.frontend.spec import ModelSpec
+from llmbuild.families.spec import ModelSpec
 from llmbuild.importer.nets import build_block, head_nets
 from llmbuild.importer.rope import rope_tables
 from llmbuild.importer.shapes import Shapes

@@ -18,7 +18,7 @@ from llmbuild.binary.container import Container, write_container
 from llmbuild.binary.program import OPCODES, Group, Instr, Program, TensorDesc, decode, encode
 from llmbuild.codegen.memory_plan import make_plan
 from llmbuild.dialects.plain import main_func, string_list, tensor_info
-from llmbuild.frontend.spec import ModelSpec
+from llmbuild.families.spec import ModelSpec
 from llmbuild.importer.nets import Shapes, build_block, head_nets
 from llmbuild.steps.compile_net import CompiledNet, compile_net
 

@@ -23,7 +23,7 @@ from llmbuild.cost.group_timing import CommandCost, nbytes, time_programs
 from llmbuild.cost.hardware import Rates
 from llmbuild.cost.ops import FLASH_RESCALE_OPS, SOFTMAX_OPS, Attention
 from llmbuild.cost.schedule import flash_blocks
-from llmbuild.frontend.spec import ModelSpec
+from llmbuild.families.spec import ModelSpec
 from llmbuild.importer.nets import Shapes, build_block, head_nets
 from llmbuild.quant.scheme import scheme_for
 from llmbuild.steps.compile_net import compile_net

@@ -15,7 +15,7 @@ from llmbuild.binary.program import Program, TensorDesc
 from llmbuild.codegen.memory_plan import make_plan
 from llmbuild.dialects.interpret import interpret
 from llmbuild.dialects.plain import tensor_info
-from llmbuild.frontend.spec import ModelSpec
+from llmbuild.families.spec import ModelSpec
 from llmbuild.importer.nets import ROPE_COS, ROPE_SIN, Shapes, build_block, head_nets
 from llmbuild.importer.rope import rope_tables
 from llmbuild.numerics.formats import STORAGE

@@ -19,7 +19,7 @@ from llmbuild import LlmbuildError
 from llmbuild.codegen.memory_plan import make_plan
 from llmbuild.dialects import common, module_text, parse_module_text, top, tpu
 from llmbuild.dialects.plain import main_func, string_list, tensor_info
-from llmbuild.frontend.spec import ModelSpec
+from llmbuild.families.spec import ModelSpec
 from llmbuild.importer.nets import STAGES, Shapes, block_net_name, build_block, head_nets
 from llmbuild.passes import run_passes
 from llmbuild.passes.assign_address import assign_addresses

@@ -1,5 +1,6 @@
-"""A vision-language family is one folder too (llmbuild/families/minicpmv/): the shared steps reach its modules,
-named by role, through the registry, and no module outside the folder names the family in its code."""
+"""A vision-language family is one folder too (llmbuild/families/minicpmv/, llmbuild/families/internvl/): the
+shared steps reach its modules, named by role, through the one registry of text and vision-language families,
+and no module outside the folder names the family in its code."""
 
 from __future__ import annotations
 
@@ -15,16 +16,24 @@ from family_footprint import code_words  # noqa: E402  (what the footprint bench
 
 from llmbuild import LlmbuildError
 from llmbuild.families.registry import (
+    TEXT,
+    VISION_LANGUAGE,
     family_part,
     family_part_if_any,
-    known_vision_families,
+    get_family,
+    known_families,
     vision_family_for_hf_model_type,
 )
 
 ROLES = ("family", "inputs", "runtime", "model", "checkpoint", "synthetic", "reference", "stream", "verify", "cost")
+# The roles InternVL's folder has (its checkpoint is checked by the shared scan, its inputs are the pixels),
+# and `config`, its config.json layouts, which its description builds on.
+INTERNVL_ROLES = ("family", "config", "runtime", "model", "synthetic", "stream", "verify", "cost")
 # Outside its folder and the registry's line, the family's name is a value of the recipe's vision.family, which
 # the schema's help text explains.
 ALLOWED_OUTSIDE = {"llmbuild/families/registry.py", "llmbuild/recipe/schema_table.py"}
+# InternVL's tiny recipe is also one of the representative recipes the table of reruns is computed on.
+INTERNVL_ALLOWED_OUTSIDE = ALLOWED_OUTSIDE | {"llmbuild/steps/rerun_table.py"}
 
 
 @pytest.mark.parametrize("role", ROLES)
@@ -34,18 +43,33 @@ def test_each_role_module_of_minicpmv_is_found_through_the_registry(role: str) -
     assert family_part_if_any("minicpmv", role) is module
 
 
-def test_a_family_without_a_folder_or_a_role_module_has_no_part() -> None:
-    assert family_part_if_any("internvl", "runtime") is None  # its machinery is still the shared one
+@pytest.mark.parametrize("role", INTERNVL_ROLES)
+def test_each_role_module_of_internvl_is_found_through_the_registry(role: str) -> None:
+    module = family_part("internvl", role)
+    assert module is importlib.import_module(f"llmbuild.families.internvl.{role}")
+
+
+def test_a_family_without_a_role_module_has_no_part() -> None:
+    assert family_part_if_any("internvl", "checkpoint") is None  # the shared scan checks its tensors
     assert family_part_if_any("qwen2", "runtime") is None  # a text family with no runtime part
+    assert family_part_if_any("nope", "family") is None
     assert family_part("qwen2", "family").FAMILY.name == "qwen2"
     with pytest.raises(LlmbuildError, match="unknown model family 'nope'"):
         family_part("nope", "family")
 
 
+def test_one_registry_holds_both_kinds() -> None:
+    assert known_families(VISION_LANGUAGE) == ["internvl", "minicpmv"]
+    assert {"llama", "qwen2", "qwen3"} <= set(known_families(TEXT)) and known_families() == known_families(TEXT)
+    with pytest.raises(LlmbuildError, match="unknown architecture 'internvl'"):  # not a decoder
+        get_family("internvl")
+
+
 def test_a_config_json_model_type_names_its_vision_family() -> None:
-    assert known_vision_families() == ["minicpmv"]
     assert vision_family_for_hf_model_type("minicpmv") == "minicpmv"
-    assert vision_family_for_hf_model_type("internvl") is None
+    assert vision_family_for_hf_model_type("internvl") == "internvl"
+    assert vision_family_for_hf_model_type("internvl_chat") == "internvl"  # the original layout
+    assert vision_family_for_hf_model_type("qwen2") is None
     assert vision_family_for_hf_model_type(None) is None
 
 
@@ -56,12 +80,19 @@ def test_the_text_config_of_a_minicpmv_config_json_is_its_qwen2() -> None:
     assert text_config(cfg) == {"model_type": "qwen2", "hidden_size": 64, "architectures": ["Qwen2ForCausalLM"]}
 
 
-def test_no_module_outside_the_folder_names_minicpmv_in_its_code() -> None:
+def _naming(family: str) -> set[str]:
     package = ROOT / "llmbuild"
-    naming = {str(path.relative_to(ROOT)) for path in package.rglob("*.py")
-              if not path.is_relative_to(package / "families" / "minicpmv")
-              and "minicpmv" in code_words(path.read_text(encoding="utf-8"))}
-    assert naming == ALLOWED_OUTSIDE
+    return {str(path.relative_to(ROOT)) for path in package.rglob("*.py")
+            if not path.is_relative_to(package / "families" / family)
+            and family in code_words(path.read_text(encoding="utf-8"))}
+
+
+def test_no_module_outside_the_folder_names_minicpmv_in_its_code() -> None:
+    assert _naming("minicpmv") == ALLOWED_OUTSIDE
+
+
+def test_no_module_outside_the_folder_names_internvl_in_its_code() -> None:
+    assert _naming("internvl") == INTERNVL_ALLOWED_OUTSIDE
 
 
 def test_a_minicpmv_recipe_asking_for_the_bmodel_is_refused_by_its_family_s_reason(tmp_path: Path) -> None:

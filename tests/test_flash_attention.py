@@ -23,8 +23,8 @@ from llmbuild.cost.schedule import flash_blocks
 from llmbuild.dialects import module_text
 from llmbuild.dialects.interpret import interpret
 from llmbuild.dialects.plain import main_func, tensor_info
+from llmbuild.families.spec import ModelSpec
 from llmbuild.frontend.config_spec import spec_from_hf_config_file
-from llmbuild.frontend.spec import ModelSpec
 from llmbuild.importer.nets import ROPE_COS, ROPE_SIN, Shapes, build_block
 from llmbuild.importer.rope import rope_tables
 from llmbuild.numerics import masks

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from llmbuild import LlmbuildError
-from llmbuild.runtime.vision import load_pixels, tile_grid
+from llmbuild.families.internvl.runtime import load_pixels, tile_grid
 
 Image = pytest.importorskip("PIL.Image")
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]  # InternVL's (ImageNet's)

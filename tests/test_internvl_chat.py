@@ -1,6 +1,6 @@
 """InternVL's original `internvl_chat` layout (what the published OpenGVLab checkpoints and TPU-MLIR use) read
 as the native one: the tiny synthetic InternVL converted here, with the inverse of transformers' conversion
-table written out independently of llmbuild/frontend/internvl_chat.py, gives the same tensors, the same
+table written out independently of llmbuild/families/internvl/model.py, gives the same tensors, the same
 image features and, built, the same greedy ids as the native directory."""
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def chat(native: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_view_gives_every_native_tensor_bit_for_bit(native: Path, chat: Path) -> None:
     from safetensors.numpy import load_file
 
-    from llmbuild.frontend.internvl_chat import TensorView
+    from llmbuild.families.internvl.model import TensorView
 
     want = load_file(str(native / "model.safetensors"))
     view = TensorView(chat)
@@ -110,8 +110,8 @@ def test_the_view_gives_every_native_tensor_bit_for_bit(native: Path, chat: Path
 
 
 def test_the_config_is_transformers_native_one(native: Path, chat: Path) -> None:
+    from llmbuild.families.internvl.model import load_config
     from llmbuild.frontend.hf import text_config
-    from llmbuild.frontend.internvl_chat import load_config
 
     ours, theirs = load_config(chat), transformers.InternVLConfig.from_pretrained(native)
     assert ours.image_token_id == theirs.image_token_id and ours.downsample_ratio == theirs.downsample_ratio
@@ -124,12 +124,12 @@ def test_the_config_is_transformers_native_one(native: Path, chat: Path) -> None
 
 
 def test_the_vision_module_computes_the_same_features(native: Path, chat: Path) -> None:
-    from llmbuild.frontend.vision_export import internvl_vision_module
+    from llmbuild.families.internvl.model import vision_module
 
     pixels = torch.from_numpy(np.random.default_rng(3).standard_normal((2, 3, 56, 56)).astype(np.float32))
     with torch.no_grad():
-        a = internvl_vision_module(native)[0](pixels)
-        b = internvl_vision_module(chat)[0](pixels)
+        a = vision_module(native)[0](pixels)
+        b = vision_module(chat)[0](pixels)
         whole = transformers.InternVLForConditionalGeneration.from_pretrained(
             native, attn_implementation="eager").eval()  # the exported module's attention: same bits
         c = whole.model.get_image_features(pixel_values=pixels, return_dict=True).pooler_output
@@ -138,7 +138,7 @@ def test_the_vision_module_computes_the_same_features(native: Path, chat: Path) 
 
 def test_bad_chat_configs_give_one_line_errors(chat: Path, tmp_path: Path) -> None:
     from llmbuild import LlmbuildError
-    from llmbuild.frontend.internvl_chat import native_config
+    from llmbuild.families.internvl.config import native_config
 
     cfg = json.loads((chat / "config.json").read_text())
     with pytest.raises(LlmbuildError, match=r"^x/config.json: ps_version: 'v1' is not supported"):

@@ -33,7 +33,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 def test_the_native_layout_loads_in_transformers_with_the_same_tensors_as_the_chat_one(made) -> None:
-    from llmbuild.frontend.internvl_chat import TensorView, load_config
+    from llmbuild.families.internvl.model import TensorView, load_config
 
     native, chat = made
     assert (native.name, chat.name) == ("InternVL3-2B-hf", "InternVL3-2B")

@@ -16,8 +16,8 @@ transformers = pytest.importorskip("transformers")
 
 from llmbuild import LlmbuildError  # noqa: E402
 from llmbuild.dialects.interpret import interpret  # noqa: E402
+from llmbuild.families.internvl.model import export_onnx, vision_module  # noqa: E402
 from llmbuild.frontend.onnx_model import load_onnx  # noqa: E402
-from llmbuild.frontend.vision_export import export_vision_onnx, internvl_vision_module  # noqa: E402
 from llmbuild.importer.onnx_net import MASK_INPUT, import_onnx_net  # noqa: E402
 from llmbuild.verify.similarity import cosine  # noqa: E402
 
@@ -78,7 +78,7 @@ def run_imported(path: Path, pixels: np.ndarray):
 def test_imported_tower_computes_what_transformers_computes(internvl_dir: Path, pixels: np.ndarray,
                                                             transformers_features: np.ndarray, exporter: str,
                                                             tmp_path: Path) -> None:
-    path = export_vision_onnx(internvl_dir, tmp_path / f"vit_{exporter}.onnx", exporter)
+    path = export_onnx(internvl_dir, tmp_path / f"vit_{exporter}.onnx", exporter)
     net, features = run_imported(path, pixels)
     assert features.shape == transformers_features.shape == (1, 4, 64)
     assert cosine(features, transformers_features) >= 0.99999
@@ -90,8 +90,8 @@ def test_imported_tower_computes_what_transformers_computes(internvl_dir: Path, 
 
 def test_both_exporters_import_to_graphs_with_the_same_outputs(internvl_dir: Path, pixels: np.ndarray,
                                                                tmp_path: Path) -> None:
-    legacy = run_imported(export_vision_onnx(internvl_dir, tmp_path / "a.onnx", "legacy"), pixels)
-    dynamo = run_imported(export_vision_onnx(internvl_dir, tmp_path / "b.onnx", "dynamo"), pixels)
+    legacy = run_imported(export_onnx(internvl_dir, tmp_path / "a.onnx", "legacy"), pixels)
+    dynamo = run_imported(export_onnx(internvl_dir, tmp_path / "b.onnx", "dynamo"), pixels)
     assert (tmp_path / "b.onnx.data").is_file()  # the dynamo exporter's external weights were read
     np.testing.assert_allclose(legacy[1], dynamo[1], rtol=0, atol=1e-12)
     assert [op.name for op in legacy[0].module.body.block.ops.first.body.block.ops] == \
@@ -100,7 +100,7 @@ def test_both_exporters_import_to_graphs_with_the_same_outputs(internvl_dir: Pat
 
 def test_the_exported_module_is_transformers_own(internvl_dir: Path, pixels: np.ndarray,
                                                  transformers_features: np.ndarray) -> None:
-    module, _ = internvl_vision_module(internvl_dir)
+    module, _ = vision_module(internvl_dir)
     with torch.no_grad():
         got = module(torch.from_numpy(pixels)).numpy()
     # The same code and weights; the loaded model runs its default SDPA attention, the export eager attention.

@@ -30,7 +30,7 @@ from llmbuild.codegen.memory_plan import make_plan
 from llmbuild.dialects import module_text, read_module
 from llmbuild.dialects.interpret import interpret
 from llmbuild.dialects.plain import main_func, string_list, tensor_info
-from llmbuild.frontend.spec import ModelSpec
+from llmbuild.families.spec import ModelSpec
 from llmbuild.importer.nets import ROPE_COS, ROPE_SIN, STAGES, Shapes, build_block, head_nets
 from llmbuild.importer.rope import rope_tables
 from llmbuild.numerics.formats import itemsize

@@ -15,7 +15,7 @@ from llmbuild.cli import main
 from llmbuild.codegen.memory_plan import make_plan
 from llmbuild.dialects import module_text, parse_module_text, read_module
 from llmbuild.dialects.plain import main_func
-from llmbuild.frontend.spec import ModelSpec
+from llmbuild.families.spec import ModelSpec
 from llmbuild.importer.nets import Shapes, build_block, head_nets
 from llmbuild.passes import pipeline_string, run_passes
 from llmbuild.passes.layer_group import LayerGroup, PlanLayerGroups

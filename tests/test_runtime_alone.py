@@ -56,8 +56,9 @@ def test_llmbuild_run_in_a_venv_without_the_compiler(runtime_build: Path, tmp_pa
 
 @pytest.mark.parametrize("module", ["llmbuild.runtime.session", "llmbuild.runtime.inspect_binary",
                                     "llmbuild.binary.program", "llmbuild.cli",
-                                    # what VisionNet asks the registry for, for a MiniCPM-V binary
-                                    "llmbuild.families.minicpmv.runtime"])
+                                    # what VisionNet asks the registry for, for a MiniCPM-V or an InternVL binary
+                                    "llmbuild.families.minicpmv.runtime", "llmbuild.families.internvl.runtime",
+                                    "llmbuild.families.internvl.family"])
 def test_runtime_modules_import_no_compiler_package(module: str) -> None:
     code = (f"import sys, {module}; heavy = sorted({{m.split('.')[0] for m in sys.modules}} & "
             f"{set(COMPILER_PACKAGES)!r}); print(heavy)")

@@ -14,7 +14,7 @@ from llmbuild import LlmbuildError
 from llmbuild.artifacts.paths import read_spec, write_spec
 from llmbuild.cost.chip_estimate import spec_from_dict
 from llmbuild.families.registry import get_family
-from llmbuild.frontend.spec import spec_to_json
+from llmbuild.families.spec import spec_to_json
 from llmbuild.importer.nets import build_block
 from llmbuild.importer.shapes import Shapes
 

@@ -145,7 +145,7 @@ def test_inspect_and_perf_show_the_vit_net(built: Path) -> None:
 
 
 def test_estimate_reports_the_vision_tower_per_tile() -> None:
-    from llmbuild.cost.vision_estimate import vision_estimate
+    from llmbuild.families.internvl.cost import vision_estimate
 
     r = llmbuild(Path("/nonexistent"), "estimate", F32, "--json")
     assert r.returncode == 0, r.stderr

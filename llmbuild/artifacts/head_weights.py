@@ -10,7 +10,7 @@ import numpy as np
 
 from llmbuild.artifacts.layer_weights import tensor_source
 from llmbuild.artifacts.paths import BuildPaths
-from llmbuild.frontend.spec import ModelSpec, TensorSource
+from llmbuild.families.spec import ModelSpec, TensorSource
 from llmbuild.importer.nets import ROPE_COS, ROPE_SIN, head_weight_names, lm_head_weight
 from llmbuild.importer.rope import rope_tables
 from llmbuild.importer.shapes import Shapes

@@ -20,8 +20,8 @@ from llmbuild.artifacts.paths import BuildPaths
 from llmbuild.artifacts.weight_file import weight_file_arrays
 from llmbuild.binary.memory_map import MemoryPlan
 from llmbuild.families.layout import layer_tensor_names
+from llmbuild.families.spec import ModelSpec, TensorSource
 from llmbuild.frontend.sources import open_source
-from llmbuild.frontend.spec import ModelSpec, TensorSource
 from llmbuild.numerics.kernels import unpack_nibbles
 from llmbuild.quant.checkpoint import QuantizedCheckpoint
 from llmbuild.quant.quantize_layer import import_layer, quantize_layer

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmbuild import LlmbuildError
-from llmbuild.frontend.spec import ModelSpec, spec_from_json, spec_to_json
+from llmbuild.families.spec import ModelSpec, spec_from_json, spec_to_json
 from llmbuild.importer.shapes import Shapes
 from llmbuild.locations import build_root
 from llmbuild.recipe_types import Recipe

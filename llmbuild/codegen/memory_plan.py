@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from llmbuild.binary.memory_map import ACTIVATION_ALIGN, MemoryPlan, Slot, align
 from llmbuild.dialects.plain import main_func, tensor_info
-from llmbuild.frontend.spec import ModelSpec
+from llmbuild.families.spec import ModelSpec
 from llmbuild.importer.nets import Shapes, build_block, head_nets
 from llmbuild.quant.scheme import QuantScheme, activation_dtype, scheme_for
 

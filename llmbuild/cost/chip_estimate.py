@@ -24,7 +24,7 @@ from llmbuild.cost.schedule import DEFAULT_SCHEDULE, LLMBUILD, SCHEDULES, OpTime
 from llmbuild.cost.weight_formats import weight_format
 from llmbuild.families.layout import expected_shapes
 from llmbuild.families.registry import get_family
-from llmbuild.frontend.spec import ModelSpec, spec_from_json
+from llmbuild.families.spec import ModelSpec, spec_from_json
 from llmbuild.recipe_types import DEFAULT_GROUP_SIZE
 
 

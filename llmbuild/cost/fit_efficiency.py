@@ -25,7 +25,7 @@ from llmbuild.chips import load_chip
 from llmbuild.cost.chip_estimate import Estimate, StepModel, estimate
 from llmbuild.cost.efficiency import Efficiency
 from llmbuild.cost.schedule import INCUMBENT, LLMBUILD, Schedule
-from llmbuild.frontend.spec import ModelSpec
+from llmbuild.families.spec import ModelSpec
 
 
 def _qwen2(hidden: int, layers: int, heads: int, kv_heads: int, ffn: int, vocab: int, rope_theta: float,

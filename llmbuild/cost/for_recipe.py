@@ -10,8 +10,8 @@ from llmbuild.cost.memory import MemoryEstimate, estimate_memory
 from llmbuild.cost.ops import lm_head_format
 from llmbuild.cost.schedule import DEFAULT_SCHEDULE, Schedule
 from llmbuild.cost.weight_formats import weight_format
+from llmbuild.families.spec import ModelSpec
 from llmbuild.frontend.config_spec import spec_without_weights
-from llmbuild.frontend.spec import ModelSpec
 from llmbuild.recipe_types import Recipe
 
 

@@ -17,7 +17,7 @@ from llmbuild.cost.ops import embedding_format, layer_kinds
 from llmbuild.cost.weight_formats import WeightFormat
 from llmbuild.families.layout import expected_shapes
 from llmbuild.families.registry import family_part_if_any, get_family
-from llmbuild.frontend.spec import ModelSpec
+from llmbuild.families.spec import ModelSpec
 from llmbuild.numerics.formats import itemsize
 
 ACTIVATION_ALIGN = 64  # llmbuild.codegen.memory_plan.ACTIVATION_ALIGN (not imported: it pulls in the IR)

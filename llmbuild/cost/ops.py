@@ -18,8 +18,7 @@ from dataclasses import dataclass, replace
 from llmbuild.cost.weight_formats import WeightFormat
 from llmbuild.families.family import CostTerm
 from llmbuild.families.registry import family_part_if_any, get_family
-from llmbuild.families.spec import LAYER_KINDS
-from llmbuild.frontend.spec import ModelSpec
+from llmbuild.families.spec import LAYER_KINDS, ModelSpec
 from llmbuild.op_defs.active import ACTIVE
 from llmbuild.op_defs.add import ADD
 from llmbuild.op_defs.mul import MUL

@@ -1,6 +1,7 @@
 """The framework-independent description of a decoder-only transformer: every checkpoint reader produces a
-`ModelSpec`, each family (llmbuild/families/<name>/) says how its configs become one, and every phase
-after the reader works from it.
+`ModelSpec` and a `TensorSource` that serves its tensors one at a time under canonical names (so the
+importer never holds a whole model), each family (llmbuild/families/<name>/) says how its configs become a
+spec, and every phase after the reader works from them.
 
 Canonical tensor names follow Hugging Face's Llama layout without the ``model.`` prefix; linear weights
 keep the HF layout ``[out_features, in_features]`` and every tensor comes back as float32:
@@ -25,7 +26,9 @@ every dense model stay as they were.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
+
+import numpy as np
 
 # The kinds importer/nets.py's shared block builder compiles; the others have a name so that a family can
 # state them (and be refused with a clear message) before they are compiled.
@@ -123,3 +126,17 @@ def spec_from_json(data: dict[str, Any]) -> ModelSpec:
     if isinstance(d.get("linear_attention"), dict):
         d["linear_attention"] = LinearAttention(**d["linear_attention"])
     return ModelSpec(**d)
+
+
+class TensorSource(Protocol):
+    """Serves one tensor at a time; implementations keep files memory-mapped, never the whole model."""
+
+    spec: ModelSpec
+
+    def tensor(self, name: str) -> np.ndarray:
+        """The canonical tensor `name` as a float32 array; LlmbuildError naming it if absent or malformed."""
+        ...
+
+    def names(self) -> list[str]:
+        """All canonical tensor names the checkpoint holds."""
+        ...

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llmbuild import LlmbuildError
-from llmbuild.frontend.spec import ModelSpec
+from llmbuild.families.spec import ModelSpec
 
 if TYPE_CHECKING:
     from llmbuild.recipe_types import SourceConfig

@@ -23,7 +23,7 @@ import numpy as np
 from llmbuild import LlmbuildError
 from llmbuild.families.layout import expected_shapes
 from llmbuild.families.registry import get_family
-from llmbuild.frontend.spec import ModelSpec, TensorSource
+from llmbuild.families.spec import ModelSpec, TensorSource
 
 # What a checkpoint directory holds besides the config and the weights, copied as they are.
 TOKENIZER_FILES = (

@@ -18,7 +18,7 @@ import numpy as np
 from llmbuild import LlmbuildError
 from llmbuild.families.layout import expected_shapes
 from llmbuild.families.registry import family_for_gguf, get_family
-from llmbuild.frontend.spec import ModelSpec
+from llmbuild.families.spec import ModelSpec
 
 _GLOBAL_NAMES = {
     "token_embd.weight": "embed_tokens.weight",

@@ -20,10 +20,9 @@ from llmbuild.families.registry import (
     get_family,
     vision_family_for_hf_model_type,
 )
-from llmbuild.frontend.internvl_chat import is_internvl_chat, native_config
+from llmbuild.families.spec import ModelSpec
 from llmbuild.frontend.json_file import read_json
 from llmbuild.frontend.safetensors_header import read_header
-from llmbuild.frontend.spec import ModelSpec
 from llmbuild.numerics.formats import bf16_bits_to_f32
 from llmbuild.numerics.stored import RowReader
 
@@ -56,22 +55,17 @@ VLM_TEXT_PREFIXES = ("language_model.model.", "model.language_model.", "language
 # The stored prefix of the decoder's tensors -> that of lm_head, to name a missing tensor as the file would.
 _HEAD_PREFIX = {"language_model.model.": "language_model.", "model.language_model.": "", "llm.model.": "llm.",
                 "model.": ""}
-# Fields a vision-language config.json sets at the top level for its language model too.
-VLM_INHERITED = ("bos_token_id", "eos_token_id", "pad_token_id", "tie_word_embeddings", "torch_dtype")
 
 
 def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
-    """The language model's fields of a config.json: a vision-language model's `text_config` (with the
-    token ids and tying it sets at the top level), any other config as it is."""
-    if is_internvl_chat(cfg):  # InternVL's original layout: its llm_config, under the native names
-        cfg = native_config(cfg)
+    """The language model's fields of a config.json: a vision-language family's reading of its own (its
+    folder's `family.text_config`: InternVL's `text_config` in either layout, MiniCPM-V's top level); any
+    other config as it is (the same object: a vision-language model of no registered family is then refused
+    by its model_type)."""
     family = vision_family_for_hf_model_type(cfg.get("model_type"))
-    if family is not None:  # a family folder's own layout (MiniCPM-V 2.6: the Qwen2 fields are its top level)
+    if family is not None:
         return family_part(family, "family").text_config(cfg)
-    text = cfg.get("text_config")
-    if not (isinstance(text, dict) and isinstance(cfg.get("vision_config"), dict)):
-        return cfg
-    return {**text, **{k: cfg[k] for k in VLM_INHERITED if k in cfg and k not in text}}
+    return cfg
 
 
 def canonical_name(hf_name: str) -> str:

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llmbuild import LlmbuildError
+from llmbuild.families.spec import TensorSource
 from llmbuild.frontend.atomic import atomic_directory
-from llmbuild.frontend.spec import TensorSource
 
 if TYPE_CHECKING:
     from llmbuild.recipe_types import SourceConfig

@@ -16,7 +16,7 @@ import numpy as np
 from llmbuild import LlmbuildError
 from llmbuild.families.layout import expected_shapes
 from llmbuild.families.registry import family_for_hf_model_type, get_family
-from llmbuild.frontend.spec import ModelSpec
+from llmbuild.families.spec import ModelSpec
 
 CORPUS = Path(__file__).resolve().parent.parent / "data" / "corpus.txt"
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")  # ids 0, 1, 2
@@ -44,9 +44,9 @@ def make_synthetic_checkpoint(config: Mapping[str, Any], seed: int, out_dir: Pat
                               vision: Mapping[str, Any] | None = None) -> None:
     """Write an HF checkpoint (config, float32 safetensors, tokenizer, generation config) for
     `config` (config.json fields; model_type required) with weights from `seed`. With `vision` (a vision-
-    language model's config.json fields besides the text model's), also the whole vision-language model
-    in transformers' native layout under `vlm/` (llmbuild/frontend/synthetic_vlm.py), sharing the text
-    weights and the tokenizer, which then has the image tokens."""
+    language model's config.json fields besides the text model's, its `model_type` naming the family), also
+    the whole vision-language model under `vlm/` (its family folder's `synthetic` module), sharing the text
+    weights and the tokenizer, which then has the family's image tokens."""
     from llmbuild.frontend.atomic import atomic_directory
     from llmbuild.frontend.tokenizer_files import write_json
 
@@ -55,12 +55,13 @@ def make_synthetic_checkpoint(config: Mapping[str, Any], seed: int, out_dir: Pat
     spec = arch.spec_from_hf_config(hf_config, origin="source.config")
     tensors = random_tensors(spec, seed)
     from llmbuild.families.registry import family_part, vision_family_for_hf_model_type
-    from llmbuild.frontend.synthetic_vlm import IMAGE_TOKENS, write_synthetic_vlm
 
-    # vision.config's model_type names the family's layout: a family folder's (MiniCPM-V's), else
-    # transformers' InternVL.
+    # vision.config's model_type names the family whose folder writes the vision part (prepare sets it).
     family = vision_family_for_hf_model_type(vision.get("model_type")) if vision is not None else None
-    specials = family_part(family, "family").IMAGE_TOKENS if family else IMAGE_TOKENS if vision is not None else ()
+    if vision is not None and family is None:
+        raise LlmbuildError(f"vision.config: model_type {vision.get('model_type')!r} is not a vision-language "
+                            "family's")
+    specials = family_part(family, "family").IMAGE_TOKENS if family else ()
     tokenizer = train_tokenizer(spec.vocab_size, specials)
 
     from safetensors.numpy import save_file
@@ -73,8 +74,6 @@ def make_synthetic_checkpoint(config: Mapping[str, Any], seed: int, out_dir: Pat
         write_json(tmp / "generation_config.json", _generation_config(hf_config))
         if family:
             family_part(family, "synthetic").write_synthetic(tmp, hf_config, tensors, vision, seed)
-        elif vision is not None:
-            write_synthetic_vlm(tmp, hf_config, tensors, vision, seed, tokenizer)
 
 
 def full_hf_config(config: Mapping[str, Any]) -> dict[str, Any]:

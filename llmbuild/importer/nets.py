@@ -17,7 +17,7 @@ from xdsl.ir import SSAValue
 from llmbuild.dialects import common
 from llmbuild.families.family import ROPE_COS, ROPE_SIN, StageShapes
 from llmbuild.families.registry import get_family
-from llmbuild.frontend.spec import ModelSpec
+from llmbuild.families.spec import ModelSpec
 from llmbuild.importer.graph import TopGraph
 from llmbuild.importer.shapes import Shapes
 from llmbuild.quant.scheme import QuantScheme

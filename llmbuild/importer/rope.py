@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from llmbuild import LlmbuildError
-from llmbuild.frontend.spec import ModelSpec
+from llmbuild.families.spec import ModelSpec
 
 
 def inverse_frequencies(spec: ModelSpec) -> np.ndarray:

@@ -11,9 +11,8 @@ from xdsl.dialects.builtin import IntegerAttr, StringAttr, i64
 
 from llmbuild import LlmbuildError
 from llmbuild.allocator import release_freed_memory
-from llmbuild.families.registry import family_part_if_any, vision_family_for_hf_model_type
+from llmbuild.families.registry import family_part, vision_family_for_hf_model_type
 from llmbuild.frontend.onnx_model import load_onnx
-from llmbuild.frontend.vision_export import export_vision_onnx
 from llmbuild.importer.onnx_net import OnnxImport, import_onnx_net
 from llmbuild.recipe_types import Recipe
 
@@ -32,17 +31,15 @@ def import_tower(recipe: Recipe, vlm: Path, onnx_path: Path, net: str) -> OnnxIm
 
 
 def export_family_onnx(recipe: Recipe, vlm: Path, out: Path) -> Path:
-    """The vit net's ONNX source as the recipe's vision.family defines it (config.json must be that family's)."""
+    """The vit net's ONNX source as the recipe's vision.family defines it (its folder's `model.export_onnx`;
+    config.json must be that family's)."""
     assert recipe.vision is not None
     family = recipe.vision.family
     model_type = json.loads((vlm / "config.json").read_text(encoding="utf-8")).get("model_type")
-    own = family_part_if_any(family, "model")  # a family folder's own tower (MiniCPM-V's); else transformers'
-    if vision_family_for_hf_model_type(model_type) != (family if own is not None else None):
+    if vision_family_for_hf_model_type(model_type) != family:
         raise LlmbuildError(f"{vlm / 'config.json'}: model_type {model_type!r} is not a checkpoint of "
                             f"vision.family {family} (recipe {recipe.path})")
-    if own is not None:
-        return own.export_onnx(vlm, out, recipe.vision.exporter)
-    return export_vision_onnx(vlm, out, recipe.vision.exporter)
+    return family_part(family, "model").export_onnx(vlm, out, recipe.vision.exporter)
 
 
 __all__ = ["export_family_onnx", "import_tower"]

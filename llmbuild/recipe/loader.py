@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from llmbuild import LlmbuildError
+from llmbuild.families.registry import family_part
 from llmbuild.recipe import schema_table as st
 from llmbuild.recipe.checkpoints import (
     config_json_path,
@@ -34,6 +35,7 @@ from llmbuild.recipe.templates import EnvironView, NamedUndefined, render_tree
 from llmbuild.recipe.tolerances import default_image_cosine, default_tolerances
 from llmbuild.recipe.validation import Checked, check_section
 from llmbuild.recipe_types import (
+    BmodelConfig,
     QuantConfig,
     Recipe,
     SourceConfig,
@@ -96,11 +98,22 @@ def _build(name: str, path: Path, raw: dict[str, Any], checkpoint: Path | None,
     return st.build_section(
         Recipe, raw, name=name, path=path.resolve(), raw=raw, source=source,
         quantization=st.build_section(QuantConfig, quant, checkpoint=quant.get("checkpoint")),
+        bmodel=st.build_section(BmodelConfig, raw["bmodel"], build=_bmodel_build(raw)),
         verify=st.build_section(VerifyConfig, verify, **_absent_tolerances(verify, quant["mode"], layers, params)),
         vision=None if vision["family"] is None else st.build_section(
             VisionConfig, vision, image_cosine=vision["image_cosine"] if vision["image_cosine"] is not None
             else default_image_cosine(quant["mode"])),
     )
+
+
+def _bmodel_build(raw: dict[str, Any]) -> bool | None:
+    """bmodel.build as given; absent, false for a vision-language family whose vit net has no vendor form
+    (its family module's NO_VENDOR_EXPORT: a bmodel without it would not run the model the recipe
+    describes), else absent (recipe_types.builds_bmodel: where the vendor supports the chip)."""
+    build, family = raw["bmodel"]["build"], raw["vision"]["family"]
+    if build is None and family is not None and family_part(family, "family").NO_VENDOR_EXPORT:
+        return False
+    return build
 
 
 def _model_size(source: SourceConfig) -> tuple[int | None, float | None]:

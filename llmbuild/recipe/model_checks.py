@@ -15,7 +15,7 @@ from llmbuild.recipe.validation import Checked
 from llmbuild.recipe_types import Recipe
 
 if TYPE_CHECKING:
-    from llmbuild.frontend.spec import ModelSpec
+    from llmbuild.families.spec import ModelSpec
 
 MAX_VOCAB = 1 << 21  # far above any released vocabulary (Gemma's 262k); beyond it a build runs out of memory
 

@@ -29,11 +29,11 @@ SOURCE_KINDS = ("synthetic", "hf", "gguf")
 VISION_EXPORTERS = ("legacy", "dynamo")
 
 
-def vision_families() -> tuple[str, ...]:
-    """InternVL (its machinery shared) and the vision families with a folder (the family registry's)."""
-    from llmbuild.families.registry import known_vision_families
+def vision_families() -> list[str]:
+    """The vision-language families in the registry, imported lazily so loading a recipe stays cheap."""
+    from llmbuild.families.registry import VISION_LANGUAGE, known_families
 
-    return tuple(sorted(("internvl", *known_vision_families())))
+    return known_families(VISION_LANGUAGE)
 
 
 def architectures() -> list[str]:

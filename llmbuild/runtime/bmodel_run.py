@@ -131,13 +131,17 @@ def _tokenizer(model):
 
 
 def _vision(path: Path, model):
-    """The .llmb's image preparation for a bmodel with a `vit` net (InternVL's: tiles of the tower's size)."""
+    """The .llmb's image preparation for a bmodel with a `vit` net (its family's runtime part: InternVL's
+    tiles of the tower's size)."""
+    from llmbuild.families.registry import family_part
+
     if model is None or not isinstance(model.meta.get("vision"), dict):
         raise LlmbuildError(f"{path}: --image needs the vision-language .llmb built beside the bmodel (its image "
                             "preparation and tokens)")
-    if model.vision.family != "internvl":
-        raise LlmbuildError(f"{path}: --image on a bmodel runs InternVL's vit net; a {model.vision.family} "
-                            "bmodel has none (run the .llmb)")
+    refused = family_part(model.vision.family, "family").NO_VENDOR_EXPORT
+    if refused:  # its build made no vit net for the vendor
+        raise LlmbuildError(f"{path}: --image on a bmodel runs its vit net; {refused} has none in a bmodel (run "
+                            "the .llmb)")
     return model.vision
 
 

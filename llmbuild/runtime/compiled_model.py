@@ -359,7 +359,7 @@ class CompiledModel:
 
     def image_rows(self, ids: list[int], images: list[np.ndarray]) -> dict[int, np.ndarray]:
         """Index in `ids` -> image feature row: the i-th run of image-token ids takes the i-th image's
-        features (pixels as runtime/vision.load_pixels makes them), computed by the vit net."""
+        features (prepared as their family's runtime part prepares them), computed by the vit net."""
         runs = [rows for p in images for rows in self.vision.run_rows(p)]  # a MiniCPM-V image: a run per slice
         return image_rows(ids, runs, self.vision.meta)
 

@@ -39,7 +39,7 @@ from llmbuild.bmodel.top_export import DynamicPrefill, FinalNorm, export_net
 from llmbuild.bmodel.vendor_compile import NetOptions, compile_net
 from llmbuild.bmodel.vit_export import export_vit
 from llmbuild.chips import load_chip
-from llmbuild.frontend.spec import ModelSpec
+from llmbuild.families.spec import ModelSpec
 from llmbuild.importer.nets import ROPE_COS, ROPE_SIN, head_net
 from llmbuild.importer.rope import rope_tables
 from llmbuild.passes import run_passes
@@ -138,10 +138,14 @@ def net_source(recipe: Recipe, paths: BuildPaths, spec: ModelSpec, net: str) -> 
 def vit_source(recipe: Recipe, paths: BuildPaths) -> NetSource:
     """The vision tower as the vision step imports it, exported again into the net's own directory (the
     vision step keeps no copy of a dynamo export's weights)."""
+    from llmbuild.families.registry import family_part
     from llmbuild.importer.vision_tower import import_tower
 
-    if recipe.vision is None or recipe.vision.family != "internvl":
-        raise LlmbuildError(f"net {VIT_NET}: exported for InternVL recipes (vision.family internvl)")
+    if recipe.vision is None:
+        raise LlmbuildError(f"net {VIT_NET}: exported for a vision-language recipe (set vision.family)")
+    refused = family_part(recipe.vision.family, "family").NO_VENDOR_EXPORT
+    if refused:
+        raise LlmbuildError(f"net {VIT_NET}: not exported for {refused}")
     net = import_tower(recipe, vlm_dir(recipe, paths), paths.bmodel_net_dir(VIT_NET) / "vit.onnx", VIT_NET)
     return NetSource(net.module, net.weights, None)
 

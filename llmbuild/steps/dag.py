@@ -311,7 +311,7 @@ def layer_count(r: Recipe | str) -> int:
     if src.kind == "hf":
         assert src.path is not None
         cfg = json.loads((Path(src.path) / "config.json").read_text())
-        cfg = cfg.get("text_config", cfg.get("llm_config", cfg))  # InternVL: either layout (frontend/internvl_chat.py)
+        cfg = cfg.get("text_config", cfg.get("llm_config", cfg))  # a native or an original InternVL config
         return int(cfg["num_hidden_layers"])
     from llmbuild.frontend.gguf_source import gguf_metadata
     from llmbuild.frontend.sources import gguf_file

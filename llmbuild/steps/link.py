@@ -23,8 +23,8 @@ from llmbuild.binary.memory_map import MemoryPlan, align
 from llmbuild.binary.program import Program, decode, decode_header
 from llmbuild.chips import load_chip
 from llmbuild.cost.compiled import perf_report
-from llmbuild.families.registry import family_part_if_any
-from llmbuild.frontend.spec import spec_to_json
+from llmbuild.families.registry import family_part
+from llmbuild.families.spec import spec_to_json
 from llmbuild.frontend.tokenizer_files import TokenizerBundle, read_tokenizer_bundle, token_ids_by_string
 from llmbuild.recipe_types import Recipe
 from llmbuild.verify.layer_check_policy import faithful_layers
@@ -68,10 +68,10 @@ def check_fits(recipe: Recipe, report: dict) -> None:
 
 
 def stop_ids(recipe: Recipe, bundle: TokenizerBundle, spec) -> list[int]:
-    """The ids generation stops at: generation_config's EOS, and for a vision family whose folder names them
-    (MiniCPM-V) also the terminators its published `chat()` stops at."""
+    """The ids generation stops at: generation_config's EOS, and for a vision family also the terminators
+    its published `chat()` stops at (its `family.CHAT_TERMINATORS`: MiniCPM-V's)."""
     ids = list(bundle.eos_token_ids or spec.eos_token_ids)
-    own = family_part_if_any(recipe.vision.family, "family") if recipe.vision is not None else None
+    own = family_part(recipe.vision.family, "family") if recipe.vision is not None else None
     if own is not None:
         known = token_ids_by_string(bundle.tokenizer_json)
         ids += [known[t] for t in own.CHAT_TERMINATORS if t in known and known[t] not in ids]
@@ -202,7 +202,6 @@ class _VisionParts:
 def _vision_parts(recipe: Recipe, paths: BuildPaths) -> _VisionParts:
     """The vit net's program, plan and weight image, and what the runtime needs to feed it an image."""
     from llmbuild.artifacts.paths import VIT_NET, vision_dir, vlm_dir
-    from llmbuild.frontend.synthetic_vlm import IMAGE_TOKENS
 
     out = vision_dir(paths)
     plan = MemoryPlan.read(out / "plan.json")
@@ -211,36 +210,17 @@ def _vision_parts(recipe: Recipe, paths: BuildPaths) -> _VisionParts:
     _, _, _, activation = decode_header(obj.section(section))
     program = decode(obj.section(section))
     shapes = {name: program.tensors[t].shape for name, t in [*program.inputs, *program.outputs]}
+    inputs = {name: shape for name, shape in shapes.items() if name != "image_features"}
     vlm = json.loads((vlm_dir(recipe, paths) / "config.json").read_text(encoding="utf-8"))
-    vocab = json.loads((tokenizer_dir(recipe, paths) / "tokenizer.json").read_text(encoding="utf-8"))
+    tokenizer = tokenizer_dir(recipe, paths) / "tokenizer.json"
+    vocab = json.loads(tokenizer.read_text(encoding="utf-8"))
     added = {t["content"]: t["id"] for t in vocab.get("added_tokens", [])}
-    missing = [t for t in IMAGE_TOKENS if t not in added]
-    own = family_part_if_any(recipe.vision.family, "family")
-    if own is not None:  # a family folder's own tokens, slicing and normalization (MiniCPM-V's)
-        meta = {"family": recipe.vision.family, "net": VIT_NET, "section": section,
-                "tokens_per_image": int(shapes["image_features"][1]),
-                "inputs": {name: list(shape) for name, shape in shapes.items() if name != "image_features"},
-                **own.runtime_meta(vlm, added, tokenizer_dir(recipe, paths) / "tokenizer.json")}
-    elif missing:
-        raise LlmbuildError(f"{tokenizer_dir(recipe, paths) / 'tokenizer.json'}: no {missing[0]!r} token (an InternVL "
-                            "tokenizer has <img>, </img> and <IMG_CONTEXT>)")
-    else:
-        meta = {
-            "family": recipe.vision.family,
-            "net": VIT_NET,
-            "section": section,
-            "image_size": int(shapes["pixel_values"][-1]),
+    # The family's own tokens, tiling or slicing and normalization (its folder's `family.runtime_meta`).
+    own = family_part(recipe.vision.family, "family")
+    meta = {"family": recipe.vision.family, "net": VIT_NET, "section": section,
             "tokens_per_image": int(shapes["image_features"][1]),
-            "inputs": {name: list(shape) for name, shape in shapes.items() if name != "image_features"},
-            # InternVL normalizes with ImageNet's mean and deviation, after a bicubic resize.
-            "mean": [0.485, 0.456, 0.406],
-            "std": [0.229, 0.224, 0.225],
-            "max_tiles": recipe.vision.max_tiles,  # InternVL's dynamic tiling, with a thumbnail
-            "use_thumbnail": True,
-            "image_start_id": added[IMAGE_TOKENS[0]],
-            "image_end_id": added[IMAGE_TOKENS[1]],
-            "image_token_id": int(vlm.get("image_token_id", added[IMAGE_TOKENS[2]])),
-        }
+            "inputs": {name: list(shape) for name, shape in inputs.items()},
+            **own.runtime_meta(vlm, added, tokenizer, inputs, recipe.vision)}
     report = memory_report(plan, activation, 0)
     sections = [("vision_plan", [plan.to_json().encode()]),
                 ("vision_weights", _weight_image([out / "weights.safetensors"], plan)),

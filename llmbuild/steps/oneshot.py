@@ -85,11 +85,6 @@ def recipe_for(req: CompileRequest) -> tuple[str, str]:
     return name, header + body + "\n"
 
 
-# A vision-language config.json's model_type -> the recipe's vision.family (its tower becomes the vit net),
-# for the families whose machinery is shared; a family folder's model types are its own (the registry's).
-SHARED_VISION_FAMILIES = {"internvl": "internvl", "internvl_chat": "internvl"}
-
-
 def _source(checkpoint: Path) -> tuple[dict, str, dict | None]:
     """(the recipe's source, its architecture, its vision section or None)."""
     from llmbuild.families.registry import family_for_gguf, family_for_hf_model_type, vision_family_for_hf_model_type
@@ -110,8 +105,8 @@ def _source(checkpoint: Path) -> tuple[dict, str, dict | None]:
         raise LlmbuildError(f"{config}: cannot read JSON: {exc}") from None
     if not isinstance(fields, dict):
         raise LlmbuildError(f"{config}: expected a JSON object")
-    family = vision_family_for_hf_model_type(fields.get("model_type")) or \
-        SHARED_VISION_FAMILIES.get(str(fields.get("model_type")))
+    # A vision-language config.json's model_type names the recipe's vision.family (the registry's).
+    family = vision_family_for_hf_model_type(fields.get("model_type"))
     text = text_config(fields)
     vision = {"family": family} if family and text is not fields else None
     architecture = family_for_hf_model_type(str(text.get("model_type")), str(config))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from llmbuild import LlmbuildError, one_line
 from llmbuild.artifacts.paths import BuildPaths, write_spec
-from llmbuild.families.registry import family_part, family_part_if_any, known_vision_families
+from llmbuild.families.registry import family_part, family_part_if_any
 from llmbuild.frontend.checkpoint_scan import scan_checkpoint, scan_gguf
 from llmbuild.frontend.gguf_source import GGUFSource
 from llmbuild.frontend.hf import HFSource
@@ -37,7 +37,7 @@ def _prepare(recipe: Recipe, paths: BuildPaths) -> None:
         raise LlmbuildError(f"{recipe.path}: vision: a vision-language model from a GGUF file is not supported "
                             "(give its Hugging Face directory, source.kind hf)")
     vision = recipe.vision.config if recipe.vision else None
-    if vision is not None and recipe.vision.family in known_vision_families():
+    if vision is not None:
         # The synthetic writer picks the family folder's layout by the config's model_type.
         vision = {**vision, "model_type": family_part(recipe.vision.family, "family").HF_MODEL_TYPES[0]}
     prepare_checkpoint(recipe.source, paths.checkpoint, vision)

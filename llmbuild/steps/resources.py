@@ -19,7 +19,8 @@ from dataclasses import dataclass, replace
 
 from llmbuild.artifacts.paths import VIT_NET
 from llmbuild.families.layout import expected_shapes
-from llmbuild.frontend.spec import ModelSpec
+from llmbuild.families.registry import family_part
+from llmbuild.families.spec import ModelSpec
 from llmbuild.numerics.compiled_dequant import MIN_WEIGHTS
 from llmbuild.recipe_types import Recipe
 from llmbuild.verify import reference_memory
@@ -80,25 +81,12 @@ class Tower:
 
 
 def tower_weights(recipe: Recipe, text_hidden: int) -> Tower | None:
-    """An InternVL tower's size from the recipe's configuration (frontend/internvl_chat: either layout)."""
-    from llmbuild.frontend.internvl_chat import recipe_vision_config
-
-    if recipe.vision is None or recipe.vision.family != "internvl":
+    """A vision tower's size from the recipe's configuration, where its family's `cost` module gives one
+    (`tower_size`: InternVL's, either layout); None: the steps' defaults hold it (MiniCPM-V's)."""
+    if recipe.vision is None:
         return None
-    config = recipe_vision_config(recipe.source, recipe.vision)
-    if config is None:
-        return None
-
-    def side(value) -> int:
-        return int(value[0] if isinstance(value, list | tuple) else value)
-
-    c, i, layers = int(config["hidden_size"]), int(config["intermediate_size"]), int(config["num_hidden_layers"])
-    patch = side(config.get("patch_size", 14))
-    tokens = (side(config.get("image_size", 448)) // patch) ** 2 + 1
-    layer = 4 * c * c + 2 * c * i
-    weights = 3 * patch * patch * c + tokens * c + layers * layer + 4 * c * text_hidden
-    held = 4 * layers * tokens * (10 * c + 3 * i)
-    return Tower(weights + text_hidden * text_hidden, layer, tokens * max(i, 4 * c), held)
+    size = family_part(recipe.vision.family, "cost").tower_size(recipe.source, recipe.vision, text_hidden)
+    return None if size is None else Tower(**size)
 
 
 def _compiled_weights(recipe: Recipe, spec: ModelSpec) -> int:
@@ -206,9 +194,9 @@ def step_resources(recipe: Recipe, spec: ModelSpec, step: str, faithful: bool = 
         mb = BASE_MB["runtime"] + (1.15 * decoded + groups + kv + rows) / MB
         minutes = 5 + billions * 15
         if tower is not None:
-            # transformers' InternVL streamed in the same process (verify/stream_vlm.py): torch, a decoder
-            # layer with its rounding's temporaries, a tower layer and a tile's activations; the binary's
-            # image run decodes the vit net's weights tile by tile (no cache of its own).
+            # The family's reference streamed in the same process (InternVL's: families/internvl/stream.py):
+            # torch, a decoder layer with its rounding's temporaries, a tower layer and a tile's activations;
+            # the binary's image run decodes the vit net's weights tile by tile (no cache of its own).
             work = 2.6 * 4 * size.layer + 4 * tower.layer + VISION_TILE_BYTES * tower.activations
             mb += BASE_MB["torch"] + (work + 0.8 * tower.held) / MB  # the vit net's run on the host path
             minutes += tower.weights / 1e9 * VISION_MINUTES

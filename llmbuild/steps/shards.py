@@ -15,7 +15,7 @@ import math
 from dataclasses import replace
 
 from llmbuild.families.layout import expected_shapes
-from llmbuild.frontend.spec import ModelSpec
+from llmbuild.families.spec import ModelSpec
 
 SHARD_WEIGHTS = 200_000_000
 MIN_JOBS = 2  # two cores at least: a small model's layers still build on both

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from llmbuild.cost.chip_estimate import param_count
-from llmbuild.frontend.spec import ModelSpec
+from llmbuild.families.spec import ModelSpec
 from llmbuild.verify.layer_check_policy import faithful_layers
 
 # Up to this size every net is checked and the model generates end to end on the cmodel: the tiny recipes

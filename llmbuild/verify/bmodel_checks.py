@@ -37,7 +37,7 @@ from llmbuild.artifacts.layer_weights import tensor_source
 from llmbuild.artifacts.paths import BuildPaths, read_spec, vlm_dir, write_json
 from llmbuild.bmodel.combine import net_digests
 from llmbuild.bmodel.flat_schema import load_schema
-from llmbuild.frontend.spec import ModelSpec
+from llmbuild.families.spec import ModelSpec
 from llmbuild.recipe_types import Recipe
 from llmbuild.runtime.bmodel_cmodel import CmodelRuntime
 from llmbuild.runtime.bmodel_generate import F32_MASK_VALUE, MASK_VALUE, BmodelLM

@@ -21,16 +21,15 @@ import numpy as np
 from llmbuild.artifacts.paths import BuildPaths, write_json
 from llmbuild.recipe_types import Recipe
 from llmbuild.runtime.compiled_model import CompiledModel, load_tokenizer
-from llmbuild.verify.check_image import test_image
-from llmbuild.verify.greedy_runs import first_difference, parting, teacher_forced
+from llmbuild.verify.greedy_runs import parting, teacher_forced
 from llmbuild.verify.reference import load_reference
 from llmbuild.verify.similarity import similarity
 
 # Decoded weights the check keeps: the host path's default (a 1.5B model's whole in 16 bits), small enough
 # that the step stays under 4 GiB with a 7B binary (build/resources.py).
 E2E_CACHE_BYTES = 3 << 30
-# With an image the same process also runs transformers' InternVL streamed (verify/stream_vlm.py: torch, a
-# decoder layer and its rounding, a tower layer, a tile's activations: about 2 GB for InternVL3-2B), so the
+# With an image the same process also runs the family's reference streamed (InternVL's: torch, a decoder
+# layer and its rounding, a tower layer, a tile's activations: about 2 GB for InternVL3-2B), so the
 # binary keeps less decoded and dequantizes the rest tile by tile (the same bits, more time).
 E2E_VLM_CACHE_BYTES = 768 << 20
 
@@ -72,25 +71,9 @@ def run_e2e(recipe: Recipe) -> dict:
 
 def image_e2e(recipe: Recipe, paths: BuildPaths, model: CompiledModel, text_ids: list[int],
               eos: tuple[int, ...]) -> dict:
-    """The binary with an image (its features from the vit net, copied into the image tokens' rows) against
-    transformers' InternVLForConditionalGeneration.generate on the same ids and pixels, streamed layer by layer
-    over the text reference's weights (verify/stream_vlm.py): greedy ids and the first step's logits."""
-    from llmbuild.artifacts.paths import vlm_dir
-    from llmbuild.families.registry import family_part_if_any
-    from llmbuild.verify.reference import reference_weights
-    from llmbuild.verify.stream_vlm import image_generate
+    """The binary with an image (its rows from the vit net, copied into the image tokens' rows) against the
+    family's reference on the same ids and image (its folder's `verify.image_e2e`): greedy ids and the first
+    step's logits."""
+    from llmbuild.families.registry import family_part
 
-    own = family_part_if_any(model.vision.family, "verify")
-    if own is not None:  # a family folder's own run (MiniCPM-V: sliced, against its torch reference)
-        return own.image_e2e(recipe, paths, model, text_ids, eos)
-    meta = model.vision.meta
-    image = test_image(paths.root / "vision" / "test_image.png", int(meta["image_size"]))
-    pixels = model.vision.pixels(image)  # tiled as `llmbuild run --image` tiles a user's file
-    prompt = model.vision.image_ids(len(pixels)) + text_ids
-    model.reset()
-    ids, logits = model.generate(prompt, recipe.verify.max_new_tokens, eos, images=[pixels])
-    expected, reference_logits = image_generate(reference_weights(recipe, paths), vlm_dir(recipe, paths), prompt,
-                                                pixels, recipe.verify.max_new_tokens, eos)
-    parted = first_difference(ids, expected)
-    return {"prompt_ids": prompt, "ids": ids, "reference_ids": expected, "tokens_equal": ids == expected,
-            "first_difference": parted, "first_logits": similarity(logits[0], reference_logits[0])}
+    return family_part(model.vision.family, "verify").image_e2e(recipe, paths, model, text_ids, eos)

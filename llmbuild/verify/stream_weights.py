@@ -175,19 +175,16 @@ class HFWeights:
 
 def text_model_config(directory: Path) -> Any:
     """transformers' config of the directory's language model: a vision-language checkpoint's is its text
-    part (the vit net is checked apart)."""
+    part (its family's `text_config`, whichever layout it is saved in; the vit net is checked apart)."""
     import transformers
 
-    from llmbuild.families.registry import vision_family_for_hf_model_type
     from llmbuild.frontend.hf import read_json, text_config
-    from llmbuild.frontend.internvl_chat import load_config
 
     fields = read_json(directory / "config.json")
-    if vision_family_for_hf_model_type(fields.get("model_type")) is not None:
-        # A family folder's layout, not transformers' (MiniCPM-V's code is remote): its text_config.
-        return transformers.AutoConfig.for_model(**text_config(fields))
-    config = load_config(directory)  # AutoConfig's, or InternVL's original layout translated
-    return config.get_text_config() if hasattr(config, "vision_config") else config
+    text = text_config(fields)
+    if text is not fields:  # a vision-language config (some, MiniCPM-V's, have no transformers class)
+        return transformers.AutoConfig.for_model(**text)
+    return transformers.AutoConfig.from_pretrained(directory, local_files_only=True)
 
 
 class QuantizedWeights(HFWeights):

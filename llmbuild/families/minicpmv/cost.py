@@ -47,3 +47,8 @@ def estimate(config: dict[str, Any], mode: str, chip: str) -> dict[str, float]:
             "vision_pieces_per_image": float(pieces), "vision_flops": float(flops),
             "vision_weight_bytes": float(weight_bytes), "vision_tokens_per_tile": float(geo["queries"]),
             "vision_patches_per_slice": float(geo["max_patches"]), "image_size": geo["scale"]}
+
+
+def tower_size(source: Any, vision: Any, text_hidden: int) -> None:
+    """No tower size for the steps' resources: the steps' defaults hold MiniCPM-V's (steps/resources.py)."""
+    return None

@@ -75,9 +75,11 @@ def vit_geometry(cfg: dict[str, Any]) -> dict[str, int]:
             "embed_dim": int(cfg["hidden_size"]), "max_slices": int(sc.get("max_slice_nums", 9))}
 
 
-def runtime_meta(cfg: dict[str, Any], added: dict[str, int], tokenizer_path: Path) -> dict[str, Any]:
+def runtime_meta(cfg: dict[str, Any], added: dict[str, int], tokenizer_path: Path,
+                 net_shapes: dict[str, tuple[int, ...]] | None = None, vision: Any = None) -> dict[str, Any]:
     """What the runtime needs to slice an image and write its placeholders (the binary's meta.vision): the
-    slicing sizes, the normalization, and the ids of MiniCPM-V's image tokens in the tokenizer."""
+    slicing sizes, the normalization, and the ids of MiniCPM-V's image tokens in the tokenizer (all from
+    config.json and the tokenizer: the net's input shapes and the recipe's `vision` section add nothing)."""
     missing = [t for t in IMAGE_TOKENS if t not in added]
     if missing:
         raise LlmbuildError(f"{tokenizer_path}: no {missing[0]!r} token (a MiniCPM-V tokenizer has "

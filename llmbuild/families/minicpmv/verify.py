@@ -55,10 +55,12 @@ def vision_grids(capacity: int, scale_side: int) -> list[tuple[int, int]]:
     return [g for i, g in enumerate(grids) if g[0] * g[1] <= capacity and g not in grids[:i]]
 
 
-def vision_cases(vlm: Path, seed: int) -> list[tuple[str, dict[str, np.ndarray], np.ndarray]]:
+def vision_cases(vlm: Path, seed: int, net_shapes: dict[str, tuple[int, ...]] | None = None
+                 ) -> list[tuple[str, dict[str, np.ndarray], np.ndarray]]:
     """The vision step's cases (verify/vision_cases.py): (name, the net's inputs, the reference's features)
     for pieces of `vision_grids`, pseudo-random from `seed`, fed padded with the host-computed inputs, against
-    the reference at the piece's own size (transformers' tower computes its positions itself, no padding)."""
+    the reference at the piece's own size (transformers' tower computes its positions itself, no padding).
+    The inputs' shapes come from config.json as the export's did (`net_shapes`, the compiled net's, agree)."""
     from llmbuild.families.minicpmv.family import vit_geometry
     from llmbuild.families.minicpmv.inputs import slice_inputs
     from llmbuild.families.minicpmv.model import load_vision, reference_features
