@@ -16,9 +16,16 @@ from __future__ import annotations
 
 import argparse
 import ast
+import re
 from pathlib import Path
 
-FAMILIES = ("llama", "qwen2", "qwen3", "internvl", "minicpmv")
+FAMILIES = ("llama", "qwen2", "qwen3", "qwen3_5", "internvl", "minicpmv")
+
+
+def names(family: str, text: str) -> bool:
+    """Whether `text` names `family`: a version suffix after it names another family (`qwen3_5` is not
+    `qwen3`), a recipe's other suffixes do not (`qwen3_tiny_f32` names `qwen3`)."""
+    return re.search(rf"{re.escape(family)}(?![0-9]|_[0-9])", text) is not None
 
 
 def _docstring_nodes(tree: ast.AST) -> set[int]:
@@ -67,7 +74,7 @@ def footprint(root: Path, comments: bool) -> dict[str, list[Path]]:
     modules = sorted(package_root.rglob("*.py"))
     texts = {m: (str(m.relative_to(package_root)).lower(),
                  m.read_text().lower() if comments else code_words(m.read_text())) for m in modules}
-    return {family: [m for m, (path, words) in texts.items() if family in path or family in words]
+    return {family: [m for m, (path, words) in texts.items() if names(family, path) or names(family, words)]
             for family in FAMILIES}
 
 
