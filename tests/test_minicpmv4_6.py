@@ -1,7 +1,10 @@
 """MiniCPM-V 4.6 (Qwen3.5 text model) against transformers' native `minicpmv4_6` classes: the tiny synthetic
 checkpoint loads into MiniCPMV4_6ForConditionalGeneration with no missing or unexpected tensor, and the static
 vit net's module (patches in merge order, padded, host-computed positions and masks) gives transformers' own
-get_image_features rows for pieces of several patch grids."""
+get_image_features rows for pieces of several patch grids; the built binary (Qwen3.5 text nets and the compiled
+vit net) generates transformers' greedy ids for images of one and of several slices, given the native Pillow
+image processor's pixels and the processor's placeholder layout, and the runtime's own slicing gives the
+processor's pixels."""
 
 from __future__ import annotations
 
@@ -19,19 +22,35 @@ RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The recipe's synthetic checkpoint, as prepare writes it (text model, and the whole model under vlm/)."""
-    from llmbuild.families import registry
+def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The shipped recipe built by the library steps the rules run (prepare, plan, layers, head, vision, link)."""
+    from llmbuild.artifacts.paths import BuildPaths, read_spec
     from llmbuild.recipe import load_recipe
-    from llmbuild.steps.prepare import prepare_checkpoint
+    from llmbuild.steps.head import build_head
+    from llmbuild.steps.layer import build_layer
+    from llmbuild.steps.link import link
+    from llmbuild.steps.plan import plan
+    from llmbuild.steps.prepare import prepare
+    from llmbuild.steps.vision import build_vision
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(registry.VISION_FAMILIES, "minicpmv4_6", "llmbuild.families.minicpmv4_6")
+        mp.setenv("LLMBUILD_BUILD_DIR", str(tmp_path_factory.mktemp("minicpmv4_6") / "build"))
+        mp.setenv("LLMBUILD_BMODEL", "0")
         recipe = load_recipe(RECIPE, RECIPES)
-        assert recipe.vision is not None and recipe.vision.config is not None
-        out = tmp_path_factory.mktemp("minicpmv4_6") / "checkpoint"
-        prepare_checkpoint(recipe.source, out, {**recipe.vision.config, "model_type": "minicpmv4_6"})
-        yield out
+        prepare(recipe)
+        plan(recipe)
+        paths = BuildPaths.of(recipe)
+        for layer in range(read_spec(paths.spec).num_layers):
+            build_layer(recipe, layer)
+        build_head(recipe)
+        build_vision(recipe)
+        link(recipe)
+        yield paths.root
+
+
+@pytest.fixture(scope="module")
+def checkpoint(built: Path) -> Path:
+    return built / "checkpoint"
 
 
 def test_the_checkpoint_loads_into_transformers_native_class_with_every_tensor(checkpoint: Path) -> None:
@@ -48,15 +67,12 @@ def test_the_checkpoint_loads_into_transformers_native_class_with_every_tensor(c
 
 
 def test_the_checkpoint_is_reproducible_to_the_byte(checkpoint: Path, tmp_path: Path) -> None:
-    from llmbuild.families import registry
     from llmbuild.recipe import load_recipe
     from llmbuild.steps.prepare import prepare_checkpoint
 
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(registry.VISION_FAMILIES, "minicpmv4_6", "llmbuild.families.minicpmv4_6")
-        recipe = load_recipe(RECIPE, RECIPES)
-        assert recipe.vision is not None and recipe.vision.config is not None
-        prepare_checkpoint(recipe.source, tmp_path / "again", {**recipe.vision.config, "model_type": "minicpmv4_6"})
+    recipe = load_recipe(RECIPE, RECIPES)
+    assert recipe.vision is not None and recipe.vision.config is not None
+    prepare_checkpoint(recipe.source, tmp_path / "again", {**recipe.vision.config, "model_type": "minicpmv4_6"})
     for name in ("model.safetensors", "config.json"):
         assert (tmp_path / "again" / "vlm" / name).read_bytes() == (checkpoint / "vlm" / name).read_bytes()
 
@@ -80,3 +96,57 @@ def test_the_static_net_gives_transformers_rows_for_every_grid(checkpoint: Path,
     assert want.shape == (grid[0] * grid[1] // 16, 64) and rows == want.shape[0]
     np.testing.assert_allclose(got[:rows], want, rtol=0, atol=5e-6)
     assert np.abs(want).max() > 0.5  # the rows are not all near zero
+
+
+def _image(height: int, width: int, seed: int):
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width] / max(height, width)
+    rgb = np.stack([x, y, 1 - x * y], axis=-1) * 200 + rng.integers(0, 56, (height, width, 3))
+    return Image.fromarray(np.clip(rgb, 0, 255).astype(np.uint8), "RGB")
+
+
+@pytest.fixture(scope="module")
+def native(checkpoint: Path):
+    from llmbuild.families.minicpmv4_6.verify import native_model
+
+    return native_model(checkpoint / "vlm")
+
+
+# (height, width) -> the processor's slice grid: one piece; an overview and 1x2 slices; an overview and 2x2.
+IMAGES = {(100, 90): None, (112, 240): (1, 2), (230, 250): (2, 2)}
+
+
+@pytest.mark.parametrize("size", list(IMAGES))
+def test_greedy_ids_equal_transformers_native_model_given_its_processor_s_pixels(built: Path, native,
+                                                                                  size: tuple[int, int]) -> None:
+    from transformers.models.minicpmv4_6.image_processing_pil_minicpmv4_6 import MiniCPMV4_6ImageProcessorPil
+
+    from llmbuild.families.minicpmv4_6.runtime import from_processor, placeholder_ids, slice_rgb
+    from llmbuild.families.minicpmv4_6.verify import native_generate
+    from llmbuild.runtime.compiled_model import CompiledModel
+
+    model = CompiledModel(built / f"{RECIPE}.llmb")
+    meta = model.vision.meta
+    processor = MiniCPMV4_6ImageProcessorPil(scale_resolution=meta["scale_resolution"], patch_size=meta["patch_size"])
+    image = _image(*size, seed=sum(size))
+    out = processor(image, return_tensors="np")
+    sliced = from_processor(out["pixel_values"], out["target_sizes"], out["grids"][0], meta["patch_size"])
+    assert sliced.grid == IMAGES[size] and len(sliced) == 1 + (np.prod(IMAGES[size]) if IMAGES[size] else 0)
+    # the runtime's own slicing (`llmbuild run --image`) gives the processor's pixels
+    own = slice_rgb(image, meta["scale_resolution"], meta["patch_size"], meta["max_slices"])
+    assert own.grid == sliced.grid and len(own) == len(sliced)
+    for mine, theirs in zip(own.pieces, sliced.pieces, strict=True):
+        np.testing.assert_allclose(mine, theirs, rtol=0, atol=1e-6)
+    prompt = placeholder_ids(meta, sliced, 0, model.vision.encode) + [10, 20, 30, 40]
+    unk = meta["image_token_id"]
+    assert prompt.count(unk) == int(out["target_sizes"].prod(-1).sum()) // 16
+    ids, logits = model.generate(prompt, 12, images=[sliced])
+    want, want_logits = native_generate(native, prompt, list(sliced.pieces), 12)
+    assert ids == want
+    np.testing.assert_allclose(logits[0], want_logits, rtol=0, atol=1e-3)
+    # the image decides what is generated: another image's pixels in the same placeholders give other logits
+    other = [np.ascontiguousarray(p[:, ::-1, ::-1]) for p in sliced.pieces]
+    _, other_logits = native_generate(native, prompt, other, 1)
+    assert np.abs(other_logits - want_logits).max() > 0.05

@@ -33,6 +33,7 @@ FAMILIES: dict[str, str] = {
 # Vision-language family (a recipe's vision.family) -> its folder's package. Sorted.
 VISION_FAMILIES: dict[str, str] = {
     "minicpmv": "llmbuild.families.minicpmv",
+    "minicpmv4_6": "llmbuild.families.minicpmv4_6",
 }
 
 

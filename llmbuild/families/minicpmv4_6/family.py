@@ -29,6 +29,8 @@ CHAT_TERMINATORS = ("<|im_end|>", "<|endoftext|>")
 IMAGE_TOKENS = ("<image>", "</image>", "<slice>", "</slice>", "<unk>", "<image_id>", "</image_id>")
 # Patches per output row: the window merger's 2x2, then the merger's 2x2 ("16x" downsampling).
 ROWS_DIVISOR = 16
+# The image processor's max_slice_nums (MiniCPMV4_6ImageProcessorPil's default; config.json has none).
+MAX_SLICES = 9
 
 
 def read_config(model_dir: Path) -> dict[str, Any]:
@@ -55,3 +57,25 @@ def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
     text = dict(cfg["text_config"])
     inherited = ("bos_token_id", "eos_token_id", "pad_token_id", "tie_word_embeddings")
     return {**text, **{k: cfg[k] for k in inherited if k in cfg and k not in text}}
+
+
+def runtime_meta(cfg: dict[str, Any], added: dict[str, int], tokenizer_path: Path) -> dict[str, Any]:
+    """What the runtime needs to slice an image and write its placeholders (the binary's meta.vision): the
+    slicing sizes, the net's capacity, and the ids of the image tokens in the tokenizer."""
+    from llmbuild.families.minicpmv4_6.inputs import MEAN, STD, capacity
+
+    missing = [t for t in IMAGE_TOKENS if t not in added]
+    if missing:
+        raise LlmbuildError(f"{tokenizer_path}: no {missing[0]!r} token (a MiniCPM-V 4.6 tokenizer has "
+                            f"{', '.join(IMAGE_TOKENS)})")
+    vc = cfg["vision_config"]
+    patch, scale = int(vc.get("patch_size", 14)), int(cfg.get("image_size", 448))
+    start, end, slice_start, slice_end, unk, id_start, id_end = (int(added[t]) for t in IMAGE_TOKENS)
+    if unk != int(cfg["image_token_id"]):
+        raise LlmbuildError(f"{tokenizer_path}: '<unk>' is id {unk}, config.json's image_token_id is "
+                            f"{cfg['image_token_id']}")
+    return {"patch_size": patch, "scale_resolution": scale, "max_slices": MAX_SLICES,
+            "capacity": capacity(scale, patch), "position_side": int(vc.get("image_size", 224)) // patch,
+            "mean": list(MEAN), "std": list(STD), "use_image_id": True, "image_start_id": start,
+            "image_end_id": end, "slice_start_id": slice_start, "slice_end_id": slice_end, "image_token_id": unk,
+            "image_id_start_id": id_start, "image_id_end_id": id_end}

@@ -109,8 +109,10 @@ def static_vision(model_dir: Path) -> tuple[Any, dict[str, Any]]:
                     mask = merged_mask
             x = self.tower.post_layernorm(x)
             b, t, d = x.shape
-            # the merger's MLP flattens its rows ([-1, 4d]): the batch axis back
-            return self.merger.mlp[0](x.reshape(b, t // 4, 4 * d)).reshape(b, t // 4, -1)
+            # the merger's MLP as MiniCPMV4_6DownsampleMLP runs it, on [1, rows, 4d] (its own view to 2-D rows
+            # would export as a Gemm)
+            mlp = self.merger.mlp[0]
+            return mlp.linear_2(mlp.act(mlp.linear_1(mlp.pre_norm(x.reshape(b, t // 4, 4 * d)))))
 
     return StaticVision().eval(), cfg
 
