@@ -79,9 +79,9 @@ def test_the_checkpoint_is_reproducible_to_the_byte(checkpoint: Path, tmp_path: 
 
 @pytest.mark.parametrize("grid", [(4, 4), (8, 8), (4, 12), (12, 8), (4, 64)])
 def test_the_static_net_gives_transformers_rows_for_every_grid(checkpoint: Path, grid: tuple[int, int]) -> None:
-    from llmbuild.families.minicpmv4_6.family import read_config
+    from llmbuild.families.minicpmv4_6.family import read_config, vit_geometry
     from llmbuild.families.minicpmv4_6.inputs import INPUTS, rows_of, slice_inputs
-    from llmbuild.families.minicpmv4_6.model import load_vision, reference_features, static_vision, vit_geometry
+    from llmbuild.families.minicpmv4_6.model import load_vision, reference_features, static_vision
 
     vlm = checkpoint / "vlm"
     geo = vit_geometry(read_config(vlm))

@@ -59,23 +59,35 @@ def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
     return {**text, **{k: cfg[k] for k in inherited if k in cfg and k not in text}}
 
 
+def vit_geometry(cfg: dict[str, Any]) -> dict[str, int]:
+    """The static vit net's sizes: patch, the slicing scale (config.json's image_size), the net's capacity in
+    patches, the position table's side and the text width."""
+    from llmbuild.families.minicpmv4_6.inputs import capacity
+
+    vc = cfg["vision_config"]
+    patch = int(vc.get("patch_size", 14))
+    scale = int(cfg.get("image_size", 448))
+    return {"patch": patch, "scale": scale, "capacity": capacity(scale, patch),
+            "side": int(vc.get("image_size", 224)) // patch, "embed_dim": int(cfg["text_config"]["hidden_size"]),
+            "insert": int(cfg.get("insert_layer_id", 6)), "max_slices": MAX_SLICES}
+
+
 def runtime_meta(cfg: dict[str, Any], added: dict[str, int], tokenizer_path: Path) -> dict[str, Any]:
     """What the runtime needs to slice an image and write its placeholders (the binary's meta.vision): the
     slicing sizes, the net's capacity, and the ids of the image tokens in the tokenizer."""
-    from llmbuild.families.minicpmv4_6.inputs import MEAN, STD, capacity
+    from llmbuild.families.minicpmv4_6.inputs import MEAN, STD
 
     missing = [t for t in IMAGE_TOKENS if t not in added]
     if missing:
         raise LlmbuildError(f"{tokenizer_path}: no {missing[0]!r} token (a MiniCPM-V 4.6 tokenizer has "
                             f"{', '.join(IMAGE_TOKENS)})")
-    vc = cfg["vision_config"]
-    patch, scale = int(vc.get("patch_size", 14)), int(cfg.get("image_size", 448))
+    geo = vit_geometry(cfg)
     start, end, slice_start, slice_end, unk, id_start, id_end = (int(added[t]) for t in IMAGE_TOKENS)
     if unk != int(cfg["image_token_id"]):
         raise LlmbuildError(f"{tokenizer_path}: '<unk>' is id {unk}, config.json's image_token_id is "
                             f"{cfg['image_token_id']}")
-    return {"patch_size": patch, "scale_resolution": scale, "max_slices": MAX_SLICES,
-            "capacity": capacity(scale, patch), "position_side": int(vc.get("image_size", 224)) // patch,
-            "mean": list(MEAN), "std": list(STD), "use_image_id": True, "image_start_id": start,
-            "image_end_id": end, "slice_start_id": slice_start, "slice_end_id": slice_end, "image_token_id": unk,
-            "image_id_start_id": id_start, "image_id_end_id": id_end}
+    return {"patch_size": geo["patch"], "scale_resolution": geo["scale"], "max_slices": geo["max_slices"],
+            "capacity": geo["capacity"], "position_side": geo["side"], "mean": list(MEAN), "std": list(STD),
+            "use_image_id": True, "image_start_id": start, "image_end_id": end, "slice_start_id": slice_start,
+            "slice_end_id": slice_end, "image_token_id": unk, "image_id_start_id": id_start,
+            "image_id_end_id": id_end}

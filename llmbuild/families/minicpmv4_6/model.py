@@ -17,21 +17,10 @@ from typing import Any
 import numpy as np
 
 from llmbuild import LlmbuildError
-from llmbuild.families.minicpmv4_6.family import ROWS_DIVISOR, read_config
-from llmbuild.families.minicpmv4_6.inputs import INPUTS, capacity, slice_inputs
+from llmbuild.families.minicpmv4_6.family import ROWS_DIVISOR, read_config, vit_geometry
+from llmbuild.families.minicpmv4_6.inputs import INPUTS, slice_inputs
 
 TOWER, MERGER = "model.vision_tower.", "model.merger."
-
-
-def vit_geometry(cfg: dict[str, Any]) -> dict[str, int]:
-    """The static vit net's sizes: patch, the slicing scale (config.json's image_size), the net's capacity in
-    patches, the position table's side and the text width."""
-    vc = cfg["vision_config"]
-    patch = int(vc.get("patch_size", 14))
-    scale = int(cfg.get("image_size", 448))
-    return {"patch": patch, "scale": scale, "capacity": capacity(scale, patch),
-            "side": int(vc.get("image_size", 224)) // patch, "embed_dim": int(cfg["text_config"]["hidden_size"]),
-            "insert": int(cfg.get("insert_layer_id", 6))}
 
 
 def load_vision(model_dir: Path) -> tuple[Any, Any, dict[str, Any]]:

@@ -25,8 +25,10 @@ TOP_FIELDS = ("insert_layer_id", "image_size", "drop_vision_last_layer", "downsa
               "merger_times")
 
 
-def vlm_config(text_config: Mapping[str, Any], vision: Mapping[str, Any], image_token_id: int) -> dict[str, Any]:
-    """MiniCPM-V 4.6's config.json around the text model's config."""
+def vlm_config(text_config: Mapping[str, Any], vision: Mapping[str, Any],
+               image_token_id: int | None = None) -> dict[str, Any]:
+    """MiniCPM-V 4.6's config.json around the text model's config (`image_token_id`: `<unk>`'s id in the
+    tokenizer; absent where only the sizes matter, `llmbuild estimate`)."""
     vc = dict(vision.get("vision_config", {}))
     fields = {k: v for k, v in vision.items() if k in TOP_FIELDS}
     text = {**dict(text_config), "model_type": "qwen3_5_text"}

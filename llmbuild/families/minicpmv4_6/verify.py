@@ -86,8 +86,9 @@ def vision_grids(cap: int, scale_side: int) -> list[tuple[int, int]]:
 def vision_cases(vlm: Path, seed: int) -> list[tuple[str, dict[str, np.ndarray], np.ndarray]]:
     """The vision step's cases (verify/vision_cases.py): (name, the net's inputs, transformers' rows)
     for pieces of `vision_grids`, pseudo-random from `seed`."""
+    from llmbuild.families.minicpmv4_6.family import vit_geometry
     from llmbuild.families.minicpmv4_6.inputs import slice_inputs
-    from llmbuild.families.minicpmv4_6.model import load_vision, reference_features, vit_geometry
+    from llmbuild.families.minicpmv4_6.model import load_vision, reference_features
 
     tower, merger, cfg = load_vision(vlm)
     geo = vit_geometry(cfg)
