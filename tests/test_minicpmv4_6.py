@@ -150,3 +150,52 @@ def test_greedy_ids_equal_transformers_native_model_given_its_processor_s_pixels
     other = [np.ascontiguousarray(p[:, ::-1, ::-1]) for p in sliced.pieces]
     _, other_logits = native_generate(native, prompt, other, 1)
     assert np.abs(other_logits - want_logits).max() > 0.05
+
+
+def test_the_checked_vision_shapes_are_transformers_own(checkpoint: Path) -> None:
+    import json
+
+    from llmbuild.families.minicpmv4_6.checkpoint import expected_vision_shapes
+    from llmbuild.families.minicpmv4_6.synthetic import vision_shapes
+
+    config = json.loads((checkpoint / "vlm" / "config.json").read_text())
+    assert expected_vision_shapes(config) == vision_shapes(config)
+
+
+def test_a_checkpoint_missing_a_vision_tensor_is_refused_in_one_line(checkpoint: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    from llmbuild import LlmbuildError
+    from llmbuild.families.minicpmv4_6.checkpoint import check_vision_tensors
+    from llmbuild.frontend.hf import HFSource
+
+    out = tmp_path / "vlm"
+    shutil.copytree(checkpoint / "vlm", out)
+    tensors = load_file(str(out / "model.safetensors"))
+    del tensors["model.merger.mlp.0.linear_2.bias"]
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(LlmbuildError) as err:
+        check_vision_tensors(out, HFSource(out).entries())
+    assert "missing tensor 'model.merger.mlp.0.linear_2.bias'" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_bad_pieces_and_configs_are_one_line_errors(checkpoint: Path, tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    from llmbuild import LlmbuildError
+    from llmbuild.families.minicpmv4_6.family import read_config
+    from llmbuild.families.minicpmv4_6.inputs import slice_inputs
+
+    with pytest.raises(LlmbuildError, match="multiples of 56"):
+        slice_inputs(np.zeros((3, 42, 56), np.float32), 14, 256, 4)
+    with pytest.raises(LlmbuildError, match="more than the vit net's 16"):
+        slice_inputs(np.zeros((3, 56, 112), np.float32), 14, 16, 4)
+    out = tmp_path / "vlm"
+    shutil.copytree(checkpoint / "vlm", out)
+    config = json.loads((out / "config.json").read_text()) | {"downsample_mode": "4x"}
+    (out / "config.json").write_text(json.dumps(config))
+    with pytest.raises(LlmbuildError, match="downsample_mode '4x'"):
+        read_config(out)

@@ -566,7 +566,8 @@ def test_vision_fields_are_checked(tmp_path: Path) -> None:
     base = (RECIPES / "internvl_tiny_f32.yaml").read_text()
     write(tmp_path, "_tiny_common", (RECIPES / "_tiny_common.yaml").read_text())
     bad = write(tmp_path, "bad_family", base.replace("family: internvl", "family: llava"))
-    assert "bad_family.yaml:24: vision.family: expected one of internvl, minicpmv, minicpmv4_6, got string 'llava'" in error_of(bad)
+    assert ("bad_family.yaml:24: vision.family: expected one of internvl, minicpmv, minicpmv4_6, got string "
+            "'llava'") in error_of(bad)
     bad = write(tmp_path, "bad_tiles", base.replace("max_tiles: 4", "max_tiles: 0"))
     assert "vision.max_tiles: expected" in error_of(bad)
     no_family = write(tmp_path, "no_family", base.replace("  family: internvl\n", ""))
