@@ -199,3 +199,25 @@ def test_bad_pieces_and_configs_are_one_line_errors(checkpoint: Path, tmp_path: 
     (out / "config.json").write_text(json.dumps(config))
     with pytest.raises(LlmbuildError, match="downsample_mode '4x'"):
         read_config(out)
+
+
+def test_the_estimate_s_flops_are_torch_s_count_of_the_exported_module(checkpoint: Path) -> None:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from llmbuild.families.minicpmv4_6.cost import estimate, vit_flops
+    from llmbuild.families.minicpmv4_6.family import read_config, vit_geometry
+    from llmbuild.families.minicpmv4_6.inputs import INPUTS, slice_inputs
+    from llmbuild.families.minicpmv4_6.model import static_vision
+
+    vlm = checkpoint / "vlm"
+    cfg = read_config(vlm)
+    geo, vc = vit_geometry(cfg), cfg["vision_config"]
+    module, _ = static_vision(vlm)
+    inputs = slice_inputs(np.zeros((3, 56, 56), np.float32), geo["patch"], geo["capacity"], geo["side"])
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        module(*[torch.from_numpy(inputs[k]) for k in INPUTS])
+    flops, _ = vit_flops(vc["hidden_size"], vc["intermediate_size"], vc["num_hidden_layers"], geo["insert"],
+                         geo["patch"], geo["capacity"], geo["embed_dim"])
+    assert flops == counter.get_total_flops()
+    est = estimate(cfg, "f32", "bm1684x")
+    assert est["vision_encode_s"] > 0 and est["vision_pieces_per_image"] == 10
