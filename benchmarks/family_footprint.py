@@ -19,7 +19,7 @@ import ast
 import re
 from pathlib import Path
 
-FAMILIES = ("llama", "qwen2", "qwen3", "qwen3_5", "internvl", "minicpmv")
+FAMILIES = ("llama", "qwen2", "qwen3", "qwen3_5", "internvl", "minicpmv", "minicpmv4_6")
 
 
 def names(family: str, text: str) -> bool:

@@ -49,6 +49,34 @@ def test_each_role_module_of_internvl_is_found_through_the_registry(role: str) -
     assert module is importlib.import_module(f"llmbuild.families.internvl.{role}")
 
 
+# MiniCPM-V 4.6's folder: transformers' own modules are its reference, so it has no reference or stream part.
+ROLES_4_6 = ("family", "inputs", "runtime", "model", "checkpoint", "synthetic", "verify", "cost")
+
+
+@pytest.mark.parametrize("role", ROLES_4_6)
+def test_each_role_module_of_minicpmv4_6_is_found_through_the_registry(role: str) -> None:
+    module = family_part("minicpmv4_6", role)
+    assert module is importlib.import_module(f"llmbuild.families.minicpmv4_6.{role}")
+    assert family_part_if_any("minicpmv4_6", role) is module
+
+
+def test_the_text_config_of_a_minicpmv4_6_config_json_is_its_text_config() -> None:
+    from llmbuild.frontend.hf import text_config
+
+    cfg = {"model_type": "minicpmv4_6", "tie_word_embeddings": True, "eos_token_id": 7, "vision_config": {},
+           "text_config": {"model_type": "qwen3_5_text", "hidden_size": 64}}
+    assert text_config(cfg) == {"model_type": "qwen3_5_text", "hidden_size": 64, "tie_word_embeddings": True,
+                                "eos_token_id": 7}
+
+
+def test_no_module_outside_its_folder_names_minicpmv4_6_in_its_code() -> None:
+    package = ROOT / "llmbuild"
+    naming = {str(path.relative_to(ROOT)) for path in package.rglob("*.py")
+              if not path.is_relative_to(package / "families" / "minicpmv4_6")
+              and "minicpmv4_6" in code_words(path.read_text(encoding="utf-8"))}
+    assert naming <= ALLOWED_OUTSIDE
+
+
 def test_a_family_without_a_role_module_has_no_part() -> None:
     assert family_part_if_any("internvl", "checkpoint") is None  # the shared scan checks its tensors
     assert family_part_if_any("qwen2", "runtime") is None  # a text family with no runtime part
@@ -59,7 +87,7 @@ def test_a_family_without_a_role_module_has_no_part() -> None:
 
 
 def test_one_registry_holds_both_kinds() -> None:
-    assert known_families(VISION_LANGUAGE) == ["internvl", "minicpmv"]
+    assert known_families(VISION_LANGUAGE) == ["internvl", "minicpmv", "minicpmv4_6"]
     assert {"llama", "qwen2", "qwen3"} <= set(known_families(TEXT)) and known_families() == known_families(TEXT)
     with pytest.raises(LlmbuildError, match="unknown architecture 'internvl'"):  # not a decoder
         get_family("internvl")
@@ -68,6 +96,7 @@ def test_one_registry_holds_both_kinds() -> None:
 def test_a_config_json_model_type_names_its_vision_family() -> None:
     assert vision_family_for_hf_model_type("minicpmv") == "minicpmv"
     assert vision_family_for_hf_model_type("internvl") == "internvl"
+    assert vision_family_for_hf_model_type("minicpmv4_6") == "minicpmv4_6"
     assert vision_family_for_hf_model_type("internvl_chat") == "internvl"  # the original layout
     assert vision_family_for_hf_model_type("qwen2") is None
     assert vision_family_for_hf_model_type(None) is None
@@ -83,7 +112,8 @@ def test_the_text_config_of_a_minicpmv_config_json_is_its_qwen2() -> None:
 def _naming(family: str) -> set[str]:
     package = ROOT / "llmbuild"
     return {str(path.relative_to(ROOT)) for path in package.rglob("*.py")
-            if not path.is_relative_to(package / "families" / family)
+            # a folder whose name holds the family's (minicpmv4_6 holds minicpmv) is its own family's
+            if not any(path.is_relative_to(folder) for folder in (package / "families").glob(family + "*"))
             and family in code_words(path.read_text(encoding="utf-8"))}
 
 

@@ -76,7 +76,7 @@ USER_CHECKPOINT = ["deepseek_r1_qwen_14b_w4", "deepseek_r1_qwen_1_5b_w4", "deeps
 
 def test_shipped_recipe_list() -> None:
     assert sorted(ESTIMATE_ONLY + USER_CHECKPOINT + [
-        "internvl_tiny_bf16", "internvl_tiny_f32", "minicpmv_tiny_f32",
+        "internvl_tiny_bf16", "internvl_tiny_f32", "minicpmv_tiny_f32", "minicpmv4_6_tiny_f32",
         "llama_tiny_f16", "llama_tiny_f32", "llama_tiny_w4_awq", "llama_tiny_w8_rtn", "qwen2_tiny_bf16",
         "qwen2_tiny_f32", "qwen2_tiny_w4", "qwen2_tiny_w4_rtn", "qwen3_5_tiny_f32", "qwen3_tiny_f32",
         "smollm2_135m_bf16", "smollm2_135m_w4", "smollm2_135m_w8",
@@ -566,7 +566,8 @@ def test_vision_fields_are_checked(tmp_path: Path) -> None:
     base = (RECIPES / "internvl_tiny_f32.yaml").read_text()
     write(tmp_path, "_tiny_common", (RECIPES / "_tiny_common.yaml").read_text())
     bad = write(tmp_path, "bad_family", base.replace("family: internvl", "family: llava"))
-    assert "bad_family.yaml:24: vision.family: expected one of internvl, minicpmv, got string 'llava'" in error_of(bad)
+    assert ("bad_family.yaml:24: vision.family: expected one of internvl, minicpmv, minicpmv4_6, got string "
+            "'llava'") in error_of(bad)
     bad = write(tmp_path, "bad_tiles", base.replace("max_tiles: 4", "max_tiles: 0"))
     assert "vision.max_tiles: expected" in error_of(bad)
     no_family = write(tmp_path, "no_family", base.replace("  family: internvl\n", ""))

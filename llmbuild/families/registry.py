@@ -39,6 +39,7 @@ FAMILIES: dict[str, Entry] = {
     "internvl": Entry(VISION_LANGUAGE, "llmbuild.families.internvl"),
     "llama": Entry(TEXT, "llmbuild.families.llama"),
     "minicpmv": Entry(VISION_LANGUAGE, "llmbuild.families.minicpmv"),
+    "minicpmv4_6": Entry(VISION_LANGUAGE, "llmbuild.families.minicpmv4_6"),
     "qwen2": Entry(TEXT, "llmbuild.families.qwen2"),
     "qwen3": Entry(TEXT, "llmbuild.families.qwen3"),
     "qwen3_5": Entry(TEXT, "llmbuild.families.qwen3_5"),

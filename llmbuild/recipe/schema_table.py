@@ -369,7 +369,10 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("vision.family",
               "How the tower and its projector are defined: `internvl` (transformers' native InternVL: "
               "InternViT, pixel shuffle, MLP projector) or `minicpmv` (MiniCPM-V 2.6: SigLIP and the "
-              "resampler, one static net for slices of any size; slicing from config.json's `slice_config`). "
+              "resampler, one static net for slices of any size; slicing from config.json's `slice_config`) or "
+              "`minicpmv4_6` (MiniCPM-V 4.6, transformers' native `minicpmv4_6`: SigLIP with a window-attention "
+              "merger and a 2x2 merger, one static net for slices of any size, h*w/16 rows each; the Qwen3.5 "
+              "text model). "
               "Absent: no vision net.", constraint=OneOf(vision_families)),
     FieldSpec("vision.exporter",
               "torch.onnx exporter of the tower: `legacy` (tracing, opset 17) or `dynamo` (opset 18).",

@@ -86,7 +86,9 @@ def check_vision(recipe: Recipe, vlm: Path, compiled, top_module, weights: dict[
             for key, value in inputs.items():
                 executor.set_input(prog, key, value)
             executor.run(prog)
-            got[name] = executor.get_output(prog, "image_features")
+            # The rows the reference has: a MiniCPM-V 4.6 piece fills h*w/16 of the net's rows, the rest are
+            # its padding's (every other family's reference has all of them).
+            got[name] = executor.get_output(prog, "image_features")[:, : want.shape[1]]
         per_case[case] = {name: cosine(value, want) for name, value in got.items()}
         equal = equal and bool(np.array_equal(got["device"], got["host"]))
     # The worst case decides (a NaN cosine is -1: it fails).

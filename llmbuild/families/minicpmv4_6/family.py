@@ -1,0 +1,94 @@
+"""MiniCPM-V 4.6, described: which config.json is one (`HF_MODEL_TYPES`), its language model's config (the
+`qwen3_5_text` under `text_config`), the static vit net's sizes and its image tokens. numpy only: shared phase
+packages reach it through the family registry, and the folder's other modules build on it:
+
+- `synthetic.py`: the tiny checkpoint in transformers' native `minicpmv4_6` layout;
+- `model.py`: the tower and the merger as one static graph (the vit net), and transformers' own modules.
+
+What differs from MiniCPM-V 2.6 (families/minicpmv): the same SigLIP encoder layers, but after layer
+`insert_layer_id` a window-attention merger (attention inside each 2x2 window of patches, then the window's
+four rows concatenated through an MLP, plus their mean) quarters the rows; and instead of the resampler's
+learned queries, a merger concatenates each 2x2 window again (LayerNorm, Linear, exact GELU, Linear). A slice
+of h x w patches thus gives h*w/16 rows, not a fixed query count, and the language model is Qwen3.5's.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from llmbuild import LlmbuildError
+
+HF_MODEL_TYPES = ("minicpmv4_6",)
+# Why the vendor's .bmodel cannot be built (recipe/cross_rules.py refuses bmodel.build with it).
+NO_VENDOR_EXPORT = ("a MiniCPM-V 4.6 recipe (its language model is Qwen3.5's, whose linear-attention layers have no "
+                    "export to the vendor's top dialect)")
+CHAT_TERMINATORS = ("<|im_end|>", "<|endoftext|>")
+# The image tokens the processor writes, in the order runtime_meta reads their ids.
+IMAGE_TOKENS = ("<image>", "</image>", "<slice>", "</slice>", "<unk>", "<image_id>", "</image_id>")
+# Patches per output row: the window merger's 2x2, then the merger's 2x2 ("16x" downsampling).
+ROWS_DIVISOR = 16
+# The image processor's max_slice_nums (MiniCPMV4_6ImageProcessorPil's default; config.json has none).
+MAX_SLICES = 9
+
+
+def read_config(model_dir: Path) -> dict[str, Any]:
+    """A MiniCPM-V 4.6 checkpoint's config.json, with the fields the vision path needs."""
+    path = Path(model_dir) / "config.json"
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise LlmbuildError(f"{path}: cannot read the MiniCPM-V 4.6 config ({type(exc).__name__})") from None
+    for key in ("vision_config", "text_config", "image_token_id"):
+        if key not in cfg:
+            raise LlmbuildError(f"{path}: missing field {key!r} (a MiniCPM-V 4.6 config.json has vision_config, "
+                                "text_config and image_token_id)")
+    if cfg.get("downsample_mode", "16x") != "16x" or int(cfg.get("merger_times", 1)) != 1:
+        raise LlmbuildError(f"{path}: downsample_mode {cfg.get('downsample_mode')!r}, merger_times "
+                            f"{cfg.get('merger_times')}: expected '16x' and 1 (the vit net merges twice, once each)")
+    return cfg
+
+
+def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The language model's config.json fields: `text_config` with the token ids and tying set at the top level."""
+    if cfg.get("model_type") not in HF_MODEL_TYPES:
+        return cfg
+    text = dict(cfg["text_config"])
+    inherited = ("bos_token_id", "eos_token_id", "pad_token_id", "tie_word_embeddings")
+    return {**text, **{k: cfg[k] for k in inherited if k in cfg and k not in text}}
+
+
+def vit_geometry(cfg: dict[str, Any]) -> dict[str, int]:
+    """The static vit net's sizes: patch, the slicing scale (config.json's image_size), the net's capacity in
+    patches, the position table's side and the text width."""
+    from llmbuild.families.minicpmv4_6.inputs import capacity
+
+    vc = cfg["vision_config"]
+    patch = int(vc.get("patch_size", 14))
+    scale = int(cfg.get("image_size", 448))
+    return {"patch": patch, "scale": scale, "capacity": capacity(scale, patch),
+            "side": int(vc.get("image_size", 224)) // patch, "embed_dim": int(cfg["text_config"]["hidden_size"]),
+            "insert": int(cfg.get("insert_layer_id", 6)), "max_slices": MAX_SLICES}
+
+
+def runtime_meta(cfg: dict[str, Any], added: dict[str, int], tokenizer_path: Path,
+                 net_shapes: dict[str, tuple[int, ...]] | None = None, vision: Any = None) -> dict[str, Any]:
+    """What the runtime needs to slice an image and write its placeholders (the binary's meta.vision): the
+    slicing sizes, the net's capacity, and the ids of the image tokens in the tokenizer."""
+    from llmbuild.families.minicpmv4_6.inputs import MEAN, STD
+
+    missing = [t for t in IMAGE_TOKENS if t not in added]
+    if missing:
+        raise LlmbuildError(f"{tokenizer_path}: no {missing[0]!r} token (a MiniCPM-V 4.6 tokenizer has "
+                            f"{', '.join(IMAGE_TOKENS)})")
+    geo = vit_geometry(cfg)
+    start, end, slice_start, slice_end, unk, id_start, id_end = (int(added[t]) for t in IMAGE_TOKENS)
+    if unk != int(cfg["image_token_id"]):
+        raise LlmbuildError(f"{tokenizer_path}: '<unk>' is id {unk}, config.json's image_token_id is "
+                            f"{cfg['image_token_id']}")
+    return {"patch_size": geo["patch"], "scale_resolution": geo["scale"], "max_slices": geo["max_slices"],
+            "capacity": geo["capacity"], "position_side": geo["side"], "mean": list(MEAN), "std": list(STD),
+            "use_image_id": True, "image_start_id": start, "image_end_id": end, "slice_start_id": slice_start,
+            "slice_end_id": slice_end, "image_token_id": unk, "image_id_start_id": id_start,
+            "image_id_end_id": id_end}

@@ -1,0 +1,223 @@
+"""MiniCPM-V 4.6 (Qwen3.5 text model) against transformers' native `minicpmv4_6` classes: the tiny synthetic
+checkpoint loads into MiniCPMV4_6ForConditionalGeneration with no missing or unexpected tensor, and the static
+vit net's module (patches in merge order, padded, host-computed positions and masks) gives transformers' own
+get_image_features rows for pieces of several patch grids; the built binary (Qwen3.5 text nets and the compiled
+vit net) generates transformers' greedy ids for images of one and of several slices, given the native Pillow
+image processor's pixels and the processor's placeholder layout, and the runtime's own slicing gives the
+processor's pixels."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+RECIPE = "minicpmv4_6_tiny_f32"
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The shipped recipe built by the library steps the rules run (prepare, plan, layers, head, vision, link)."""
+    from llmbuild.artifacts.paths import BuildPaths, read_spec
+    from llmbuild.recipe import load_recipe
+    from llmbuild.steps.head import build_head
+    from llmbuild.steps.layer import build_layer
+    from llmbuild.steps.link import link
+    from llmbuild.steps.plan import plan
+    from llmbuild.steps.prepare import prepare
+    from llmbuild.steps.vision import build_vision
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LLMBUILD_BUILD_DIR", str(tmp_path_factory.mktemp("minicpmv4_6") / "build"))
+        mp.setenv("LLMBUILD_BMODEL", "0")
+        recipe = load_recipe(RECIPE, RECIPES)
+        prepare(recipe)
+        plan(recipe)
+        paths = BuildPaths.of(recipe)
+        for layer in range(read_spec(paths.spec).num_layers):
+            build_layer(recipe, layer)
+        build_head(recipe)
+        build_vision(recipe)
+        link(recipe)
+        yield paths.root
+
+
+@pytest.fixture(scope="module")
+def checkpoint(built: Path) -> Path:
+    return built / "checkpoint"
+
+
+def test_the_checkpoint_loads_into_transformers_native_class_with_every_tensor(checkpoint: Path) -> None:
+    model, info = transformers.MiniCPMV4_6ForConditionalGeneration.from_pretrained(
+        checkpoint / "vlm", dtype=torch.float32, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
+    assert model.config.text_config.model_type == "qwen3_5_text"
+    assert model.config.text_config.layer_types.count("linear_attention") == 3
+    # the features fill the rows of <unk>, a token of the shared tokenizer
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(checkpoint / "vlm" / "tokenizer.json"))
+    assert tokenizer.token_to_id("<unk>") == model.config.image_token_id
+
+
+def test_the_checkpoint_is_reproducible_to_the_byte(checkpoint: Path, tmp_path: Path) -> None:
+    from llmbuild.recipe import load_recipe
+    from llmbuild.steps.prepare import prepare_checkpoint
+
+    recipe = load_recipe(RECIPE, RECIPES)
+    assert recipe.vision is not None and recipe.vision.config is not None
+    prepare_checkpoint(recipe.source, tmp_path / "again", {**recipe.vision.config, "model_type": "minicpmv4_6"})
+    for name in ("model.safetensors", "config.json"):
+        assert (tmp_path / "again" / "vlm" / name).read_bytes() == (checkpoint / "vlm" / name).read_bytes()
+
+
+@pytest.mark.parametrize("grid", [(4, 4), (8, 8), (4, 12), (12, 8), (4, 64)])
+def test_the_static_net_gives_transformers_rows_for_every_grid(checkpoint: Path, grid: tuple[int, int]) -> None:
+    from llmbuild.families.minicpmv4_6.family import read_config, vit_geometry
+    from llmbuild.families.minicpmv4_6.inputs import INPUTS, rows_of, slice_inputs
+    from llmbuild.families.minicpmv4_6.model import load_vision, reference_features, static_vision
+
+    vlm = checkpoint / "vlm"
+    geo = vit_geometry(read_config(vlm))
+    module, _ = static_vision(vlm)
+    tower, merger, _ = load_vision(vlm)
+    piece = np.random.default_rng(sum(grid)).standard_normal((3, grid[0] * 14, grid[1] * 14)).astype(np.float32)
+    want = reference_features(tower, merger, piece)
+    inputs = slice_inputs(piece, geo["patch"], geo["capacity"], geo["side"])
+    with torch.no_grad():
+        got = module(*[torch.from_numpy(inputs[k]) for k in INPUTS])[0].numpy()
+    rows = rows_of(piece, geo["patch"])
+    assert want.shape == (grid[0] * grid[1] // 16, 64) and rows == want.shape[0]
+    np.testing.assert_allclose(got[:rows], want, rtol=0, atol=5e-6)
+    assert np.abs(want).max() > 0.5  # the rows are not all near zero
+
+
+def _image(height: int, width: int, seed: int):
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width] / max(height, width)
+    rgb = np.stack([x, y, 1 - x * y], axis=-1) * 200 + rng.integers(0, 56, (height, width, 3))
+    return Image.fromarray(np.clip(rgb, 0, 255).astype(np.uint8), "RGB")
+
+
+@pytest.fixture(scope="module")
+def native(checkpoint: Path):
+    from llmbuild.families.minicpmv4_6.verify import native_model
+
+    return native_model(checkpoint / "vlm")
+
+
+# (height, width) -> the processor's slice grid: one piece; an overview and 1x2 slices; an overview and 2x2.
+IMAGES = {(100, 90): None, (112, 240): (1, 2), (230, 250): (2, 2)}
+
+
+@pytest.mark.parametrize("size", list(IMAGES))
+def test_greedy_ids_equal_transformers_native_model_given_its_processor_s_pixels(built: Path, native,
+                                                                                  size: tuple[int, int]) -> None:
+    from transformers.models.minicpmv4_6.image_processing_pil_minicpmv4_6 import MiniCPMV4_6ImageProcessorPil
+
+    from llmbuild.families.minicpmv4_6.runtime import from_processor, placeholder_ids, slice_rgb
+    from llmbuild.families.minicpmv4_6.verify import native_generate
+    from llmbuild.runtime.compiled_model import CompiledModel
+
+    model = CompiledModel(built / f"{RECIPE}.llmb")
+    meta = model.vision.meta
+    processor = MiniCPMV4_6ImageProcessorPil(scale_resolution=meta["scale_resolution"], patch_size=meta["patch_size"])
+    image = _image(*size, seed=sum(size))
+    out = processor(image, return_tensors="np")
+    sliced = from_processor(out["pixel_values"], out["target_sizes"], out["grids"][0], meta["patch_size"])
+    assert sliced.grid == IMAGES[size] and len(sliced) == 1 + (np.prod(IMAGES[size]) if IMAGES[size] else 0)
+    # the runtime's own slicing (`llmbuild run --image`) gives the processor's pixels
+    own = slice_rgb(image, meta["scale_resolution"], meta["patch_size"], meta["max_slices"])
+    assert own.grid == sliced.grid and len(own) == len(sliced)
+    for mine, theirs in zip(own.pieces, sliced.pieces, strict=True):
+        np.testing.assert_allclose(mine, theirs, rtol=0, atol=1e-6)
+    prompt = placeholder_ids(meta, sliced, 0, model.vision.encode) + [10, 20, 30, 40]
+    unk = meta["image_token_id"]
+    assert prompt.count(unk) == int(out["target_sizes"].prod(-1).sum()) // 16
+    ids, logits = model.generate(prompt, 12, images=[sliced])
+    want, want_logits = native_generate(native, prompt, list(sliced.pieces), 12)
+    assert ids == want
+    np.testing.assert_allclose(logits[0], want_logits, rtol=0, atol=1e-3)
+    # the image decides what is generated: another image's pixels in the same placeholders give other logits
+    other = [np.ascontiguousarray(p[:, ::-1, ::-1]) for p in sliced.pieces]
+    _, other_logits = native_generate(native, prompt, other, 1)
+    assert np.abs(other_logits - want_logits).max() > 0.05
+
+
+def test_the_checked_vision_shapes_are_transformers_own(checkpoint: Path) -> None:
+    import json
+
+    from llmbuild.families.minicpmv4_6.checkpoint import expected_vision_shapes
+    from llmbuild.families.minicpmv4_6.synthetic import vision_shapes
+
+    config = json.loads((checkpoint / "vlm" / "config.json").read_text())
+    assert expected_vision_shapes(config) == vision_shapes(config)
+
+
+def test_a_checkpoint_missing_a_vision_tensor_is_refused_in_one_line(checkpoint: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    from llmbuild import LlmbuildError
+    from llmbuild.families.minicpmv4_6.checkpoint import check_vision_tensors
+    from llmbuild.frontend.hf import HFSource
+
+    out = tmp_path / "vlm"
+    shutil.copytree(checkpoint / "vlm", out)
+    tensors = load_file(str(out / "model.safetensors"))
+    del tensors["model.merger.mlp.0.linear_2.bias"]
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(LlmbuildError) as err:
+        check_vision_tensors(out, HFSource(out).entries())
+    assert "missing tensor 'model.merger.mlp.0.linear_2.bias'" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_bad_pieces_and_configs_are_one_line_errors(checkpoint: Path, tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    from llmbuild import LlmbuildError
+    from llmbuild.families.minicpmv4_6.family import read_config
+    from llmbuild.families.minicpmv4_6.inputs import slice_inputs
+
+    with pytest.raises(LlmbuildError, match="multiples of 56"):
+        slice_inputs(np.zeros((3, 42, 56), np.float32), 14, 256, 4)
+    with pytest.raises(LlmbuildError, match="more than the vit net's 16"):
+        slice_inputs(np.zeros((3, 56, 112), np.float32), 14, 16, 4)
+    out = tmp_path / "vlm"
+    shutil.copytree(checkpoint / "vlm", out)
+    config = json.loads((out / "config.json").read_text()) | {"downsample_mode": "4x"}
+    (out / "config.json").write_text(json.dumps(config))
+    with pytest.raises(LlmbuildError, match="downsample_mode '4x'"):
+        read_config(out)
+
+
+def test_the_estimate_s_flops_are_torch_s_count_of_the_exported_module(checkpoint: Path) -> None:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from llmbuild.families.minicpmv4_6.cost import estimate, vit_flops
+    from llmbuild.families.minicpmv4_6.family import read_config, vit_geometry
+    from llmbuild.families.minicpmv4_6.inputs import INPUTS, slice_inputs
+    from llmbuild.families.minicpmv4_6.model import static_vision
+
+    vlm = checkpoint / "vlm"
+    cfg = read_config(vlm)
+    geo, vc = vit_geometry(cfg), cfg["vision_config"]
+    module, _ = static_vision(vlm)
+    inputs = slice_inputs(np.zeros((3, 56, 56), np.float32), geo["patch"], geo["capacity"], geo["side"])
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        module(*[torch.from_numpy(inputs[k]) for k in INPUTS])
+    flops, _ = vit_flops(vc["hidden_size"], vc["intermediate_size"], vc["num_hidden_layers"], geo["insert"],
+                         geo["patch"], geo["capacity"], geo["embed_dim"])
+    assert flops == counter.get_total_flops()
+    est = estimate(cfg, "f32", "bm1684x")
+    assert est["vision_encode_s"] > 0 and est["vision_pieces_per_image"] == 10
