@@ -143,6 +143,13 @@ def test_the_error_budget_on_hand_computed_cases() -> None:
     assert default_tolerances("bf16", 28)["tpu_cosine"] == 0.9978  # 0.0651^2 / 2 = 0.00212 -> 0.0022
     assert default_tolerances("bf16", 28)["logits_cosine"] == 0.985  # (4 u sqrt(13 * 28 / 3))^2 / 2 -> 0.015
     assert default_tolerances("bf16", 28)["top_euclid"] == 0.9999968  # 25 x 2^-24 sqrt(13 / 3) -> 3.2e-6
+    # A recurrent state's float32 roundings join a layer's: 2 per token over 64 tokens, 25 x 2^-24 sqrt(141 / 3)
+    assert default_tolerances("f32", 4, state_roundings=128)["top_euclid"] == 0.999989
+    # ... in quadrature beside a 16-bit layer's own, where they are negligible
+    with_state, dense = default_tolerances("bf16", 4, state_roundings=128), default_tolerances("bf16", 4)
+    assert {k: with_state[k] for k in ("tpu_cosine", "tpu_euclid", "logits_cosine")} == {
+        k: dense[k] for k in ("tpu_cosine", "tpu_euclid", "logits_cosine")}
+    assert with_state["top_euclid"] == 0.999989  # TOP against transformers is float32 on both sides
     assert default_tolerances("f32", 4)["logits_cosine"] == 1 - COSINE_FLOOR  # below what 7 decimals show
     # Deeper models get a wider logits budget; a narrower format never a tighter one.
     assert default_tolerances("bf16", 28)["logits_cosine"] < default_tolerances("bf16", 4)["logits_cosine"]
@@ -572,3 +579,8 @@ def test_vision_fields_are_checked(tmp_path: Path) -> None:
     assert "vision.max_tiles: expected" in error_of(bad)
     no_family = write(tmp_path, "no_family", base.replace("  family: internvl\n", ""))
     assert "vision.config: expected vision.family with it" in error_of(no_family)
+
+
+def test_a_recurrent_family_s_recipe_gets_the_budget_of_its_longer_path() -> None:
+    assert load_recipe("qwen3_5_tiny_f32").verify.top_euclid == 0.999989  # seq 64, 2 roundings a token
+    assert load_recipe("qwen3_tiny_f32").verify.top_euclid == 0.9999968

@@ -106,6 +106,9 @@ class Family:
     hf_unsupported_flags: tuple[str, ...] = ()
     # llama.cpp's converter interleaves q/k rows for rotary on these files; we undo it on read.
     gguf_permutes_qk: bool = False
+    # float32 roundings a layer's recurrent state takes per token (the default tolerances' error budget,
+    # recipe/tolerances.py): a state carried through every token of the sequence adds them on its path.
+    recurrence_roundings_per_token: int = 0
 
     # ---- HF config.json -------------------------------------------------------------------------
 

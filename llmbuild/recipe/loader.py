@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from llmbuild import LlmbuildError
-from llmbuild.families.registry import family_part
+from llmbuild.families.registry import family_part, get_family
 from llmbuild.recipe import schema_table as st
 from llmbuild.recipe.checkpoints import (
     config_json_path,
@@ -93,13 +93,15 @@ def _build(name: str, path: Path, raw: dict[str, Any], checkpoint: Path | None,
                               # Resolved and absolute; for a packaged GGUF, the located file.
                               path=str(checkpoint) if checkpoint is not None else None,
                               config_file=str(config_file) if config_file is not None else None)
-    layers, params = _model_size(source)
+    layers, params, per_token = _model_size(source)
+    state_roundings = per_token * raw["stages"]["seq_length"]
     verify, vision = raw["verify"], raw["vision"]
     return st.build_section(
         Recipe, raw, name=name, path=path.resolve(), raw=raw, source=source,
         quantization=st.build_section(QuantConfig, quant, checkpoint=quant.get("checkpoint")),
         bmodel=st.build_section(BmodelConfig, raw["bmodel"], build=_bmodel_build(raw)),
-        verify=st.build_section(VerifyConfig, verify, **_absent_tolerances(verify, quant["mode"], layers, params)),
+        verify=st.build_section(VerifyConfig, verify, **_absent_tolerances(verify, quant["mode"], layers, params,
+                                                                               state_roundings)),
         vision=None if vision["family"] is None else st.build_section(
             VisionConfig, vision, image_cosine=vision["image_cosine"] if vision["image_cosine"] is not None
             else default_image_cosine(quant["mode"])),
@@ -116,21 +118,23 @@ def _bmodel_build(raw: dict[str, Any]) -> bool | None:
     return build
 
 
-def _model_size(source: SourceConfig) -> tuple[int | None, float | None]:
-    """(layers, parameters) of the model, which the default tolerances depend on (recipe/tolerances.py); None
-    where the configuration does not say (the model's own check, or prepare, names what is missing)."""
+def _model_size(source: SourceConfig) -> tuple[int | None, float | None, int]:
+    """(layers, parameters, the float32 roundings its recurrent state takes per token) of the model, which the default
+    tolerances depend on (recipe/tolerances.py); None where the configuration does not say (the model's own
+    check, or prepare, names what is missing)."""
     from llmbuild.frontend.config_spec import spec_without_weights
 
     try:
         spec = spec_without_weights(source)
     except (LlmbuildError, KeyError, TypeError, ValueError):
-        return None, None
+        return None, None, 0
     q, kv = spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim
     layer = spec.hidden_size * (2 * q + 2 * kv) + 3 * spec.hidden_size * spec.intermediate_size
-    return spec.num_layers, float(spec.num_layers * layer + spec.vocab_size * spec.hidden_size)
+    per_token = get_family(spec.architecture).recurrence_roundings_per_token
+    return spec.num_layers, float(spec.num_layers * layer + spec.vocab_size * spec.hidden_size), per_token
 
 
-def _absent_tolerances(verify: dict[str, Any], mode: str, layers: int | None,
-                       params: float | None) -> dict[str, float]:
-    defaults = default_tolerances(mode, layers, params)
+def _absent_tolerances(verify: dict[str, Any], mode: str, layers: int | None, params: float | None,
+                       state_roundings: int) -> dict[str, float]:
+    defaults = default_tolerances(mode, layers, params, state_roundings)
     return {kind: value for kind, value in defaults.items() if verify.get(kind) is None}

@@ -66,15 +66,16 @@ def rounding_error(dtype: str, roundings: int) -> float:
     return UNIT_ROUNDOFF[dtype] * math.sqrt(roundings / 3.0)
 
 
-def error_budget(kind: str, dtype: str, num_layers: int) -> float:
-    """The relative error a comparison of `kind` may show, in activation dtype `dtype` (see the module)."""
+def error_budget(kind: str, dtype: str, num_layers: int, state_roundings: int = 0) -> float:
+    """The relative error a comparison of `kind` may show, in activation dtype `dtype` (see the module);
+    `state_roundings`: float32 roundings a layer's recurrent state takes over the sequence (its family's per
+    token times the sequence length), on the path beside the layer's own, added in quadrature."""
+    depth = num_layers if kind.startswith(("logits", "image")) else 1
+    state = rounding_error("f32", state_roundings * depth)
     if kind.startswith("top_") or dtype == "f32":
-        depth = num_layers if kind.startswith(("logits", "image")) else 1
-        return SAFETY["order"] * rounding_error("f32", LAYER_ROUNDINGS * depth)
-    if kind.startswith("tpu_"):
-        return SAFETY["op"] * rounding_error(dtype, LAYER_ROUNDINGS)
-    safety = SAFETY["image" if kind.startswith("image") else "logits"]
-    return safety * rounding_error(dtype, LAYER_ROUNDINGS * num_layers)
+        return SAFETY["order"] * rounding_error("f32", (LAYER_ROUNDINGS + state_roundings) * depth)
+    safety = SAFETY["op"] if kind.startswith("tpu_") else SAFETY["image" if kind.startswith("image") else "logits"]
+    return safety * math.hypot(rounding_error(dtype, LAYER_ROUNDINGS * depth), state)
 
 
 def tolerance(kind: str, budget: float) -> float:
@@ -92,11 +93,13 @@ def relative_error(kind: str, similarity: float) -> float:
     return 1.0 - similarity
 
 
-def default_tolerances(mode: str, num_layers: int | None = None, params: float | None = None) -> dict[str, float]:
-    """The budget of a model of `num_layers` layers and `params` parameters (None: a real model's depth)."""
+def default_tolerances(mode: str, num_layers: int | None = None, params: float | None = None,
+                       state_roundings: int = 0) -> dict[str, float]:
+    """The budget of a model of `num_layers` layers and `params` parameters (None: a real model's depth)
+    whose layers' recurrent state takes `state_roundings` float32 roundings (`error_budget`)."""
     dtype = activation_dtype(mode)
     layers = num_layers or DEFAULT_LAYERS
-    out = {kind: tolerance(kind, error_budget(kind, dtype, layers)) for kind in KINDS}
+    out = {kind: tolerance(kind, error_budget(kind, dtype, layers, state_roundings)) for kind in KINDS}
     if params is not None and params < TINY_PARAMS and dtype in TINY_LOGITS_COSINE:
         out["logits_cosine"] = TINY_LOGITS_COSINE[dtype]
     return out

@@ -207,4 +207,6 @@ FAMILY = Qwen35Family(
     # Qwen3_5TextConfig's defaults (transformers 5) for the fields the shared reader takes.
     hf_defaults={"max_position_embeddings": 32768, "rms_norm_eps": 1e-6, "head_dim": 256, "rope_theta": 10000.0},
     hf_unsupported_flags=("attention_bias",),
+    # The delta rule's state, kept in float32, is decayed and then takes a rank-1 update at every token.
+    recurrence_roundings_per_token=2,
 )
