@@ -71,7 +71,7 @@ ESTIMATE_ONLY: list[str] = []  # `build: false`: none ships since the published 
 # Buildable, but their checkpoints are the user's (LLMBUILD_MODELS): they load with the shipped config.
 USER_CHECKPOINT = ["deepseek_r1_qwen_14b_w4", "deepseek_r1_qwen_1_5b_w4", "deepseek_r1_qwen_1_5b_w4_2k",
                    "internvl3_2b_w4", "llama3_8b_w4", "minicpm_v_2_6_w4", "qwen2_5_7b_w4_awq", "qwen2_7b_w4",
-                   "smollm2_135m_hf_bf16"]
+                   "qwen3_4b_w4", "qwen3_8b_w4_awq", "smollm2_135m_hf_bf16"]
 
 
 def test_shipped_recipe_list() -> None:
@@ -535,8 +535,9 @@ def test_real_size_recipes_without_checkpoints_are_skipped_by_all_and_explain_wh
     from llmbuild import MissingCheckpointError
     from llmbuild.steps.dag import recipe_problems
 
-    names = ["qwen2_7b_w4", "qwen2_5_7b_w4_awq", "llama3_8b_w4"]
-    methods = {"qwen2_7b_w4": "gptq", "qwen2_5_7b_w4_awq": "awq", "llama3_8b_w4": "auto-round"}
+    names = ["qwen2_7b_w4", "qwen2_5_7b_w4_awq", "llama3_8b_w4", "qwen3_8b_w4_awq"]
+    methods = {"qwen2_7b_w4": "gptq", "qwen2_5_7b_w4_awq": "awq", "llama3_8b_w4": "auto-round",
+               "qwen3_8b_w4_awq": "awq"}
     for name in names:
         recipe = load_recipe(name, require_checkpoint=False)  # mode auto resolved from the shipped config
         assert recipe.quantization.mode == "w4bf16" and recipe.quantization.checkpoint is not None
