@@ -30,6 +30,11 @@ have them, with deterministic random weights. Under --out, each model gets its p
                                             --vision-layout internvl_chat, InternVL3-2B in the original layout
                                             (InternVLChatConfig, vision_model.*, fused attn.qkv, mlp1.*) with the
                                             same bytes in every tensor (recipes internvl3_2b_w4, _chat_w4)
+  InternVL3_5-2B-HF                         InternVL3.5-2B (--model internvl3_5_2b): the same tower with Qwen3-1.7B
+                                            (q_norm/k_norm, head_dim 128, an untied lm_head), Qwen3's tokenizer
+                                            with InternVL's tokens from 151669; --vision-layout internvl_chat
+                                            writes InternVL3_5-2B (llm_config of Qwen3ForCausalLM) (recipe
+                                            internvl3_5_2b_w4)
 
 The config.json is the published one shipped in recipes/configs/ (the source of truth); the quantized
 models keep embeddings, lm_head and norms in fp16 and are sharded like their uploads (model-0000i-of-0000n
@@ -456,6 +461,17 @@ INTERNVL_TOKENIZER = TokenizerStyle(
         "model_max_length": 8192,
     },
 )  # fmt: skip
+# InternVL3.5's tokenizer (Qwen3 language models): Qwen3's, then the same InternVL tokens from 151669 (Qwen3's
+# own end at </think> 151668), so <IMG_CONTEXT> is 151671, the config's image_token_id.
+INTERNVL3_5_TOKENIZER = TokenizerStyle(
+    split=PRE_TOKENIZER_SPLITS["qwen2"], nfc=True, bos_prefix=None, ignore_merges=False, bpe_size=151643,
+    specials=_qwen_specials((*_QWEN3_EXTRA, *_INTERNVL_SPECIALS)), chat_template=INTERNVL_TEMPLATE,
+    config=_QWEN_TOKENIZER_CONFIG | {
+        "additional_special_tokens": ["<|im_start|>", "<|im_end|>", *(s.content for s in _QWEN25_EXTRA[:11]),
+                                      *(s.content for s in _INTERNVL_SPECIALS)],
+        "model_max_length": 40960,
+    },
+)  # fmt: skip
 
 MODELS: dict[str, Published] = {
     m.key: m
@@ -507,6 +523,15 @@ VLM_MODELS: dict[str, Published] = {
         tokenizer=INTERNVL_TOKENIZER, chat_directory="InternVL3-2B",
         generation={"bos_token_id": 151643, "eos_token_id": 151645, "pad_token_id": 151643,
                     "transformers_version": "4.52.0.dev0"},
+    ),
+    "internvl3_5_2b": Published(
+        key="internvl3_5_2b", directory="InternVL3_5-2B-HF",
+        repo="OpenGVLab/InternVL3_5-2B-HF (and OpenGVLab/InternVL3_5-2B)",
+        config_file="internvl3_5_2b_hf.json", packing="float", float_dtype="BF16", shard_bytes=None,
+        tokenizer=INTERNVL3_5_TOKENIZER, chat_directory="InternVL3_5-2B",
+        generation={"bos_token_id": 151643, "eos_token_id": 151645, "pad_token_id": 151643,
+                    "transformers_version": "4.52.0.dev0"},
+        extra={"llm_name_or_path": "./pretrained/Qwen3-1.7B"},
     ),
 }  # fmt: skip
 ALL_MODELS = MODELS | VLM_MODELS
@@ -844,7 +869,9 @@ def chat_config(layout: Layout) -> dict[str, Any]:
         "force_image_size": size, "dynamic_image_size": True, "use_thumbnail": True, "max_dynamic_patch": 12,
         "min_dynamic_patch": 1, "pad2square": False, "use_backbone_lora": 0, "use_llm_lora": 0,
         "torch_dtype": layout.config.get("torch_dtype", "bfloat16"),
-        "llm_config": dict(text) | {"_name_or_path": "./pretrained/Qwen2.5-1.5B-Instruct", "use_bfloat16": True},
+        "llm_config": dict(text) | {"_name_or_path": layout.model.extra.get("llm_name_or_path",
+                                                                       "./pretrained/Qwen2.5-1.5B-Instruct"),
+                                    "use_bfloat16": True},
         "vision_config": {
             "architectures": ["InternVisionModel"], "model_type": "intern_vit_6b",
             "hidden_size": vision["hidden_size"], "intermediate_size": vision["intermediate_size"],

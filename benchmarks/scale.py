@@ -60,6 +60,7 @@ CASES = (
     Case("qwen2_5_7b_awq", "qwen2_5_7b_w4_awq", "Qwen2.5-7B-Instruct-AWQ", "qwen2_5_7b_awq"),
     Case("llama3_8b_autoround", "llama3_8b_w4", "Meta-Llama-3-8B-Instruct-AutoRound-int4", "llama3_8b_autoround"),
     Case("internvl3_2b", "internvl3_2b_w4", "InternVL3-2B-hf", "internvl3_2b", image=True),
+    Case("internvl3_5_2b", "internvl3_5_2b_w4", "InternVL3_5-2B-HF", "internvl3_5_2b", image=True),
     Case("qwen3_4b", "qwen3_4b_w4", "Qwen3-4B", "qwen3_4b"),
     Case("qwen3_8b_awq", "qwen3_8b_w4_awq", "Qwen3-8B-AWQ", "qwen3_8b_awq"),
 )
