@@ -1,4 +1,4 @@
-"""Random-weight stand-ins for four published checkpoints, in their exact configuration and on-disk format.
+"""Random-weight stand-ins for published checkpoints, in their exact configuration and on-disk format.
 
     python benchmarks/make_checkpoint.py --model all --out models [--seed 0] [--layers N] [--vocab-size V]
 
@@ -17,6 +17,11 @@ have them, with deterministic random weights. Under --out, each model gets its p
                                             scales fp16, asymmetric zero points (recipe qwen2_5_7b_w4_awq)
   Meta-Llama-3-8B-Instruct-AutoRound-int4   AutoRound, auto_gptq packing: GPTQ v1 tensors, no biases
                                             (recipe llama3_8b_w4)
+  Qwen3-8B-AWQ                              Qwen's AutoAWQ gemm upload of Qwen3-8B: the AWQ tensors above, no
+                                            biases, fp16 per-head q_norm/k_norm after each o_proj, an untied
+                                            fp16 lm_head, two 4 GB shards (recipe qwen3_8b_w4_awq)
+  Qwen3-4B                                  bf16, tied embeddings (no lm_head), q_norm/k_norm, three 4 GB
+                                            shards (3.96, 3.99, 0.10 GB) (recipe qwen3_4b_w4)
   DeepSeek-R1-Distill-Qwen-1.5B             bf16, one model.safetensors (what TPU-MLIR's llm_convert reads)
   InternVL3-2B-hf                           a vision-language model (--model internvl3_2b): InternViT-300M at
                                             448 px, the pixel-shuffle projector and Qwen2.5-1.5B, bf16, in
@@ -25,6 +30,11 @@ have them, with deterministic random weights. Under --out, each model gets its p
                                             --vision-layout internvl_chat, InternVL3-2B in the original layout
                                             (InternVLChatConfig, vision_model.*, fused attn.qkv, mlp1.*) with the
                                             same bytes in every tensor (recipes internvl3_2b_w4, _chat_w4)
+  InternVL3_5-2B-HF                         InternVL3.5-2B (--model internvl3_5_2b): the same tower with Qwen3-1.7B
+                                            (q_norm/k_norm, head_dim 128, an untied lm_head), Qwen3's tokenizer
+                                            with InternVL's tokens from 151669; --vision-layout internvl_chat
+                                            writes InternVL3_5-2B (llm_config of Qwen3ForCausalLM) (recipe
+                                            internvl3_5_2b_w4)
 
 The config.json is the published one shipped in recipes/configs/ (the source of truth); the quantized
 models keep embeddings, lm_head and norms in fp16 and are sharded like their uploads (model-0000i-of-0000n
@@ -239,6 +249,98 @@ QWEN25_TEMPLATE = r"""{%- if tools %}
     {{- '<|im_start|>assistant\n' }}
 {%- endif %}
 """  # noqa: E501 - the published template's lines
+# Qwen3's template: ChatML without a default system prompt, Qwen2.5's tool-call format with tool responses
+# folded into user turns, reasoning (<think>...</think>) kept only after the last real user query, and
+# `enable_thinking=False` answering with an empty think block.
+QWEN3_TEMPLATE = r"""{%- if tools %}
+    {{- '<|im_start|>system\n' }}
+    {%- if messages[0].role == 'system' %}
+        {{- messages[0].content + '\n\n' }}
+    {%- endif %}
+    {{- "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
+{%- else %}
+    {%- if messages[0].role == 'system' %}
+        {{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}
+    {%- endif %}
+{%- endif %}
+{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}
+{%- for message in messages[::-1] %}
+    {%- set index = (messages|length - 1) - loop.index0 %}
+    {%- if ns.multi_step_tool and message.role == "user" and message.content is string and not(message.content.startswith('<tool_response>') and message.content.endswith('</tool_response>')) %}
+        {%- set ns.multi_step_tool = false %}
+        {%- set ns.last_query_index = index %}
+    {%- endif %}
+{%- endfor %}
+{%- for message in messages %}
+    {%- if message.content is string %}
+        {%- set content = message.content %}
+    {%- else %}
+        {%- set content = '' %}
+    {%- endif %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) %}
+        {{- '<|im_start|>' + message.role + '\n' + content + '<|im_end|>' + '\n' }}
+    {%- elif message.role == "assistant" %}
+        {%- set reasoning_content = '' %}
+        {%- if message.reasoning_content is string %}
+            {%- set reasoning_content = message.reasoning_content %}
+        {%- else %}
+            {%- if '</think>' in content %}
+                {%- set reasoning_content = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') %}
+                {%- set content = content.split('</think>')[-1].lstrip('\n') %}
+            {%- endif %}
+        {%- endif %}
+        {%- if loop.index0 > ns.last_query_index %}
+            {%- if loop.last or (not loop.last and reasoning_content) %}
+                {{- '<|im_start|>' + message.role + '\n<think>\n' + reasoning_content.strip('\n') + '\n</think>\n\n' + content.lstrip('\n') }}
+            {%- else %}
+                {{- '<|im_start|>' + message.role + '\n' + content }}
+            {%- endif %}
+        {%- else %}
+            {{- '<|im_start|>' + message.role + '\n' + content }}
+        {%- endif %}
+        {%- if message.tool_calls %}
+            {%- for tool_call in message.tool_calls %}
+                {%- if (loop.first and content) or (not loop.first) %}
+                    {{- '\n' }}
+                {%- endif %}
+                {%- if tool_call.function %}
+                    {%- set tool_call = tool_call.function %}
+                {%- endif %}
+                {{- '<tool_call>\n{"name": "' }}
+                {{- tool_call.name }}
+                {{- '", "arguments": ' }}
+                {%- if tool_call.arguments is string %}
+                    {{- tool_call.arguments }}
+                {%- else %}
+                    {{- tool_call.arguments | tojson }}
+                {%- endif %}
+                {{- '}\n</tool_call>' }}
+            {%- endfor %}
+        {%- endif %}
+        {{- '<|im_end|>\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if loop.first or (messages[loop.index0 - 1].role != "tool") %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\n<tool_response>\n' }}
+        {{- content }}
+        {{- '\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
+            {{- '<|im_end|>\n' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+    {%- if enable_thinking is defined and enable_thinking is false %}
+        {{- '<think>\n\n</think>\n\n' }}
+    {%- endif %}
+{%- endif %}"""  # noqa: E501 - the published template's lines
 # Llama-3-Instruct's template: headers, <|eot_id|> after each turn, bos_token first.
 LLAMA3_TEMPLATE = (
     "{% set loop_messages = messages %}{% for message in loop_messages %}"
@@ -301,6 +403,24 @@ QWEN25_TOKENIZER = TokenizerStyle(
         "model_max_length": 131072,
     },
 )  # fmt: skip
+# Qwen3's tokenizer: Qwen2.5's, then <tool_response>, </tool_response>, <think> and </think> (151665-151668,
+# plain added tokens that decoding keeps).
+_QWEN3_EXTRA = (*_QWEN25_EXTRA, *(Special(t, special=False) for t in ("<tool_response>", "</tool_response>",
+                                                                       "<think>", "</think>")))  # fmt: skip
+QWEN3_TOKENIZER = TokenizerStyle(
+    split=PRE_TOKENIZER_SPLITS["qwen2"], nfc=True, bos_prefix=None, ignore_merges=False, bpe_size=151643,
+    specials=_qwen_specials(_QWEN3_EXTRA), chat_template=QWEN3_TEMPLATE,
+    config=_QWEN_TOKENIZER_CONFIG | {
+        "add_bos_token": False,
+        "additional_special_tokens": ["<|im_start|>", "<|im_end|>", *(s.content for s in _QWEN25_EXTRA[:11])],
+        "model_max_length": 131072,
+    },
+)  # fmt: skip
+# Qwen3's generation_config.json (the thinking mode's sampling).
+_QWEN3_GENERATION = {
+    "bos_token_id": 151643, "do_sample": True, "eos_token_id": [151645, 151643], "pad_token_id": 151643,
+    "temperature": 0.6, "top_k": 20, "top_p": 0.95, "transformers_version": "4.51.0",
+}  # fmt: skip
 LLAMA3_TOKENIZER = TokenizerStyle(
     split=PRE_TOKENIZER_SPLITS["llama3"], nfc=False, bos_prefix="<|begin_of_text|>", ignore_merges=True,
     bpe_size=128000, specials=_llama3_specials(), chat_template=LLAMA3_TEMPLATE,
@@ -341,6 +461,17 @@ INTERNVL_TOKENIZER = TokenizerStyle(
         "model_max_length": 8192,
     },
 )  # fmt: skip
+# InternVL3.5's tokenizer (Qwen3 language models): Qwen3's, then the same InternVL tokens from 151669 (Qwen3's
+# own end at </think> 151668), so <IMG_CONTEXT> is 151671, the config's image_token_id.
+INTERNVL3_5_TOKENIZER = TokenizerStyle(
+    split=PRE_TOKENIZER_SPLITS["qwen2"], nfc=True, bos_prefix=None, ignore_merges=False, bpe_size=151643,
+    specials=_qwen_specials((*_QWEN3_EXTRA, *_INTERNVL_SPECIALS)), chat_template=INTERNVL_TEMPLATE,
+    config=_QWEN_TOKENIZER_CONFIG | {
+        "additional_special_tokens": ["<|im_start|>", "<|im_end|>", *(s.content for s in _QWEN25_EXTRA[:11]),
+                                      *(s.content for s in _INTERNVL_SPECIALS)],
+        "model_max_length": 40960,
+    },
+)  # fmt: skip
 
 MODELS: dict[str, Published] = {
     m.key: m
@@ -365,6 +496,16 @@ MODELS: dict[str, Published] = {
                         "transformers_version": "4.40.0.dev0"},
         ),
         Published(
+            key="qwen3_8b_awq", directory="Qwen3-8B-AWQ", repo="Qwen/Qwen3-8B-AWQ", config_file="qwen3_8b_awq.json",
+            packing="awq", float_dtype="F16", shard_bytes=4_000_000_000, tokenizer=QWEN3_TOKENIZER,
+            generation=_QWEN3_GENERATION,
+        ),
+        Published(
+            key="qwen3_4b", directory="Qwen3-4B", repo="Qwen/Qwen3-4B", config_file="qwen3_4b.json",
+            packing="float", float_dtype="BF16", shard_bytes=4_000_000_000, tokenizer=QWEN3_TOKENIZER,
+            generation=_QWEN3_GENERATION,
+        ),
+        Published(
             key="deepseek_r1_qwen_1_5b", directory="DeepSeek-R1-Distill-Qwen-1.5B",
             repo="deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", config_file="deepseek_r1_distill_qwen_1_5b.json",
             packing="float", float_dtype="BF16", shard_bytes=None, tokenizer=DEEPSEEK_TOKENIZER,
@@ -382,6 +523,15 @@ VLM_MODELS: dict[str, Published] = {
         tokenizer=INTERNVL_TOKENIZER, chat_directory="InternVL3-2B",
         generation={"bos_token_id": 151643, "eos_token_id": 151645, "pad_token_id": 151643,
                     "transformers_version": "4.52.0.dev0"},
+    ),
+    "internvl3_5_2b": Published(
+        key="internvl3_5_2b", directory="InternVL3_5-2B-HF",
+        repo="OpenGVLab/InternVL3_5-2B-HF (and OpenGVLab/InternVL3_5-2B)",
+        config_file="internvl3_5_2b_hf.json", packing="float", float_dtype="BF16", shard_bytes=None,
+        tokenizer=INTERNVL3_5_TOKENIZER, chat_directory="InternVL3_5-2B",
+        generation={"bos_token_id": 151643, "eos_token_id": 151645, "pad_token_id": 151643,
+                    "transformers_version": "4.52.0.dev0"},
+        extra={"llm_name_or_path": "./pretrained/Qwen3-1.7B"},
     ),
 }  # fmt: skip
 ALL_MODELS = MODELS | VLM_MODELS
@@ -615,6 +765,10 @@ def tensor_plans(layout: Layout) -> list[TensorPlan]:
                 plans += quantized_tensors(model, f"model.{name}", n, k, group)
             if name + ".bias" in shapes:
                 plans.append(TensorPlan(f"model.{name}.bias", dtype, (n,), partial(fill_normal, BIAS_STD, dtype)))
+            if module == "self_attn.o_proj" and spec.qk_norm:  # Qwen3Attention registers them after o_proj
+                for norm in ("q_norm", "k_norm"):
+                    plans.append(TensorPlan(f"model.layers.{i}.self_attn.{norm}.weight", dtype, (spec.head_dim,),
+                                            partial(fill_norm, 1.0, dtype)))  # fmt: skip
         for norm in ("input_layernorm", "post_attention_layernorm"):
             plans.append(TensorPlan(f"model.layers.{i}.{norm}.weight", dtype, (spec.hidden_size,),
                                     partial(fill_norm, 1.0, dtype)))  # fmt: skip
@@ -715,7 +869,9 @@ def chat_config(layout: Layout) -> dict[str, Any]:
         "force_image_size": size, "dynamic_image_size": True, "use_thumbnail": True, "max_dynamic_patch": 12,
         "min_dynamic_patch": 1, "pad2square": False, "use_backbone_lora": 0, "use_llm_lora": 0,
         "torch_dtype": layout.config.get("torch_dtype", "bfloat16"),
-        "llm_config": dict(text) | {"_name_or_path": "./pretrained/Qwen2.5-1.5B-Instruct", "use_bfloat16": True},
+        "llm_config": dict(text) | {"_name_or_path": layout.model.extra.get("llm_name_or_path",
+                                                                       "./pretrained/Qwen2.5-1.5B-Instruct"),
+                                    "use_bfloat16": True},
         "vision_config": {
             "architectures": ["InternVisionModel"], "model_type": "intern_vit_6b",
             "hidden_size": vision["hidden_size"], "intermediate_size": vision["intermediate_size"],

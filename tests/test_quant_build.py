@@ -247,6 +247,24 @@ def test_compile_derives_the_recipe_name_from_any_folder_name(tmp_path):
     assert f"snakemake my_model_v2 --config recipes_dir='{out}' build_dir='{out / '.llmbuild'}'" in text
 
 
+@pytest.mark.parametrize(("fixture", "method"), [("awq_gemm_qwen3_g32", "awq"), ("gptq_qwen3_sym_g32", "gptq")])
+def test_compile_writes_a_qwen3_recipe_for_each_quantized_layout(fixture, method, tmp_path):
+    """`llmbuild compile DIR --quantize auto` on a Qwen3 AWQ (AutoAWQ) or GPTQ (gptqmodel) directory: the
+    recipe it writes names the qwen3 family and imports the checkpoint's own 4-bit weights (the build
+    itself is test_library_checkpoint_builds_and_matches_library_dequantization's)."""
+    from llmbuild.recipe import load_recipe
+    from llmbuild.steps.oneshot import CompileRequest, recipe_for
+
+    out = tmp_path / "qwen3-tiny"
+    name, text = recipe_for(CompileRequest(FIXTURES / fixture, out, "auto", "bm1684x", 64))
+    out.mkdir()
+    (out / f"{name}.yaml").write_text(text)
+    recipe = load_recipe(name, out)
+    assert recipe.architecture == "qwen3"
+    assert (recipe.quantization.mode, recipe.quantization.checkpoint.method) == ("w4bf16", method)
+    assert recipe.quantization.checkpoint.group_size == 32
+
+
 def test_recipe_quantization_fields_are_checked_when_loading(tmp_path):
     from llmbuild.recipe import load_recipe
 

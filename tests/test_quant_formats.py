@@ -42,6 +42,8 @@ EXPECTED = {
     "gptq_v2_asym_actorder_g32": ("gptq", 4, False, True, 32, False),
     "gptq_8bit_sym_g32": ("gptq", 8, True, False, 32, True),
     "awq_gemm_g32": ("awq", 4, False, False, 32, False),
+    "gptq_qwen3_sym_g32": ("gptq", 4, True, False, 32, True),  # a Qwen3: q/k norms beside the packed tensors
+    "awq_gemm_qwen3_g32": ("awq", 4, False, False, 32, False),
     "autoround_sym_g32": ("gptq", 4, True, False, 32, True),  # auto_round:auto_gptq packing
     "autoround_asym_g32": ("awq", 4, False, False, 32, False),  # auto_round:auto_awq packing
     "autoround_asym_auto_gptq_g32": ("gptq", 4, False, False, 32, True),

@@ -70,13 +70,13 @@ SHIPPED = list_recipes(RECIPES)
 ESTIMATE_ONLY: list[str] = []  # `build: false`: none ships since the published real-size configurations build
 # Buildable, but their checkpoints are the user's (LLMBUILD_MODELS): they load with the shipped config.
 USER_CHECKPOINT = ["deepseek_r1_qwen_14b_w4", "deepseek_r1_qwen_1_5b_w4", "deepseek_r1_qwen_1_5b_w4_2k",
-                   "internvl3_2b_w4", "llama3_8b_w4", "minicpm_v_2_6_w4", "qwen2_5_7b_w4_awq", "qwen2_7b_w4",
-                   "smollm2_135m_hf_bf16"]
+                   "internvl3_2b_w4", "internvl3_5_2b_w4", "llama3_8b_w4", "minicpm_v_2_6_w4", "qwen2_5_7b_w4_awq",
+                   "qwen2_7b_w4", "qwen3_4b_w4", "qwen3_8b_w4_awq", "smollm2_135m_hf_bf16"]
 
 
 def test_shipped_recipe_list() -> None:
     assert sorted(ESTIMATE_ONLY + USER_CHECKPOINT + [
-        "internvl_tiny_bf16", "internvl_tiny_f32", "minicpmv_tiny_f32", "minicpmv4_6_tiny_f32",
+        "internvl3_5_tiny_f32", "internvl_tiny_bf16", "internvl_tiny_f32", "minicpmv_tiny_f32", "minicpmv4_6_tiny_f32",
         "llama_tiny_f16", "llama_tiny_f32", "llama_tiny_w4_awq", "llama_tiny_w8_rtn", "qwen2_tiny_bf16",
         "qwen2_tiny_f32", "qwen2_tiny_w4", "qwen2_tiny_w4_rtn", "qwen3_5_tiny_f32", "qwen3_tiny_f32",
         "smollm2_135m_bf16", "smollm2_135m_w4", "smollm2_135m_w8",
@@ -542,8 +542,9 @@ def test_real_size_recipes_without_checkpoints_are_skipped_by_all_and_explain_wh
     from llmbuild import MissingCheckpointError
     from llmbuild.steps.dag import recipe_problems
 
-    names = ["qwen2_7b_w4", "qwen2_5_7b_w4_awq", "llama3_8b_w4"]
-    methods = {"qwen2_7b_w4": "gptq", "qwen2_5_7b_w4_awq": "awq", "llama3_8b_w4": "auto-round"}
+    names = ["qwen2_7b_w4", "qwen2_5_7b_w4_awq", "llama3_8b_w4", "qwen3_8b_w4_awq"]
+    methods = {"qwen2_7b_w4": "gptq", "qwen2_5_7b_w4_awq": "awq", "llama3_8b_w4": "auto-round",
+               "qwen3_8b_w4_awq": "awq"}
     for name in names:
         recipe = load_recipe(name, require_checkpoint=False)  # mode auto resolved from the shipped config
         assert recipe.quantization.mode == "w4bf16" and recipe.quantization.checkpoint is not None
