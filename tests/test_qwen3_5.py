@@ -387,3 +387,64 @@ def test_w4_rounds_the_linear_attention_projections_and_follows_transformers_on_
             assert int(np.argmax(ours)) == want[step], step
             decided += 1
     assert decided >= 12  # most steps are decided, so the ids are checked, not excused
+
+
+# ---- the delta rule in blocks of value heads -----------------------------------------------------------
+
+# A linear layer whose state outweighs its other ops (8 value heads of 32 x 32 over 2 key heads), and a
+# local memory (BM1688's granularity) in which its delta rule, and the Slices and the Permute of its
+# result, do not fit whole in any stage: the layer-group pass cuts them into blocks of value heads.
+HEADS_CONFIG = {"linear_num_value_heads": 8, "linear_key_head_dim": 32, "linear_value_head_dim": 32}
+HEADS_LMEM = 65536
+
+
+@pytest.mark.parametrize("stage", ["prefill", "prefill_kv", "decode"])
+def test_a_delta_rule_too_large_for_local_memory_runs_in_blocks_of_heads_bit_for_bit(
+        stage: str, tmp_path: Path) -> None:
+    """Compiled with a small local memory, the delta rule and the ops that take its result apart run in
+    blocks of value heads, and the device's groups give the op list's interpretation bit for bit (every
+    output and every op, reassembled from the blocks); the blocked result stays the unblocked one's
+    (float32 sums in another order)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from helpers import plan_file, random_net_inputs
+    from net_cases import Case, assert_grouped_run_is_exact
+
+    from llmbuild.codegen.memory_plan import make_plan
+    from llmbuild.dialects.interpret import interpret
+    from llmbuild.dialects.plain import tensor_info
+    from llmbuild.importer.nets import Shapes, build_block
+    from llmbuild.steps.compile_net import compile_net
+
+    spec = get_family("qwen3_5").spec_from_hf_config(_config(**HEADS_CONFIG))
+    shapes = Shapes(seq_length=64, prefill_length=16)
+    plan = make_plan(spec, shapes, "f32", 4096)
+    net = compile_net(build_block(spec, 0, stage, shapes, None), plan_file(plan, tmp_path), "f32", "bm1688",
+                      tmp_path, lmem_bytes=HEADS_LMEM)
+    rule = next(i for i in net.program.instrs if i.op == "GatedDeltaRule")
+    assert 0 < rule.attrs["tile_vh"] < 8
+    blocked = [g for g in net.program.groups if any("g_piece" in c.attrs for c in g.cmds)]
+    assert {"GatedDeltaRule", "Slice"} <= {c.op for g in blocked for c in g.cmds if "g_piece" in c.attrs}
+    rng = np.random.default_rng(3)
+    weights = {}
+    for op in net.top.walk():
+        if op.name == "top.Weight":
+            name, shape = op.attributes["name"].data, tensor_info(op.results[0].type).shape
+            w = rng.standard_normal(shape) / np.sqrt(shape[-1])
+            # decay rates are negative (A = -exp(A_log), as the family reads it)
+            weights[name] = (1 + 0.1 * w if "norm" in name else -np.abs(w) if "A_log" in name else w).astype(np.float32)
+    inputs = random_net_inputs(net.top, spec.vocab_size, 16, 64, 20, rng)
+    if "token_mask" in inputs:
+        inputs["token_mask"] = (np.arange(16) < 13).astype(np.float32).reshape(1, 16, 1)  # 3 padding rows
+    if "state_recurrent" in inputs:
+        inputs["state_recurrent"] *= np.float32(0.1)
+    blocked_run = assert_grouped_run_is_exact(Case(net, plan, weights, inputs), stage)
+    (tmp_path / "whole").mkdir()
+    whole = compile_net(build_block(spec, 0, stage, shapes, None), plan_file(plan, tmp_path / "whole"), "f32",
+                        "bm1688", tmp_path / "whole")
+    assert "tile_vh" not in next(i for i in whole.program.instrs if i.op == "GatedDeltaRule").attrs
+    want = interpret(whole.tpu, inputs, weights.__getitem__, reference=False)
+    for name, value in want.outputs.items():
+        assert np.isfinite(value).all()
+        np.testing.assert_allclose(blocked_run.outputs[name], value, rtol=1e-4, atol=1e-4, err_msg=name)

@@ -211,9 +211,10 @@ class GroupRun:
         index: list[Any] = [slice(None)] * whole.ndim
         if "g_row" in cmd.attrs:
             index[1] = slice(cmd.attrs["g_row"], cmd.attrs["g_row"] + out.shape[1])
-        if "g_out" in cmd.attrs:
-            axis, start, length = cmd.attrs["g_out"]
-            index[axis] = slice(start, start + length)
+        for key in ("g_out", "g_piece"):
+            if key in cmd.attrs:
+                axis, start, length = cmd.attrs[key]
+                index[axis] = slice(start, start + length)
         whole[tuple(index)] = result.reshape(whole[tuple(index)].shape)
 
 
