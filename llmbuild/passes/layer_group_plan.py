@@ -19,7 +19,8 @@ A gated delta rule (linear attention) that does not fit whole takes a group of i
 of value heads (`head_layout`: heads are independent, each with its own state): every operand is loaded
 per block (its heads, and the key heads they read) into two slots, and each block's result is stored
 while the next computes. The Slices and the Permute that take its result apart (the state's rows, the
-tokens' outputs) are cut the same way when they do not fit whole.
+tokens' outputs), and the causal convolution and its window's Concat before it (channel by channel), are
+cut the same way when they do not fit whole.
 Attention that does not fit is computed in blocks of KV heads (`tile_kvh`); when one KV head does not fit
 either, as flash attention (`flash_layout`): blocks of query rows (the group's row tiles, `tile_q`) and
 blocks of keys (`tile_k`) with an online softmax. Its K/V blocks and mask tiles are loaded per key block
@@ -492,12 +493,21 @@ def plan_group(net: NetInfo, index: int, ops: list[Operation]) -> GroupPlan | No
 
 def head_axes(op: Operation) -> tuple[tuple[int, ...], int] | None:
     """(each operand's axis of heads, the result's) of an op the planner may compute alone in blocks of
-    heads, or None: the gated delta rule (q, k, v, g, beta on axis 2, the state's heads on axis 1), and
-    the data movement that takes its result apart (a Slice of [1, rows, heads, dim] along another axis, the
-    Permute that brings the heads first)."""
+    heads (or of channels), or None: the gated delta rule (q, k, v, g, beta on axis 2, the state's heads on
+    axis 1), the data movement that takes its result apart (a Slice of [1, rows, heads, dim] along another
+    axis, the Permute that brings the heads first), and the convolution that feeds it. Each computes a
+    head (a channel) from that head's values alone, so a block gives the bits of the whole."""
     if op.name == "tpu.GatedDeltaRule":
         return (2, 2, 2, 2, 2, 1)[: len(op.operands)], 2
-    if len(tensor_info(op.operands[0].type).shape) != 4:
+    rank = len(tensor_info(op.operands[0].type).shape)
+    # What feeds it, channel by channel ([1, tokens, channels]): the depthwise causal convolution (its
+    # weight's channels on axis 0) and the concat of the carried window and the new rows.
+    if op.name == "tpu.CausalConv1d":
+        return (2, 0), 2
+    if (op.name == "tpu.Concat" and rank == 3 and _int_attr(op, "axis") == 1
+            and all(len(tensor_info(x.type).shape) == 3 for x in op.operands)):
+        return (2,) * len(op.operands), 2
+    if rank != 4:
         return None
     if op.name == "tpu.Slice" and _int_attr(op, "axis") != 2:
         return (2,), 2
