@@ -448,3 +448,53 @@ def test_a_delta_rule_too_large_for_local_memory_runs_in_blocks_of_heads_bit_for
     for name, value in want.outputs.items():
         assert np.isfinite(value).all()
         np.testing.assert_allclose(blocked_run.outputs[name], value, rtol=1e-4, atol=1e-4, err_msg=name)
+
+
+# ---- the real-size recipe's checkpoint ---------------------------------------------------------------------
+
+
+def _make_checkpoint():
+    import importlib.util
+    import sys
+
+    if "make_checkpoint" in sys.modules:
+        return sys.modules["make_checkpoint"]
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "make_checkpoint.py"
+    spec = importlib.util.spec_from_file_location("make_checkpoint", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["make_checkpoint"] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_generator_writes_qwen3_5_2b_s_layout(tmp_path: Path) -> None:
+    """At full size without writing it: the shipped config, every tensor of transformers' Qwen3_5ForCausalLM
+    at its shape, about 1.9 B parameters in one file. A truncated variant (4 layers, small widths) written
+    out loads into transformers with no key missing, unexpected or mismatched, and reads as the hybrid spec."""
+    from transformers import AutoModelForCausalLM, Qwen3_5TextConfig
+
+    mc = _make_checkpoint()
+    model = mc.ALL_MODELS["qwen3_5_2b"]
+    layout = mc.layout_for(model)
+    shipped = json.loads((mc.CONFIGS / model.config_file).read_text())
+    assert layout.config == {k: v for k, v in shipped.items() if k != "_comment"}
+    plans = mc.hybrid_tensor_plans(layout)
+    with torch.device("meta"):
+        reference = AutoModelForCausalLM.from_config(Qwen3_5TextConfig(**layout.config))
+    want = {name: tuple(t.shape) for name, t in reference.state_dict().items() if name != "lm_head.weight"}
+    assert {p.name: p.shape for p in plans} == want  # tied: the head is the embedding
+    assert sum(np.prod(p.shape) for p in plans) / 1e9 == pytest.approx(1.88, abs=0.01)
+    tokenizer = mc.build_tokenizer(layout)
+    assert {t: tokenizer.token_to_id(t) for t in ("<|endoftext|>", "<|im_end|>", "<|vision_start|>", "<|image_pad|>")} \
+        == {"<|endoftext|>": 248044, "<|im_end|>": 248046, "<|vision_start|>": 248053, "<|image_pad|>": 248056}
+
+    small = {"hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 2, "num_key_value_heads": 1,
+             "head_dim": 64, "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 32,
+             "linear_value_head_dim": 32, "layer_types": shipped["layer_types"][:4]}
+    directory, written = mc.make_checkpoint("qwen3_5_2b", tmp_path, layers=4, vocab_size=1024, overrides=small)
+    assert written and (directory / "model.safetensors").is_file()
+    loaded, info = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, output_loading_info=True)
+    assert type(loaded).__name__ == "Qwen3_5ForCausalLM"
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
+    spec = get_family("qwen3_5").spec_from_hf_config(json.loads((directory / "config.json").read_text()))
+    assert spec.layer_types == ("linear", "linear", "linear", "full") and spec.num_layers == 4
