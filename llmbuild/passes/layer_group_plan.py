@@ -525,6 +525,11 @@ def head_layout(net: NetInfo, index: int, op: Operation) -> GroupPlan | None:
         return None
     a = net.align
     result = op.results[0]
+    out = _global_span(result)
+    # Block b's store lands before block b + 1 loads: the result must not share global bytes with an operand.
+    if out is not None and any((src := _global_span(x)) is not None and src[0] < out[1] and out[0] < src[1]
+                               for x in op.operands):
+        return None
     heads = tensor_info(op.operands[0].type).shape[axes[0][0]]
     delta = op.name == "tpu.GatedDeltaRule"
     key_heads = heads
