@@ -35,6 +35,11 @@ have them, with deterministic random weights. Under --out, each model gets its p
                                             with InternVL's tokens from 151669; --vision-layout internvl_chat
                                             writes InternVL3_5-2B (llm_config of Qwen3ForCausalLM) (recipe
                                             internvl3_5_2b_w4)
+  Qwen3.5-2B-text                           Qwen3.5-2B's language model (--model qwen3_5_2b), bf16, in
+                                            transformers' qwen3_5_text layout (Qwen3_5ForCausalLM: model.layers.*,
+                                            each layer's linear_attn.* or self_attn.* as its layer_types entry
+                                            says; A_log and the (1 + weight) norms as transformers stores them),
+                                            one model.safetensors as the 2B's upload (recipe qwen3_5_2b_w4)
 
 The config.json is the published one shipped in recipes/configs/ (the source of truth); the quantized
 models keep embeddings, lm_head and norms in fp16 and are sharded like their uploads (model-0000i-of-0000n
@@ -534,7 +539,25 @@ VLM_MODELS: dict[str, Published] = {
         extra={"llm_name_or_path": "./pretrained/Qwen3-1.7B"},
     ),
 }  # fmt: skip
-ALL_MODELS = MODELS | VLM_MODELS
+# Qwen3.5's tokenizer: Qwen2.5's special tokens in the same order from 248044 (its config's eos_token_id;
+# vision_start at 248053 and image_pad at 248056, as the published Qwen3.5 configs give them).
+QWEN35_TOKENIZER = TokenizerStyle(
+    split=PRE_TOKENIZER_SPLITS["qwen2"], nfc=True, bos_prefix=None, ignore_merges=False, bpe_size=248044,
+    specials=_qwen_specials(_QWEN25_EXTRA), chat_template=QWEN25_TEMPLATE,
+    config=QWEN25_TOKENIZER.config | {"model_max_length": 262144},
+)
+# Hybrid (linear-attention) language models: every layer's tensors as its kind has them.
+HYBRID_MODELS: dict[str, Published] = {
+    "qwen3_5_2b": Published(
+        key="qwen3_5_2b", directory="Qwen3.5-2B-text", repo="Qwen/Qwen3.5-2B (its language model)",
+        config_file="qwen3_5_2b.json", packing="float", float_dtype="BF16", shard_bytes=None,
+        tokenizer=QWEN35_TOKENIZER,
+        generation={"bos_token_id": 248044, "eos_token_id": [248046, 248044], "pad_token_id": 248044,
+                    "do_sample": True, "temperature": 0.7, "top_p": 0.8, "top_k": 20,
+                    "transformers_version": "5.25.0"},
+    ),
+}  # fmt: skip
+ALL_MODELS = MODELS | VLM_MODELS | HYBRID_MODELS
 
 
 # ---- configuration of one (possibly truncated) checkpoint --------------------------------------------------
@@ -645,6 +668,8 @@ def _to_dtype(x: np.ndarray, dtype: str) -> np.ndarray:
         r += u
         r >>= 16
         return r.astype("<u2")
+    if dtype == "F32":
+        return x.astype("<f4")
     raise ValueError(f"unsupported float dtype {dtype}")
 
 
@@ -784,6 +809,57 @@ def tensor_plans(layout: Layout) -> list[TensorPlan]:
 def fill_uniform(lo: float, hi: float, dtype: str, rng: np.random.Generator, shape: tuple[int, ...]
                  ) -> Iterator[np.ndarray]:
     yield _to_dtype(rng.uniform(lo, hi, size=shape).astype(np.float32), dtype)
+
+
+def fill_log_uniform(lo: float, hi: float, dtype: str, rng: np.random.Generator, shape: tuple[int, ...]
+                     ) -> Iterator[np.ndarray]:
+    yield _to_dtype(np.log(rng.uniform(lo, hi, size=shape)).astype(np.float32), dtype)
+
+
+# Qwen3.5's norms that transformers scales by (1 + weight): their files hold gamma - 1 (about 0).
+_ONE_CENTRED_NORMS = ("input_layernorm", "post_attention_layernorm", "self_attn.q_norm", "self_attn.k_norm")
+
+
+def hybrid_tensor_plans(layout: Layout) -> list[TensorPlan]:
+    """A Qwen3.5 text model's tensors in Qwen3_5ForCausalLM's order: the embedding, each layer's tensors as
+    its kind has them (the family's own list), the final norm, the head unless tied. Projections at
+    LINEAR_GAIN; the linear layer's decay rates (A_log = log of U(1, 16)), time-step biases (U(0.5, 1.5))
+    and convolution taps (unit gain over the kernel) in transformers' initial ranges, as
+    llmbuild/frontend/synthetic.py draws them; A_log in float32, as the upload keeps it."""
+    model, config = layout.model, layout.text
+    arch = get_family(family_for_hf_model_type(config["model_type"]))
+    spec = arch.spec_from_hf_config(config, origin=model.config_file)
+    shapes = expected_shapes(spec)
+    dtype = model.float_dtype
+    plans = [TensorPlan("model.embed_tokens.weight", dtype, shapes["embed_tokens.weight"],
+                        partial(fill_normal, EMBED_STD, dtype))]  # fmt: skip
+    for i in range(spec.num_layers):
+        for name, shape in arch.tensor_shapes_of_layer(spec, i).items():
+            full = f"model.layers.{i}.{name}"
+            module = name.rsplit(".", 1)[0]
+            if module in _ONE_CENTRED_NORMS:
+                fill = partial(fill_uniform, -NORM_SPREAD, NORM_SPREAD, dtype)
+            elif name.endswith("norm.weight"):  # the linear layer's output norm scales by weight
+                fill = partial(fill_norm, 1.0, dtype)
+            elif name == "linear_attn.A_log":
+                plans.append(TensorPlan(full, "F32", shape, partial(fill_log_uniform, 1.0, 16.0, "F32")))
+                continue
+            elif name == "linear_attn.dt_bias":
+                fill = partial(fill_uniform, 0.5, 1.5, dtype)
+            elif name == "linear_attn.conv1d.weight":
+                fill = partial(fill_normal, 1 / math.sqrt(shape[-1]), dtype)
+            else:
+                fill = partial(fill_normal, LINEAR_GAIN / math.sqrt(shape[-1]), dtype)
+            plans.append(TensorPlan(full, dtype, shape, fill))
+    # The final norm feeds the head: its scale sets how far the logits spread (stored less one).
+    final = LOGIT_STD / (EMBED_STD * math.sqrt(spec.hidden_size))
+    plans.append(TensorPlan("model.norm.weight", dtype, (spec.hidden_size,),
+                            partial(fill_uniform, final * (1 - NORM_SPREAD) - 1, final * (1 + NORM_SPREAD) - 1,
+                                    dtype)))  # fmt: skip
+    if not spec.tie_word_embeddings:
+        head = partial(fill_normal, EMBED_STD, dtype)
+        plans.append(TensorPlan("lm_head.weight", dtype, shapes["lm_head.weight"], head))
+    return plans
 
 
 # InternViT's layer scales (lambda_1/2): small, as trained towers' are, so 24 residual blocks stay close to
@@ -953,7 +1029,10 @@ def shard(plans: list[TensorPlan], max_bytes: int | None) -> list[list[TensorPla
 
 
 def write_weights(directory: Path, layout: Layout, seed: int, chat: bool = False) -> None:
-    plans = tensor_plans(layout) if "text_config" not in layout.config else vlm_tensor_plans(layout)
+    if layout.model.key in HYBRID_MODELS:
+        plans = hybrid_tensor_plans(layout)
+    else:
+        plans = tensor_plans(layout) if "text_config" not in layout.config else vlm_tensor_plans(layout)
     plans = chat_tensor_plans(plans) if chat else plans
     rng_for = partial(tensor_rng, seed, layout.model.key)
     shards = shard(plans, layout.model.shard_bytes)

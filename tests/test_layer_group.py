@@ -322,7 +322,7 @@ def test_the_group_verifiers_refuse_a_malformed_group(cases: dict[str, Case]) ->
         op = _first_op(m, "tpu.Store")
         op.attributes["ginfo"] = _with(op.attributes["ginfo"], mode=StringAttr("stream"))
 
-    assert "expected one of whole, tile, got 'stream'" in _broken(cases, store_stream)
+    assert "expected one of whole, tile, head, got 'stream'" in _broken(cases, store_stream)
 
     def tile_rows_over_rows(m):
         op = _first_op(m, "tpu.Group")

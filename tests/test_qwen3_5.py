@@ -311,3 +311,193 @@ def test_truncating_a_state_model_starts_it_over(built: Path) -> None:
     logits = session._feed(PROMPT + [9, 10])  # shares 4 of the 6 cached tokens: starts over, feeds all 6
     assert model.history == 6
     assert np.array_equal(logits, _model(built).prefill(PROMPT + [9, 10]))
+
+
+# ---- w4: every projection rounded to nearest ------------------------------------------------------------
+
+
+def _derived_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, text: str) -> Path:
+    """A recipe on top of the shipped one (`text` after its `base:` line), built by the library steps."""
+    from llmbuild.artifacts.paths import BuildPaths
+    from llmbuild.recipe import load_recipe
+    from llmbuild.steps.head import build_head
+    from llmbuild.steps.layer import build_layer
+    from llmbuild.steps.link import link
+    from llmbuild.steps.plan import plan
+    from llmbuild.steps.prepare import prepare
+
+    for base in ("_tiny_common", RECIPE):
+        (tmp_path / f"{base}.yaml").write_text((RECIPES / f"{base}.yaml").read_text())
+    (tmp_path / f"{name}.yaml").write_text(f"base: {RECIPE}\n{text}")
+    monkeypatch.setenv("LLMBUILD_BUILD_DIR", str(tmp_path / "build"))
+    monkeypatch.setenv("LLMBUILD_BMODEL", "0")
+    recipe = load_recipe(name, tmp_path)
+    prepare(recipe)
+    plan(recipe)
+    for layer in range(4):
+        build_layer(recipe, layer)
+    build_head(recipe)
+    link(recipe)
+    return BuildPaths.of(recipe).binary(recipe.name)
+
+
+# bf16 activations against float32 ones move these logits by up to about 1 (w4 tiny model): a step whose
+# first two logits are closer than this in transformers is a tie the two precisions may break differently.
+TIE_MARGIN = 0.25
+W4_COSINE = 0.998  # each step's logits, bf16 activations against transformers' float32
+
+
+def test_w4_rounds_the_linear_attention_projections_and_follows_transformers_on_the_rounded_weights(
+        built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """w4bf16 (groups of 32, rounded to nearest in the build): both layer kinds' projections are 4-bit
+    (the linear layer's in_proj_qkv/z/b/a and out_proj, the full layer's gated q_proj), and, forced along
+    the 16 greedy ids of transformers' float32 model whose projections are the same rounding dequantized,
+    every step follows it (cosine, and the same id wherever transformers' choice is no near tie)."""
+    from safetensors.numpy import load_file
+    from transformers import AutoModelForCausalLM
+
+    from llmbuild.quant.quantize_layer import quantize_projection
+    from llmbuild.quant.scheme import QUANTIZED_PROJECTIONS, QuantScheme
+    from llmbuild.runtime.compiled_model import CompiledModel
+
+    binary = _derived_build(tmp_path, monkeypatch, "w4", "quantization:\n  mode: w4bf16\n  group_size: 32\n")
+    linear_attn = ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj")
+    for layer, kind in enumerate(("linear",) * 3 + ("full",)):
+        scales = load_file(str(binary.parent / "layers" / str(layer) / "rounded_scales.safetensors"))
+        mixer = [f"linear_attn.{p}" for p in linear_attn] if kind == "linear" else \
+            [f"self_attn.{p}_proj" for p in "qkvo"]
+        assert sorted(scales) == sorted(f"layers.{layer}.{p}.scales" for p in
+                                        [*mixer, "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"])
+    scheme = QuantScheme(bits=4, group_size=32, act_dtype="bf16")
+    model = AutoModelForCausalLM.from_pretrained(built / "checkpoint", dtype=torch.float32).eval()
+    for layer in model.model.layers:
+        for proj in QUANTIZED_PROJECTIONS:
+            if proj.split(".")[0] in dict(layer.named_children()):
+                module = layer.get_submodule(proj)
+                ql = quantize_projection(module.weight.detach().numpy(), scheme)
+                module.weight.data = torch.from_numpy(ql.dequantize().astype(np.float32))
+    want, want_logits = _hf_greedy(model, PROMPT, 16)
+    compiled = CompiledModel(binary)
+    got = [compiled.prefill(PROMPT)] + [compiled.decode_token(t) for t in want[:-1]]
+    decided = 0
+    for step, (ours, ref) in enumerate(zip(got, want_logits, strict=True)):
+        assert _cosine(ours, ref) >= W4_COSINE, step
+        second, first = np.sort(ref)[-2:]
+        if first - second > TIE_MARGIN:
+            assert int(np.argmax(ours)) == want[step], step
+            decided += 1
+    assert decided >= 12  # most steps are decided, so the ids are checked, not excused
+
+
+# ---- the delta rule in blocks of value heads -----------------------------------------------------------
+
+# A linear layer whose state outweighs its other ops (8 value heads of 32 x 32 over 2 key heads), and a
+# local memory (BM1688's granularity) in which its delta rule, the Slices and the Permute of its result,
+# and in a prefill the convolution (and its window's Concat) before it, do not fit whole: the layer-group
+# pass cuts them into blocks of value heads (of channels).
+HEADS_CONFIG = {"linear_num_value_heads": 8, "linear_key_head_dim": 32, "linear_value_head_dim": 32}
+HEADS_LMEM = 49152
+BLOCKED = {"prefill": {"CausalConv1d"}, "prefill_kv": {"CausalConv1d", "Concat"}, "decode": set()}
+
+
+@pytest.mark.parametrize("stage", ["prefill", "prefill_kv", "decode"])
+def test_a_delta_rule_too_large_for_local_memory_runs_in_blocks_of_heads_bit_for_bit(
+        stage: str, tmp_path: Path) -> None:
+    """Compiled with a small local memory, the delta rule, the ops that take its result apart and the
+    convolution that feeds it run in blocks of heads (channels), and the device's groups give the op
+    list's interpretation bit for bit (every output and every op, reassembled from the blocks); the blocked
+    result stays the unblocked one's (float32 sums in another order)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from helpers import plan_file, random_net_inputs
+    from net_cases import Case, assert_grouped_run_is_exact
+
+    from llmbuild.codegen.memory_plan import make_plan
+    from llmbuild.dialects.interpret import interpret
+    from llmbuild.dialects.plain import tensor_info
+    from llmbuild.importer.nets import Shapes, build_block
+    from llmbuild.steps.compile_net import compile_net
+
+    spec = get_family("qwen3_5").spec_from_hf_config(_config(**HEADS_CONFIG))
+    shapes = Shapes(seq_length=64, prefill_length=16)
+    plan = make_plan(spec, shapes, "f32", 4096)
+    net = compile_net(build_block(spec, 0, stage, shapes, None), plan_file(plan, tmp_path), "f32", "bm1688",
+                      tmp_path, lmem_bytes=HEADS_LMEM)
+    rule = next(i for i in net.program.instrs if i.op == "GatedDeltaRule")
+    assert 0 < rule.attrs["tile_vh"] < 8
+    blocked = [g for g in net.program.groups if any("g_piece" in c.attrs for c in g.cmds)]
+    ops = {c.op for g in blocked for c in g.cmds if "g_piece" in c.attrs}
+    assert ops == {"GatedDeltaRule", "Slice", "Permute"} | BLOCKED[stage]
+    rng = np.random.default_rng(3)
+    weights = {}
+    for op in net.top.walk():
+        if op.name == "top.Weight":
+            name, shape = op.attributes["name"].data, tensor_info(op.results[0].type).shape
+            w = rng.standard_normal(shape) / np.sqrt(shape[-1])
+            # decay rates are negative (A = -exp(A_log), as the family reads it)
+            weights[name] = (1 + 0.1 * w if "norm" in name else -np.abs(w) if "A_log" in name else w).astype(np.float32)
+    inputs = random_net_inputs(net.top, spec.vocab_size, 16, 64, 20, rng)
+    if "token_mask" in inputs:
+        inputs["token_mask"] = (np.arange(16) < 13).astype(np.float32).reshape(1, 16, 1)  # 3 padding rows
+    if "state_recurrent" in inputs:
+        inputs["state_recurrent"] *= np.float32(0.1)
+    blocked_run = assert_grouped_run_is_exact(Case(net, plan, weights, inputs), stage)
+    (tmp_path / "whole").mkdir()
+    whole = compile_net(build_block(spec, 0, stage, shapes, None), plan_file(plan, tmp_path / "whole"), "f32",
+                        "bm1688", tmp_path / "whole")
+    assert "tile_vh" not in next(i for i in whole.program.instrs if i.op == "GatedDeltaRule").attrs
+    want = interpret(whole.tpu, inputs, weights.__getitem__, reference=False)
+    for name, value in want.outputs.items():
+        assert np.isfinite(value).all()
+        np.testing.assert_allclose(blocked_run.outputs[name], value, rtol=1e-4, atol=1e-4, err_msg=name)
+
+
+# ---- the real-size recipe's checkpoint ---------------------------------------------------------------------
+
+
+def _make_checkpoint():
+    import importlib.util
+    import sys
+
+    if "make_checkpoint" in sys.modules:
+        return sys.modules["make_checkpoint"]
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "make_checkpoint.py"
+    spec = importlib.util.spec_from_file_location("make_checkpoint", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["make_checkpoint"] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_generator_writes_qwen3_5_2b_s_layout(tmp_path: Path) -> None:
+    """At full size without writing it: the shipped config, every tensor of transformers' Qwen3_5ForCausalLM
+    at its shape, about 1.9 B parameters in one file. A truncated variant (4 layers, small widths) written
+    out loads into transformers with no key missing, unexpected or mismatched, and reads as the hybrid spec."""
+    from transformers import AutoModelForCausalLM, Qwen3_5TextConfig
+
+    mc = _make_checkpoint()
+    model = mc.ALL_MODELS["qwen3_5_2b"]
+    layout = mc.layout_for(model)
+    shipped = json.loads((mc.CONFIGS / model.config_file).read_text())
+    assert layout.config == {k: v for k, v in shipped.items() if k != "_comment"}
+    plans = mc.hybrid_tensor_plans(layout)
+    with torch.device("meta"):
+        reference = AutoModelForCausalLM.from_config(Qwen3_5TextConfig(**layout.config))
+    want = {name: tuple(t.shape) for name, t in reference.state_dict().items() if name != "lm_head.weight"}
+    assert {p.name: p.shape for p in plans} == want  # tied: the head is the embedding
+    assert sum(np.prod(p.shape) for p in plans) / 1e9 == pytest.approx(1.88, abs=0.01)
+    tokenizer = mc.build_tokenizer(layout)
+    assert {t: tokenizer.token_to_id(t) for t in ("<|endoftext|>", "<|im_end|>", "<|vision_start|>", "<|image_pad|>")} \
+        == {"<|endoftext|>": 248044, "<|im_end|>": 248046, "<|vision_start|>": 248053, "<|image_pad|>": 248056}
+
+    small = {"hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 2, "num_key_value_heads": 1,
+             "head_dim": 64, "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 32,
+             "linear_value_head_dim": 32, "layer_types": shipped["layer_types"][:4]}
+    directory, written = mc.make_checkpoint("qwen3_5_2b", tmp_path, layers=4, vocab_size=1024, overrides=small)
+    assert written and (directory / "model.safetensors").is_file()
+    loaded, info = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, output_loading_info=True)
+    assert type(loaded).__name__ == "Qwen3_5ForCausalLM"
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
+    spec = get_family("qwen3_5").spec_from_hf_config(json.loads((directory / "config.json").read_text()))
+    assert spec.layer_types == ("linear", "linear", "linear", "full") and spec.num_layers == 4

@@ -234,6 +234,8 @@ def _round_whole_model(model, layers: QuantScheme, head: QuantScheme) -> None:
 
     for layer in model.model.layers:
         for proj in QUANTIZED_PROJECTIONS:
+            if proj.split(".")[0] not in dict(layer.named_children()):
+                continue  # the other layer kind's (a dense layer has no linear_attn)
             module = layer.get_submodule(proj)
             module.weight.data = rounded(module.weight, layers)
     module = model.get_output_embeddings()

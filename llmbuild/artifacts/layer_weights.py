@@ -25,7 +25,7 @@ from llmbuild.frontend.sources import open_source
 from llmbuild.numerics.kernels import unpack_nibbles
 from llmbuild.quant.checkpoint import QuantizedCheckpoint
 from llmbuild.quant.quantize_layer import import_layer, quantize_layer
-from llmbuild.quant.scheme import QUANTIZED_PROJECTIONS, QuantScheme, recipe_scheme
+from llmbuild.quant.scheme import QUANTIZED_PROJECTIONS, QuantScheme, layer_projections, recipe_scheme
 from llmbuild.recipe_types import LIBRARY_METHODS, Recipe
 
 Weights = dict[str, np.ndarray]
@@ -62,7 +62,8 @@ def layer_weights(recipe: Recipe, paths: BuildPaths, spec: ModelSpec, layer: int
         return weights, weights
     if qdir is None:
         return quantize_layer({name: source.tensor(name) for name in names}, layer, scheme)
-    return import_layer(_float_tensors(source, spec, layer), layer, QuantizedCheckpoint(qdir), scheme)
+    projections = layer_projections(layer_tensor_names(spec, layer), layer)
+    return import_layer(_float_tensors(source, spec, layer), layer, QuantizedCheckpoint(qdir), scheme, projections)
 
 
 def _float_tensors(source: TensorSource, spec: ModelSpec, layer: int) -> Weights:
@@ -81,7 +82,7 @@ def write_rounded_scales(path: Path, top: Weights, layer: int) -> None:
     """The float32 scales of a layer's rounded projections (TopOp's; the device file has them in bf16)."""
     from safetensors.numpy import save_file
 
-    names = [f"layers.{layer}.{proj}.scales" for proj in QUANTIZED_PROJECTIONS]
+    names = [f"layers.{layer}.{proj}.scales" for proj in layer_projections(top, layer, ".scales")]
     tmp = path.with_name(path.name + ".tmp")
     save_file({name: np.ascontiguousarray(top[name], dtype=np.float32) for name in names}, str(tmp))
     tmp.replace(path)
@@ -102,7 +103,7 @@ def checked_layer_weights(recipe: Recipe, paths: BuildPaths, spec: ModelSpec, pl
     top = _float_tensors(tensor_source(recipe, paths), spec, layer)
     device = weight_file_arrays(paths.layer_weights(layer), plan)
     scales = load_file(str(scales_file))
-    for proj in QUANTIZED_PROJECTIONS:
+    for proj in layer_projections(scales, layer, ".scales"):
         name = f"layers.{layer}.{proj}"
         top[f"{name}.qweight"] = _levels(device, f"{name}.qweight", scheme, paths.layer_weights(layer))
         top[f"{name}.scales"] = np.asarray(scales[f"{name}.scales"], dtype=np.float32)

@@ -26,6 +26,9 @@ Compute commands carry the op's attributes plus where their piece goes:
     g_out  [axis, start, length]: the command writes that slice of its result tensor (a streamed N slice,
            a block of attention heads); absent: the whole result tensor
     g_in   [operand, axis, start, length, ...]: slices of local operands the command reads
+    g_piece [axis, start, length]: the command's whole result is that slice of the op's result (a block of
+           heads of an op whose operands were loaded per block of heads: a gated delta rule, a Slice or
+           Permute of its result)
     scratch [lmem address, bytes]: attention's scores and probabilities
     g_flash "block": one key block of flash attention (operands q, k, v, mask and, after the first
            block, the running state; result: the state, f32 [B, kvh, group, rows, dim + 2] in local
@@ -51,6 +54,7 @@ from llmbuild.dialects import tpu
 from llmbuild.dialects.plain import TensorInfo, main_func, tensor_info
 from llmbuild.dialects.tpu import GroupInfo
 from llmbuild.numerics.formats import itemsize
+from llmbuild.op_defs.gated_delta_rule import head_block
 
 # tensor_info and ginfo of the module being unrolled, by object identity (the objects are kept, so the ids
 # stay theirs): a long attention's blocks ask for the same few types thousands of times.
@@ -110,6 +114,7 @@ class _Unroller:
         self.stream: dict[Operation, list[tuple[int, Operation]]] = {}
         self.stores: dict[SSAValue, Operation] = {}
         self.block: dict[SSAValue, Operation] = {}  # loaded per key block of flash attention
+        self.heads: dict[SSAValue, Operation] = {}  # loaded per block of heads (a gated delta rule's)
         self.fused: set[Operation] = set()  # concats computed per key block
         for op in group.body.block.ops:
             if isinstance(op, tpu.LoadOp):
@@ -119,6 +124,8 @@ class _Unroller:
                     self.stream.setdefault(use.operation, []).append((use.index, op))
                 elif mode == "block":
                     self.block[op.results[0]] = op
+                elif mode == "head":
+                    self.heads[op.results[0]] = op
                 else:
                     (self.held if mode == "held" else self.tile)[op.results[0]] = op
             elif isinstance(op, tpu.StoreOp):
@@ -128,6 +135,7 @@ class _Unroller:
                 if _ginfo(op).mode == "block":
                     self.fused.add(op)
         self.flash: _Flash | None = None
+        self.head_block = _int(group, "head_block") if "head_block" in group.attributes else 0
         self.tile_index = 0  # the row tile whose compute commands are being issued
 
     # ---- tensors --------------------------------------------------------------------------------
@@ -168,6 +176,8 @@ class _Unroller:
         return dst
 
     def run(self) -> Group:
+        if self.heads:
+            return self._run_heads()
         T, rows = self.g.tile_rows, self.g.rows
         tiles = [(r, min(T, rows - r)) for r in range(0, rows, T)] if T else [(0, None)]
         flash = [op for op in self.compute if "tile_k" in self._attrs(op)]
@@ -258,6 +268,49 @@ class _Unroller:
                     if t:
                         where["g_tile"] = t
                     self.g.cmds.append(Instr("Store", (cur[r],), self.global_id(store.results[0]), _loc(r), where))
+        return self.g
+
+    def _run_heads(self) -> Group:
+        """One op in blocks of `head_block` heads (a gated delta rule, or a Slice or Permute of its result):
+        block b + 1's operands load into the other slot of each pair before block b computes, and block b's
+        result is stored right after it, along the heads' axis of the result."""
+        (op,) = self.compute
+        attrs = {k: v for k, v in self._attrs(op).items() if k != "tile_vh"}
+        m = self.head_block
+        delta = op.name == "tpu.GatedDeltaRule"
+        first = next(iter(self.heads.values()))
+        heads = _info(op.operands[2 if delta else 0].type).shape[2 if delta else _ginfo(first).axis]  # type: ignore[index]
+        key_heads = _info(op.operands[0].type).shape[2]
+        blocks = [(h, min(m, heads - h)) for h in range(0, heads, m)]
+        locals_: dict[int, list[int]] = {}
+
+        def load_block(b: int) -> None:
+            h, c = blocks[b]
+            args = []
+            for i, v in enumerate(op.operands):
+                ld = self.heads[v]
+                start, count = head_block(heads, key_heads, h, c) if delta and i < 2 else (h, c)
+                axis = _ginfo(ld).axis
+                assert axis is not None
+                shape = list(_info(v.type).shape)
+                shape[axis] = count
+                args.append(self.load(ld, _ginfo(ld).lmem[b % 2], axis, start, tuple(shape)))
+            locals_[b] = args
+
+        r = op.results[0]
+        store = self.stores[r]
+        axis = _ginfo(store).axis
+        assert axis is not None
+        load_block(0)
+        for b, (h, c) in enumerate(blocks):
+            if b + 1 < len(blocks):
+                load_block(b + 1)
+            shape = list(_info(r.type).shape)
+            shape[axis] = c
+            out = self.local(_info(r.type).dtype, tuple(shape), _ginfo(op).lmem[b % 2])
+            self._cmd(op, locals_.pop(b), out, {**attrs, "g_piece": [axis, h, c]})
+            where = {"axis": axis, "start": h}
+            self.g.cmds.append(Instr("Store", (out,), self.global_id(store.results[0]), _loc(r), where))
         return self.g
 
     def _issue(self, op: Operation, t: int, out: int, attrs: dict[str, Any], operand: Callable[[SSAValue], int],

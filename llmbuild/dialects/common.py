@@ -350,6 +350,10 @@ class GatedDeltaRuleBase(IRDLOperation):
     output = result_def(TensorType)
     chunk_size = attr_def(IntegerAttr)
     scale = attr_def(FloatAttr)
+    # Set by the layer-group pass when the op does not fit local memory whole: computed in blocks of this
+    # many value heads (with their key heads), which fixes the sums both executors compute
+    # (numerics/kernels.py).
+    tile_vh = opt_attr_def(IntegerAttr)
 
     def verify_(self) -> None:
         q, k, v = shape_of(self.queries), shape_of(self.keys), shape_of(self.values)

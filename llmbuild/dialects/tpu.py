@@ -43,12 +43,13 @@ from llmbuild.dialects import from_definitions
 from llmbuild.op_defs import OPS
 
 # ginfo modes. A Load brings a value into local memory held whole, per row tile, per key block (flash
-# attention) or as streamed weight slices; a Store writes it back whole or per row tile; a compute op's
-# result is per key block when it is fused into the attention that reads it.
-LOAD_MODES = ("held", "tile", "block", "stream")
-STORE_MODES = ("whole", "tile")
+# attention), as streamed weight slices or per block of heads (a gated delta rule's); a Store writes it
+# back whole, per row tile or per block of heads; a compute op's result is per key block when it is fused
+# into the attention that reads it.
+LOAD_MODES = ("held", "tile", "block", "stream", "head")
+STORE_MODES = ("whole", "tile", "head")
 COMPUTE_MODES = ("block",)
-_SLICED_LOADS = ("tile", "block", "stream")  # loads that slice along an axis
+_SLICED_LOADS = ("tile", "block", "stream", "head")  # loads that slice along an axis
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,8 @@ from llmbuild.numerics.stored import (
 )
 from llmbuild.op_defs import OPS, Kernel, OpDef, spec_kernels
 from llmbuild.op_defs.active import ACTIVATIONS, erf, gelu, gelu_tanh, silu
+from llmbuild.op_defs.gated_delta_rule import head_block
+from llmbuild.op_defs.gated_delta_rule import spec as delta_rule_spec
 from llmbuild.op_defs.rotary_embedding import rotate_half
 from llmbuild.op_defs.softmax import softmax
 
@@ -488,6 +490,27 @@ def fattention(attrs: dict[str, Any], *args: np.ndarray) -> np.ndarray:
         ks, vs = np.ascontiguousarray(k[:, :, h : h + tile]), np.ascontiguousarray(v[:, :, h : h + tile])
         parts.append(_attention(sub, qs, ks, vs, mask))
     return np.concatenate(parts, axis=-1)
+
+
+@kernel("GatedDeltaRule")
+def gated_delta_rule(attrs: dict[str, Any], q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray,
+                     beta: np.ndarray, state: np.ndarray | None = None) -> np.ndarray:
+    """The spec, or with `tile_vh` (set by the layer-group pass) the spec on each block of that many value
+    heads with their key heads and state, every block made contiguous as the device loads it: the
+    device's commands (one per block) and this whole-op call compute the same arrays, so the same bits."""
+    tile, heads = attrs.get("tile_vh", 0), v.shape[2]
+    if not tile or tile >= heads:
+        return delta_rule_spec(attrs, q, k, v, g, beta, *(() if state is None else (state,)))
+    parts = []
+    for h in range(0, heads, tile):
+        c = min(tile, heads - h)
+        k0, kc = head_block(heads, q.shape[2], h, c)
+        args = [np.ascontiguousarray(x[:, :, k0 : k0 + kc]) for x in (q, k)]
+        args += [np.ascontiguousarray(x[:, :, h : h + c]) for x in (v, g, beta)]
+        if state is not None:
+            args.append(np.ascontiguousarray(state[:, h : h + c]))
+        parts.append(delta_rule_spec(attrs, *args))
+    return np.concatenate(parts, axis=2)
 
 
 def attention_query_rows(attrs: dict[str, Any], heads: int, queries: int, keys: int) -> int:

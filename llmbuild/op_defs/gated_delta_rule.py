@@ -108,6 +108,20 @@ def spec(attrs: dict[str, Any], q: np.ndarray, k: np.ndarray, v: np.ndarray, g: 
     return np.concatenate([s.transpose(1, 0, 2), out.transpose(1, 0, 2)])[None]
 
 
+def head_block(value_heads: int, key_heads: int, start: int, count: int) -> tuple[int, int]:
+    """(first key head, key heads) that value heads [start, start + count) read. A block is a whole number
+    of key heads' groups or lies inside one group (`block_sizes`)."""
+    group = value_heads // key_heads
+    return start // group, max(1, count // group)
+
+
+def block_sizes(value_heads: int, key_heads: int) -> list[int]:
+    """Value heads per block that cut the heads evenly and keep every block on whole key heads or inside
+    one key head's group (so its queries and keys are one contiguous slice), largest first."""
+    group = value_heads // key_heads
+    return [m for m in range(value_heads, 0, -1) if value_heads % m == 0 and (m % group == 0 or group % m == 0)]
+
+
 GATED_DELTA_RULE = OpDef(
     "GatedDeltaRule", 22, "Linear attention by the gated delta rule from a carried state: the final state "
     "[Hv, dk, dv] as dk rows of [Hv, dv], then each token's output [n, Hv, dv]; chunk_size 1 goes token by "

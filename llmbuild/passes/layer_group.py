@@ -15,8 +15,8 @@ ungrouped ops and writes the plans as the module attribute `tpu.group_plans` (`l
 
 Types keep the global shape and address of each value; `ginfo.lmem` is where the value (or each of its
 ping-pong copies) sits in local memory. The compute op's `tile_m` / `tile_n` / `tile_kvh` / `tile_q` /
-`tile_k` attributes say how the op is cut; they are also set on the ungrouped module, because they fix the
-order of the floating-point sums (numerics/kernels.py), which both executors must share.
+`tile_k` / `tile_vh` attributes say how the op is cut; they are also set on the ungrouped module, because
+they fix the order of the floating-point sums (numerics/kernels.py), which both executors must share.
 
 Flash attention (an attention with `tile_k`) in a group:
 
@@ -32,6 +32,11 @@ into the two slots of the attention operand they feed; a Concat with `mode = "bl
 block into those slots (its inputs' blocks land side by side, so it copies only rows computed in the
 group); `state` is the online softmax's running max, sum and accumulator (f32), kept from one key block
 to the next. The group's `key_block` attribute repeats the attention's `tile_k`.
+
+A gated delta rule in blocks of value heads (`tile_vh`), or a Slice or Permute of its result too large to
+hold, is a group of its own with the block's heads as its `head_block` attribute: each operand is loaded
+with `mode = "head"` (`axis`: where its heads are; a delta rule's queries and keys by the key heads the
+block reads) into its two slots, and the result is stored per block with `mode = "head"` and its axis.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from llmbuild.passes.layer_group_plan import (
     GroupPlan,
     attention_scratch,
     flash_state_bytes,
+    head_axes,
     plan_groups,
     streamed_operands,
 )
@@ -120,6 +126,8 @@ def tile_attrs(plan: GroupPlan, op: Operation) -> dict[str, int]:
             out["tile_n"] = tn
     if op in plan.tile_kvh:
         out["tile_kvh"] = plan.tile_kvh[op]
+    if op in plan.tile_vh and op.name == "tpu.GatedDeltaRule":  # a Slice or Permute only moves values
+        out["tile_vh"] = plan.tile_vh[op]
     if op in plan.tile_k:
         out["tile_k"] = plan.tile_k[op]
         if plan.tile_rows:
@@ -183,6 +191,10 @@ def _build_group(plan: GroupPlan, renamed: dict[SSAValue, SSAValue]) -> tpu.Grou
         info = {"mode": StringAttr(mode), "lmem": i64_array(plan.lmem[("load", v)])}
         if mode == "tile":
             info["axis"] = i64_attr(1)
+        elif mode == "head":  # per block of heads (a delta rule's queries and keys: the key heads read)
+            src = renamed.get(v, v)
+            axes, _ = head_axes(plan.ops[0])  # type: ignore[misc]
+            info["axis"] = i64_attr(axes[next(i for i, x in enumerate(plan.ops[0].operands) if x is src)])
         elif mode == "block":  # keys (tokens) of K/V rows, or of the mask's columns
             info["axis"] = i64_attr(3 if blocks[v] == 3 else 1)
             if blocks[v] == 3 and plan.tile_rows:
@@ -191,7 +203,7 @@ def _build_group(plan: GroupPlan, renamed: dict[SSAValue, SSAValue]) -> tpu.Grou
         body.add_op(load)
         mapping[renamed.get(v, v)] = load.results[0]  # the ops now read the earlier group's result
     stored: list[SSAValue] = []
-    store_mode = "tile" if plan.tile_rows else "whole"
+    store_mode = "tile" if plan.tile_rows else "head" if plan.tile_vh else "whole"
     for op in plan.ops:
         local = dict(mapping)
         if op in plan.tile_n:
@@ -209,8 +221,9 @@ def _build_group(plan: GroupPlan, renamed: dict[SSAValue, SSAValue]) -> tpu.Grou
         body.add_op(new)
         mapping[op.results[0]] = new.results[0]
         if op.results[0] in plan.stores:
+            where = {"axis": i64_attr(head_axes(op)[1])} if plan.tile_vh else {}  # type: ignore[index]
             store = tpu.StoreOp(operands=[new.results[0]], result_types=[op.results[0].type],
-                                attributes={"ginfo": _ginfo(mode=StringAttr(store_mode))})
+                                attributes={"ginfo": _ginfo(mode=StringAttr(store_mode), **where)})
             body.add_op(store)
             stored.append(store.results[0])
     body.add_op(tpu.YieldOp(operands=[stored]))
@@ -220,6 +233,8 @@ def _build_group(plan: GroupPlan, renamed: dict[SSAValue, SSAValue]) -> tpu.Grou
     }
     if plan.tile_k:
         attrs["key_block"] = i64_attr(max(plan.tile_k.values()))
+    if plan.tile_vh:
+        attrs["head_block"] = i64_attr(max(plan.tile_vh.values()))
     return tpu.GroupOp(result_types=[[v.type for v in plan.stores]], regions=[Region(body)], attributes=attrs)
 
 

@@ -15,6 +15,12 @@ Two policies, because the two kinds of stage are bound by different engines:
   double-buffered so the next tile's load and this tile's store overlap compute. Ops that need every row
   of a value produced in the group (attention's keys and values, a concat along tokens) start a group
   without row tiles. A weight too large to be held streams as in decode.
+A gated delta rule (linear attention) that does not fit whole takes a group of its own, computed in blocks
+of value heads (`head_layout`: heads are independent, each with its own state): every operand is loaded
+per block (its heads, and the key heads they read) into two slots, and each block's result is stored
+while the next computes. The Slices and the Permute that take its result apart (the state's rows, the
+tokens' outputs), and the causal convolution and its window's Concat before it (channel by channel), are
+cut the same way when they do not fit whole.
 Attention that does not fit is computed in blocks of KV heads (`tile_kvh`); when one KV head does not fit
 either, as flash attention (`flash_layout`): blocks of query rows (the group's row tiles, `tile_q`) and
 blocks of keys (`tile_k`) with an online softmax. Its K/V blocks and mask tiles are loaded per key block
@@ -35,6 +41,7 @@ from llmbuild import LlmbuildError
 from llmbuild.dialects.plain import tensor_info
 from llmbuild.numerics.formats import itemsize
 from llmbuild.op_defs import OPS, OpDef
+from llmbuild.op_defs.gated_delta_rule import block_sizes, head_block
 
 ROW_BLOCK = 8  # row tiles are multiples of this many tokens
 # Row tiles hold at most this many tokens. The chip gains little from larger ones (a group's weights are
@@ -114,6 +121,7 @@ class GroupPlan:
     fused: list[Operation] = field(default_factory=list)  # concats computed per key block of the attention
     # values loaded per key block -> the attention operand whose slots they fill (1 keys, 2 values, 3 mask)
     blocks: dict[SSAValue, int] = field(default_factory=dict)
+    tile_vh: dict[Operation, int] = field(default_factory=dict)  # an op alone in blocks of heads (head_axes)
 
     @property
     def row_tiles(self) -> int:
@@ -478,7 +486,74 @@ def plan_group(net: NetInfo, index: int, ops: list[Operation]) -> GroupPlan | No
                     plan = layout(net, index, ops, t if t < net.rows else 0, stream, kvh)
                     if plan is not None:
                         return plan
+    if len(ops) == 1 and head_axes(ops[0]) is not None:
+        return head_layout(net, index, ops[0])
     return flash_layout(net, index, ops, streams) if len(atts) == 1 else None
+
+
+def head_axes(op: Operation) -> tuple[tuple[int, ...], int] | None:
+    """(each operand's axis of heads, the result's) of an op the planner may compute alone in blocks of
+    heads (or of channels), or None: the gated delta rule (q, k, v, g, beta on axis 2, the state's heads on
+    axis 1), the data movement that takes its result apart (a Slice of [1, rows, heads, dim] along another
+    axis, the Permute that brings the heads first), and the convolution that feeds it. Each computes a
+    head (a channel) from that head's values alone, so a block gives the bits of the whole."""
+    if op.name == "tpu.GatedDeltaRule":
+        return (2, 2, 2, 2, 2, 1)[: len(op.operands)], 2
+    rank = len(tensor_info(op.operands[0].type).shape)
+    # What feeds it, channel by channel ([1, tokens, channels]): the depthwise causal convolution (its
+    # weight's channels on axis 0) and the concat of the carried window and the new rows.
+    if op.name == "tpu.CausalConv1d":
+        return (2, 0), 2
+    if (op.name == "tpu.Concat" and rank == 3 and _int_attr(op, "axis") == 1
+            and all(len(tensor_info(x.type).shape) == 3 for x in op.operands)):
+        return (2,) * len(op.operands), 2
+    if rank != 4:
+        return None
+    if op.name == "tpu.Slice" and _int_attr(op, "axis") != 2:
+        return (2,), 2
+    if op.name == "tpu.Permute" and tuple(op.attributes["order"].get_values()) == (0, 2, 1, 3):  # type: ignore[attr-defined]
+        return (2,), 1
+    return None
+
+
+def head_layout(net: NetInfo, index: int, op: Operation) -> GroupPlan | None:
+    """`op` alone (head_axes) in blocks of heads, the most heads that fit (operands and result in two slots
+    each, loaded and stored per block), or None if one head does not fit. A delta rule's blocks keep
+    whole key heads or lie inside one key head's group (block_sizes)."""
+    axes = head_axes(op)
+    if axes is None:
+        return None
+    a = net.align
+    result = op.results[0]
+    out = _global_span(result)
+    # Block b's store lands before block b + 1 loads: the result must not share global bytes with an operand.
+    if out is not None and any((src := _global_span(x)) is not None and src[0] < out[1] and out[0] < src[1]
+                               for x in op.operands):
+        return None
+    heads = tensor_info(op.operands[0].type).shape[axes[0][0]]
+    delta = op.name == "tpu.GatedDeltaRule"
+    key_heads = heads
+    if delta:
+        heads = tensor_info(op.operands[2].type).shape[2]
+    sizes = block_sizes(heads, key_heads) if delta else [m for m in range(heads, 0, -1) if heads % m == 0]
+    for m in sizes[1:]:  # whole (m = heads) was tried by the caller
+        lmem: dict[tuple, tuple[int, ...]] = {}
+        top = 0
+        parts = [(("load", x), x, axes[0][i], head_block(heads, key_heads, 0, m)[1] if delta and i < 2 else m)
+                 for i, x in enumerate(op.operands)]
+        for key, v, axis, count in [*parts, (("value", result), result, axes[1], m)]:
+            info = tensor_info(v.type)
+            shape = list(info.shape)
+            shape[axis] = count
+            size = _align(nbytes(shape, info.dtype), a)
+            lmem[key] = (top, top + size)
+            top += 2 * size
+        if top <= net.lmem_bytes:
+            loads = {x: "head" for x in op.operands}
+            plan = GroupPlan(index, [op], net.rows, 0, {}, {}, loads, [result], lmem, 0, top)
+            plan.tile_vh[op] = m
+            return plan
+    return None
 
 
 def flash_layout(net: NetInfo, index: int, ops: list[Operation], streams: Sequence[bool]) -> GroupPlan | None:

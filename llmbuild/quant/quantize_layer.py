@@ -10,6 +10,8 @@ as bytes: what `tpu.A16MatMul` reads). Nothing is quantized twice: the device fo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from llmbuild import LlmbuildError
@@ -17,7 +19,7 @@ from llmbuild.quant.checkpoint import QuantizedCheckpoint
 from llmbuild.quant.linear import QuantizedLinear
 from llmbuild.quant.pack import pack
 from llmbuild.quant.rtn import rtn_quantize
-from llmbuild.quant.scheme import QUANTIZED_PROJECTIONS, QuantScheme
+from llmbuild.quant.scheme import QuantScheme, layer_projections
 
 Weights = dict[str, np.ndarray]
 
@@ -29,19 +31,20 @@ def quantize_projection(weight: np.ndarray, scheme: QuantScheme) -> QuantizedLin
 def quantize_layer(weights: Weights, layer: int, scheme: QuantScheme) -> tuple[Weights, Weights]:
     """Round-to-nearest: float projections in `weights` -> (top, device) weights."""
     top, device = dict(weights), dict(weights)
-    for proj in QUANTIZED_PROJECTIONS:
+    for proj in layer_projections(weights, layer):
         name = f"layers.{layer}.{proj}"
         del device[f"{name}.weight"]
         _add_projection(top, device, name, quantize_projection(top.pop(f"{name}.weight"), scheme), scheme)
     return top, device
 
 
-def import_layer(weights: Weights, layer: int, checkpoint: QuantizedCheckpoint,
-                 scheme: QuantScheme) -> tuple[Weights, Weights]:
+def import_layer(weights: Weights, layer: int, checkpoint: QuantizedCheckpoint, scheme: QuantScheme,
+                 projections: Sequence[str]) -> tuple[Weights, Weights]:
     """A quantized checkpoint's projections (levels, scales and zero points as written) beside the float
-    tensors in `weights` (norms, biases) -> (top, device) weights."""
+    tensors in `weights` (norms, biases) -> (top, device) weights. `projections`: the layer's quantized
+    projections (scheme.layer_projections of its tensor names)."""
     top, device = dict(weights), dict(weights)
-    for proj in QUANTIZED_PROJECTIONS:
+    for proj in projections:
         name = f"layers.{layer}.{proj}"
         ql = checkpoint.linear(f"model.{name}")
         where = f"{checkpoint.directory}: {name}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -10,11 +11,23 @@ from llmbuild import LlmbuildError
 if TYPE_CHECKING:
     from llmbuild.recipe_types import QuantConfig
 
-# Projections that take 4/8-bit weights; embeddings, norms and lm_head keep the activation type.
+# Projections that take 4/8-bit weights; embeddings, norms, lm_head and the linear-attention layer's
+# convolution taps keep the activation type. A layer has those of its kind (a Qwen3.5 linear-attention
+# layer the `linear_attn.*` ones instead of `self_attn.*`): `layer_projections` picks them. Every product
+# of an activation by a weight matrix is one (in_proj_b and in_proj_a too: the block builder's `linear`
+# makes each an A16MatMul), so a layer's weight file has no float matrix left.
 QUANTIZED_PROJECTIONS = (
     "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
     "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
+    "linear_attn.in_proj_qkv", "linear_attn.in_proj_z", "linear_attn.in_proj_b", "linear_attn.in_proj_a",
+    "linear_attn.out_proj",
 )
+
+
+def layer_projections(names: Container[str], layer: int, suffix: str = ".weight") -> tuple[str, ...]:
+    """The QUANTIZED_PROJECTIONS layer `layer` has: those whose `layers.{layer}.{proj}{suffix}` is in
+    `names` (its tensor names), in QUANTIZED_PROJECTIONS' order."""
+    return tuple(p for p in QUANTIZED_PROJECTIONS if f"layers.{layer}.{p}{suffix}" in names)
 
 
 @dataclass(frozen=True)

@@ -211,9 +211,10 @@ class GroupRun:
         index: list[Any] = [slice(None)] * whole.ndim
         if "g_row" in cmd.attrs:
             index[1] = slice(cmd.attrs["g_row"], cmd.attrs["g_row"] + out.shape[1])
-        if "g_out" in cmd.attrs:
-            axis, start, length = cmd.attrs["g_out"]
-            index[axis] = slice(start, start + length)
+        for key in ("g_out", "g_piece"):
+            if key in cmd.attrs:
+                axis, start, length = cmd.attrs[key]
+                index[axis] = slice(start, start + length)
         whole[tuple(index)] = result.reshape(whole[tuple(index)].shape)
 
 
@@ -221,13 +222,22 @@ def run_groups(device: GlobalMemory, prog: Program, lmem: np.ndarray, trace: Tra
                active_rows: int | None = None) -> None:
     """`active_rows`: only the first rows (tokens) are checked; a row-tiled group runs the tiles that hold
     them, and at least two, so both halves of every ping-pong pair are exercised (codegen tags each
-    command with its tile: `g_tile`). The skipped tiles' results are never stored."""
+    command with its tile: `g_tile`). The skipped tiles' rows of each stored value are zero, as the host's
+    kernels leave rows past `active_rows` (an op that mixes every row, such as the gated delta rule's final
+    state over a prefill's padding, then reads finite rows, as it does from a whole run)."""
     pieces: dict[str, np.ndarray] | None = {} if trace is not None else None
     for group in prog.groups:
+        skipped: list[Instr] = []
         if active_rows is not None and group.tile_rows and group.rows > active_rows:
             keep = max(2, -(-active_rows // group.tile_rows))
+            skipped = [c for c in group.cmds if c.op == "Store" and c.attrs.get("g_tile", 0) >= keep]
             group = replace(group, cmds=[c for c in group.cmds if c.attrs.get("g_tile", 0) < keep])
-        GroupRun(device, lmem, prog, group, pieces).run()
+        run = GroupRun(device, lmem, prog, group, pieces)
+        run.run()
+        for store in skipped:
+            dst = prog.tensors[store.result]
+            device.check_writable(dst)
+            device._raw(dst)[run._global_part(store, dst, prog.tensors[store.operands[0]])] = 0
     if trace is not None and pieces is not None:
         for ins in prog.instrs:
             if ins.loc in pieces:

@@ -7,13 +7,15 @@ from pathlib import Path
 
 from llmbuild import LlmbuildError, one_line
 from llmbuild.artifacts.paths import BuildPaths, write_spec
+from llmbuild.families.layout import layer_tensor_names
 from llmbuild.families.registry import family_part, family_part_if_any
+from llmbuild.families.spec import ModelSpec
 from llmbuild.frontend.checkpoint_scan import scan_checkpoint, scan_gguf
 from llmbuild.frontend.gguf_source import GGUFSource
 from llmbuild.frontend.hf import HFSource
 from llmbuild.frontend.sources import open_source, prepare_checkpoint
 from llmbuild.quant.checkpoint import QuantizedCheckpoint
-from llmbuild.quant.scheme import QUANTIZED_PROJECTIONS
+from llmbuild.quant.scheme import layer_projections
 from llmbuild.recipe_types import Recipe
 
 
@@ -45,7 +47,7 @@ def _prepare(recipe: Recipe, paths: BuildPaths) -> None:
     if isinstance(source, HFSource):
         # Before any step reads it: every tensor present with its shape, every float value finite, and
         # a quantized checkpoint's packed tensors consistent with its quantization_config.
-        packed = _imported_projections(recipe, source.spec.num_layers)
+        packed = _imported_projections(recipe, source.spec)
         scan_checkpoint(source, frozenset(f"{name}.weight" for name in packed))
         if packed:
             checkpoint = QuantizedCheckpoint(source.directory)
@@ -86,8 +88,9 @@ def _check_tokenizer(checkpoint: Path) -> None:
                                 f"{str(exc).removeprefix('chat template: ')}") from None
 
 
-def _imported_projections(recipe: Recipe, layers: int) -> tuple[str, ...]:
+def _imported_projections(recipe: Recipe, spec: ModelSpec) -> tuple[str, ...]:
     """The projections a quantized checkpoint stores packed, by canonical name (`layers.0.mlp.up_proj`)."""
     if recipe.quantization.origin != "checkpoint":
         return ()
-    return tuple(f"layers.{i}.{proj}" for i in range(layers) for proj in QUANTIZED_PROJECTIONS)
+    return tuple(f"layers.{i}.{proj}" for i in range(spec.num_layers)
+                 for proj in layer_projections(layer_tensor_names(spec, i), i))
