@@ -313,6 +313,99 @@ def test_a_bmodel_answers_about_an_image_as_transformers_does(build_root, tmp_pa
     assert len(tiles) == 5 and got == want
 
 
+MINICPMV_VIT_SCRIPT = """
+import json, sys
+from pathlib import Path
+from llmbuild.families.minicpmv.verify import vendor_vision_cases
+from llmbuild.runtime.bmodel_cmodel import CmodelRuntime
+from llmbuild.runtime.bmodel_run import quiet_simulator
+from llmbuild.vendor_toolchain import locate
+from llmbuild.verify.similarity import similarity
+
+bmodel, vlm = Path(sys.argv[1]), Path(sys.argv[2])
+cases = vendor_vision_cases(vlm, 7)
+with quiet_simulator(), CmodelRuntime(locate().lib, "bm1684x") as rt:
+    rt.load(bmodel)
+    info = rt.net_info("vit")
+    out = {"inputs": [[t.name, list(t.shapes[0]), t.dtype] for t in info.inputs],
+           "cases": {name: similarity(rt.launch("vit", inputs)[0][None], want)["cosine"]
+                     for name, inputs, want in cases}}
+print("RESULT " + json.dumps(out), flush=True)
+"""
+
+
+def test_minicpmv_vit_net_alone_gives_transformers_image_features_on_the_cmodel(build_root, tmp_path):
+    """The tiny MiniCPM-V's `vit` net compiled alone (SigLIP and the resampler, f32), in the inputs LLM-TPU's
+    MiniCPM-V runtime feeds (llm_convert's names and order): on the BM1684X cmodel, pieces of five patch
+    grids padded to the net's 12 patches give the reference's features (transformers' Idefics2 tower at the
+    piece's own size, the published resampler). A tpuc-opt failure on it is one line naming the net and log."""
+    net_dir = build_root / "minicpmv_tiny_f32" / "bmodel" / "nets" / "vit"
+    snakemake(build_root, f"{net_dir}/vit.bmodel", *BMODEL)
+    done = subprocess.run([sys.executable, "-c", MINICPMV_VIT_SCRIPT, str(net_dir / "vit.bmodel"),
+                           str(build_root / "minicpmv_tiny_f32" / "checkpoint" / "vlm")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (line,) = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]  # the cmodel prints too
+    result = json.loads(line.removeprefix("RESULT "))
+    assert [name for name, _, _ in result["inputs"]] == ["input_states", "pos_ids", "attn_mask", "pos_embed_ids",
+                                                        "resampler_attn_mask"]
+    assert [shape for _, shape, _ in result["inputs"]] == [[12, 588], [12], [1, 1, 12, 12], [12], [1, 1, 4, 12]]
+    assert [dtype for _, _, dtype in result["inputs"]] == ["float32", "int32", "float32", "int32", "float32"]
+    assert len(result["cases"]) == 5 and all(c >= 0.999 for c in result["cases"].values()), result
+    shutil.rmtree(net_dir)
+    failed = llmbuild(build_root, "bmodel-net", "minicpmv_tiny_f32", "--net", "vit",
+                      env={"LLMBUILD_TPU_MLIR": str(fake_toolchain(tmp_path, "exit 3\n"))})
+    assert failed.returncode == 2, failed.stderr
+    # The error is the last line (before it, torch's own warnings as the job exports the tower), no traceback.
+    line = failed.stderr.strip().splitlines()[-1]
+    assert line.startswith("llmbuild: error: net vit: tpuc-opt failed (exit 3)") and "tpuc.log" in line
+    assert "Traceback" not in failed.stderr and Path(line.rsplit("see ", 1)[1]).is_file()
+    assert not (net_dir / "vit.bmodel").exists()
+
+
+def test_a_minicpmv_bmodel_answers_about_a_sliced_image_as_transformers_does(build_root, tmp_path):
+    """The tiny MiniCPM-V in f32 builds its whole bmodel (Qwen2's nets and the vit net, one job each), checked
+    and verified: every piece grid's features against the reference, 16 greedy ids. `llmbuild run --bmodel
+    --image` slices the image as the `.llmb`'s runtime does (an overview and 2x2 slices), runs each piece
+    through the bmodel's vit net on the BM1684X cmodel and puts its rows over the `<unk>` embeddings: the
+    reference's greedy ids (transformers' tower and Qwen2ForCausalLM, the published resampler). A piece wider
+    than the vit net's position table is one line naming the image, before the simulator starts."""
+    image_module = pytest.importorskip("PIL.Image")
+    import numpy as np
+
+    from llmbuild.families.minicpmv.reference import reference_generate
+    from llmbuild.runtime.bmodel_inspect import model_info
+    from llmbuild.runtime.compiled_model import CompiledModel
+
+    snakemake(build_root, "minicpmv_tiny_f32", *BMODEL)
+    build = build_root / "minicpmv_tiny_f32"
+    assert json.loads((build / "verify.json").read_text())["passed"]
+    checks = json.loads((build / "bmodel.json").read_text())
+    vit = checks["nets"]["vit"]
+    assert vit["image_features"]["cosine"] >= 0.999 and len(vit["cases"]) == 5 and vit["tokens"] == 4, vit
+    assert checks["end_to_end"]["tokens_equal"]
+    assert "output: image_tokens, [4, 256]" in model_info(build / "minicpmv_tiny_f32.bmodel")
+    image = tmp_path / "a.png"
+    image_module.fromarray(np.random.default_rng(3).integers(0, 256, (90, 70, 3), dtype=np.uint8), "RGB").save(image)
+    text = [1, 5, 9, 42]
+    run = llmbuild(build_root, "run", "minicpmv_tiny_f32", "--bmodel", "--image", str(image), "--prompt-ids",
+                   ",".join(map(str, text)), "--max-new-tokens", "6", "--ignore-eos", "--json")
+    assert run.returncode == 0, run.stderr
+    vision = CompiledModel(build / "minicpmv_tiny_f32.llmb").vision
+    sliced = vision.prepare(image)
+    prompt = vision.image_ids(sliced, 0) + text
+    want, _ = reference_generate(build / "checkpoint" / "vlm", prompt, list(sliced.pieces),
+                                 int(vision.meta["image_token_id"]), 6)
+    assert len(sliced.pieces) == 5 and json.loads(run.stdout)["ids"] == want
+    wide = tmp_path / "wide.png"
+    image_module.fromarray(np.zeros((20, 100, 3), np.uint8), "RGB").save(wide)
+    refused = llmbuild(build_root, "run", "minicpmv_tiny_f32", "--bmodel", "--image", str(wide), "--prompt-ids",
+                       "1,2", "--max-new-tokens", "1")
+    assert refused.returncode == 2
+    (line,) = refused.stderr.strip().splitlines()
+    assert f"{wide}: a piece of 6x1 patches: the bmodel's vit net takes pieces of at most 4 patches" in line
+
+
 @pytest.mark.skipif(not os.environ.get("LLMBUILD_LLM_TPU"), reason="no LLM-TPU checkout (LLMBUILD_LLM_TPU=DIR)")
 def test_llm_tpus_own_chat_cpp_runs_the_bmodel_as_llmbuild_does(build_root, tmp_path):
     """LLM-TPU's own runtime (its Qwen3 demo's chat.cpp, built here against the cmodel libraries) on the tiny

@@ -25,7 +25,8 @@ from llmbuild.families.registry import (
     vision_family_for_hf_model_type,
 )
 
-ROLES = ("family", "inputs", "runtime", "model", "checkpoint", "synthetic", "reference", "stream", "verify", "cost")
+ROLES = ("family", "inputs", "runtime", "model", "checkpoint", "synthetic", "reference", "stream", "verify", "cost",
+         "vendor")
 # The roles InternVL's folder has (its checkpoint is checked by the shared scan, its inputs are the pixels),
 # and `config`, its config.json layouts, which its description builds on.
 INTERNVL_ROLES = ("family", "config", "runtime", "model", "synthetic", "stream", "verify", "cost")
@@ -125,13 +126,14 @@ def test_no_module_outside_the_folder_names_internvl_in_its_code() -> None:
     assert _naming("internvl") == INTERNVL_ALLOWED_OUTSIDE
 
 
-def test_a_minicpmv_recipe_asking_for_the_bmodel_is_refused_by_its_family_s_reason(tmp_path: Path) -> None:
+def test_a_minicpmv_recipe_builds_the_bmodel_by_default_and_may_leave_it_out(tmp_path: Path) -> None:
     from llmbuild.recipe import load_recipe
+    from llmbuild.recipe_types import builds_bmodel
 
     recipes = ROOT / "recipes"
     (tmp_path / "_tiny_common.yaml").write_text((recipes / "_tiny_common.yaml").read_text())
     text = (recipes / "minicpmv_tiny_f32.yaml").read_text()
-    (tmp_path / "asks.yaml").write_text(text + "bmodel:\n  build: true\n")
-    with pytest.raises(LlmbuildError, match=r"bmodel.build: expected false for a MiniCPM-V recipe \(its slice-wise "
-                                            r"vit net has no export to the vendor's dialect yet\), got true"):
-        load_recipe(tmp_path / "asks.yaml")
+    (tmp_path / "default.yaml").write_text(text)
+    (tmp_path / "without.yaml").write_text(text + "bmodel:\n  build: false\n")
+    assert builds_bmodel(load_recipe(tmp_path / "default.yaml"))
+    assert not builds_bmodel(load_recipe(tmp_path / "without.yaml"))

@@ -187,6 +187,69 @@ def test_sincos_table_equals_the_published_formula_in_float64() -> None:
             assert np.allclose(table[r, c], want, atol=1e-6)
 
 
+def test_the_bmodel_vit_inputs_are_the_llmb_s_piece_in_the_vendor_s_layout() -> None:
+    """The bmodel's vit net takes each piece as LLM-TPU's MiniCPM-V pipeline feeds it: its patches one row each
+    (pipeline.py: `pixel_value.reshape(3, 14, -1, 14).transpose(2, 0, 1, 3)` of the processor's layout, which
+    slice_inputs writes) and row * side + column into the side x side sin-cos table, whose rows are the
+    .llmb's sin-cos rows bit for bit; the tower's ids and both masks are the .llmb's. A piece wider than the
+    table is one line naming the image."""
+    from llmbuild import LlmbuildError
+    from llmbuild.families.minicpmv.inputs import VENDOR_INPUTS, slice_inputs, vendor_inputs
+    from llmbuild.numerics.sincos import sincos_2d
+
+    p, capacity, side, queries, dim = 14, 12, 4, 4, 32
+    table = sincos_2d(dim, side, side).reshape(side * side, dim)
+    rng = np.random.default_rng(9)
+    for h, w in ((1, 1), (3, 3), (2, 4), (4, 2), (3, 4)):
+        piece = rng.standard_normal((3, h * p, w * p)).astype(np.float32)
+        llmb = slice_inputs(piece, p, capacity, side, queries, dim)
+        vendor = dict(zip(VENDOR_INPUTS, vendor_inputs(piece, p, capacity, side, queries), strict=True))
+        rows = llmb["pixel_values"][0].reshape(3, p, -1, p).transpose(2, 0, 1, 3).reshape(-1, 3 * p * p)
+        assert vendor["input_states"].dtype == np.float32 and np.array_equal(vendor["input_states"], rows)
+        assert vendor["pos_ids"].dtype == np.int32 and np.array_equal(vendor["pos_ids"], llmb["position_ids"][0])
+        assert np.array_equal(vendor["attn_mask"], llmb["attention_mask"])
+        assert np.array_equal(vendor["resampler_attn_mask"], llmb["resampler_mask"])
+        ids = vendor["pos_embed_ids"]
+        assert ids.dtype == np.int32 and np.array_equal(table[ids[: h * w]], llmb["pos_embed"][0, : h * w])
+    with pytest.raises(LlmbuildError, match=r"^wide.png: a piece of 5x1 patches: the bmodel's vit net takes pieces "
+                                            r"of at most 4 patches a side") as err:
+        vendor_inputs(np.zeros((3, p, 5 * p), np.float32), p, capacity, side, queries, "wide.png")
+    assert "\n" not in str(err.value)
+
+
+def test_the_vit_net_exports_to_the_vendor_s_top_dialect_with_its_runtime_s_inputs(built: Path, tmp_path: Path) -> None:
+    """The vit TopOp net (the vision step's import) written as the vendor's module: llm_convert's MiniCPM-V
+    inputs in its order and types, the pixels' reshape-permute-reshape replaced by the patch-row input, the
+    sin-cos table a weight gathered by pos_embed_ids, attention spelled out with both masks; a TopOp net
+    with other inputs is one line naming the net. (tests/test_bmodel_build.py compiles and runs it.)"""
+    from xdsl.dialects.builtin import StringAttr
+
+    from llmbuild import LlmbuildError
+    from llmbuild.families.minicpmv.model import export_onnx
+    from llmbuild.families.minicpmv.vendor import POS_TABLE, export_vit
+    from llmbuild.frontend.onnx_model import load_onnx
+    from llmbuild.importer.onnx_net import import_onnx_net
+    from llmbuild.numerics.sincos import sincos_2d
+
+    vlm = built / RECIPE / "checkpoint" / "vlm"
+    net = import_onnx_net(load_onnx(export_onnx(vlm, tmp_path / "vit.onnx")), "vit")
+    vendor = export_vit(net.module, net.weights, "vit_top_weights.npz", vlm)
+    assert [(name, tuple(shape), element) for name, shape, element in vendor.args] == [
+        ("input_states", (12, 588), "f32"), ("pos_ids", (12,), "si32"), ("attn_mask", (1, 1, 12, 12), "f32"),
+        ("pos_embed_ids", (12,), "si32"), ("resampler_attn_mask", (1, 1, 4, 12), "f32")]
+    text = vendor.text()
+    assert "-> tensor<4x256xf32>" in text and 'loc("image_tokens")' in text
+    assert "order = [0, 2, 4, 1, 3, 5]" not in text and "top.FAttention" not in text
+    assert text.count('"top.Softmax"') == 3 and text.count("loc(\"attn_mask\")") == 1
+    assert np.array_equal(vendor.weights[POS_TABLE], sincos_2d(256, 4, 4).reshape(16, 256))
+    (keys,) = [op for op in net.module.walk() if op.name == "top.Input" and op.attributes["loc"].data == "pos_embed"]
+    keys.attributes["loc"] = StringAttr("sincos")  # a net whose inputs are not the static net's
+    with pytest.raises(LlmbuildError, match=r"^net vit: inputs \[.*'sincos'.*\]: expected MiniCPM-V's static vit "
+                                            r"net's") as err:
+        export_vit(net.module, net.weights, "vit_top_weights.npz", vlm)
+    assert "\n" not in str(err.value)
+
+
 def test_legacy_and_dynamo_exports_import_to_the_same_outputs(built: Path, tmp_path: Path) -> None:
     from llmbuild.dialects.interpret import interpret
     from llmbuild.families.minicpmv.family import vit_geometry

@@ -32,10 +32,10 @@ def export_vit(module: ModuleOp, weights: Mapping[str, np.ndarray], weight_file:
     """`module`: the vit TopOp net; `weights`: its float32 weights by name. The vendor module's `weights` are
     the npz contents (keys: the TopOp weight names)."""
     fn = next(op for op in module.ops if isinstance(op, FuncOp))
-    return _VitExporter("vit", weights, weight_file).run(fn)
+    return VitExporter("vit", weights, weight_file).run(fn)
 
 
-class _VitExporter(NetExporter):
+class VitExporter(NetExporter):
     # only_merge false, as the incumbent's towers write it: the class token is a weight, which an in-place
     # concatenation (the decoder's K/V history) cannot place beside an activation.
     concat_attrs = {**ir.CONCAT, "only_merge": "false"}
@@ -88,6 +88,15 @@ class _VitExporter(NetExporter):
         if name != PIXELS_INPUT:
             raise self.fail(f"input {name!r}: the vit net takes {PIXELS_INPUT} only")
         return self.out.input(name, common.shape_of(op.results[0]))
+
+    def op_Gather(self, op: top.GatherOp) -> ir.Value:
+        """Rows of a weight table by indices the net computes or takes as input (a tower's position ids)."""
+        table, indices = op.operands
+        if not isinstance(table.owner, top.WeightOp) or isinstance(indices.owner, top.WeightOp):
+            raise self.fail(f"{self.loc(op)}: expected a gather of a weight table's rows by activation indices")
+        axis = op.attributes["axis"].value.data  # type: ignore[attr-defined]
+        return self.out.op("top.Gather", [self.operand(table), self.operand(indices)], common.shape_of(op.results[0]),
+                           self.loc(op), {**ir.GATHER, "axis": ir.si32(axis)})
 
     def op_MatMul(self, op: top.MatMulOp) -> ir.Value:
         if not op.attributes["right_transpose"].value.data:  # type: ignore[attr-defined]
@@ -156,10 +165,10 @@ class _VitExporter(NetExporter):
         self.out.output(flat)
 
 
-__all__ = ["PIXELS_INPUT", "export_vit"]
+__all__ = ["PIXELS_INPUT", "VitExporter", "export_vit"]
 
 
 def exported_top_ops() -> frozenset[str]:
     """The top ops ("top.X") that the net and vision exporters translate to the vendor's top dialect."""
-    return frozenset(f"top.{name[3:]}" for exporter in (NetExporter, _VitExporter) for name in dir(exporter)
+    return frozenset(f"top.{name[3:]}" for exporter in (NetExporter, VitExporter) for name in dir(exporter)
                      if name.startswith("op_"))

@@ -4,7 +4,7 @@ whose modules are imported on first use. Shared phase packages find a family her
 `general.architecture`), never by importing its folder.
 
 A family folder holds modules at different layers, named by role (`family`, `checkpoint`, `synthetic`,
-`runtime`, `model`, `reference`, `stream`, `verify`, `cost`: pyproject.toml's contracts place each); a phase
+`runtime`, `model`, `reference`, `stream`, `verify`, `cost`, `vendor`: pyproject.toml's contracts place each); a phase
 package reaches one through `family_part`, imported on first use, so that it never imports the folder itself.
 A text family's `family` module exports `FAMILY` (a `Family`: `get_family`); a vision-language family's
 describes its tower, projector and images with module-level names and hooks, and its language model is a

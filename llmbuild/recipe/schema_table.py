@@ -395,8 +395,9 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("bmodel", "The vendor's deployable `.bmodel`, built beside the `.llmb` by TPU-MLIR's own "
               "lowering and code generation (docs/bmodel.md)."),
     FieldSpec("bmodel.build",
-              "Build it. Absent: for a text or InternVL model where TPU-MLIR supports `target.chip` (bm1684x, "
-              "bm1688).", note="true needs a chip TPU-MLIR supports and a text or InternVL model"),
+              "Build it (a vision-language model's with its `vit` net). Absent: where TPU-MLIR supports "
+              "`target.chip` (bm1684x, bm1688) and the model's family has a vendor form.",
+              note="true needs a chip TPU-MLIR supports and a family with a vendor form"),
     FieldSpec("bmodel.history",
               "Add `block_kv_i` (prefill on top of a kept KV cache) in the form LLM-TPU's runtime drives for a "
               "multi-turn conversation (`llm_convert --use_history_kv`): prefill nets with dynamic lengths and "

@@ -1,8 +1,9 @@
 """`llmbuild run TARGET --bmodel`: a recipe's `.bmodel` generating on the vendor's cmodel (TPU-MLIR's
 simulator of the chip the bmodel was built for), for a user without a board. Greedy, as LLM-TPU's demos run
 it (`lm_head` returns the top-1 token); the tokenizer and chat template are the `.llmb`'s beside it. An
-image (`--image`, an InternVL bmodel) is read and tiled as the `.llmb`'s runtime does, each tile run through
-the bmodel's `vit` net on the cmodel, and its rows put where its tokens are in the prompt."""
+image (`--image`, a vision-language bmodel) is read and tiled or sliced as the `.llmb`'s runtime does, each
+tile or piece run through the bmodel's `vit` net on the cmodel, and its rows put where its tokens are in the
+prompt."""
 
 from __future__ import annotations
 
@@ -55,6 +56,7 @@ def run_bmodel(args: argparse.Namespace) -> None:
     tokenizer, eos = _tokenizer(model)
     vision = _vision(path, model) if args.image else None
     images = [vision.prepare(image) for image in args.image] if vision is not None else []
+    feeds = [vit_feeds(vision, prepared, str(image)) for prepared, image in zip(images, args.image or [], strict=True)]
     if args.prompt_ids is not None:
         from llmbuild.runtime.cli_runtime import _parse_ids
 
@@ -72,8 +74,8 @@ def run_bmodel(args: argparse.Namespace) -> None:
         runtime.load(path)
         lm = BmodelLM(runtime)
         started = time.perf_counter()
-        for tiles in images:
-            lm.add_image(vit_rows(runtime, tiles), int(vision.meta["image_token_id"]))
+        for feed in feeds:
+            lm.add_image(vit_rows(runtime, feed), int(vision.meta["image_token_id"]))
         ids = lm.generate(prompt, args.max_new_tokens, eos_ids=() if args.ignore_eos else eos)
         seconds = time.perf_counter() - started
         stats = lm.stats
@@ -106,10 +108,18 @@ def quiet_simulator() -> Iterator[None]:
         os.close(devnull)
 
 
-def vit_rows(runtime, tiles: np.ndarray) -> np.ndarray:
-    """[tiles * tokens, hidden] float32: the bmodel's `vit` net (compiled for one tile, as LLM-TPU's InternVL
-    demos run it) on each tile [3, size, size] of one image, rows in tile order."""
-    rows = [runtime.launch(VIT_NET, [tile[None]])[0] for tile in np.asarray(tiles, np.float32)]
+def vit_feeds(vision, prepared, where: str) -> list[list[np.ndarray]]:
+    """The bmodel's `vit` net's inputs for each of its runs on one prepared image, by its family's runtime
+    part (`vendor_feeds`: InternVL's tiles one at a time, MiniCPM-V's pieces as LLM-TPU's runtime feeds them),
+    made before the simulator starts: a piece the net cannot take is one line naming the image (`where`)."""
+    from llmbuild.families.registry import family_part
+
+    return family_part(vision.family, "runtime").vendor_feeds(vision.meta, prepared, where)
+
+
+def vit_rows(runtime, feeds: list[list[np.ndarray]]) -> np.ndarray:
+    """[runs * tokens, hidden] float32: the bmodel's `vit` net on each run's inputs, rows in run order."""
+    rows = [runtime.launch(VIT_NET, inputs)[0] for inputs in feeds]
     return np.concatenate([r.reshape(-1, r.shape[-1]) for r in rows])
 
 
@@ -132,7 +142,7 @@ def _tokenizer(model):
 
 def _vision(path: Path, model):
     """The .llmb's image preparation for a bmodel with a `vit` net (its family's runtime part: InternVL's
-    tiles of the tower's size)."""
+    tiles of the tower's size, MiniCPM-V's slices)."""
     from llmbuild.families.registry import family_part
 
     if model is None or not isinstance(model.meta.get("vision"), dict):
@@ -145,4 +155,4 @@ def _vision(path: Path, model):
     return model.vision
 
 
-__all__ = ["quiet_simulator", "resolve_bmodel", "run_bmodel", "vit_rows"]
+__all__ = ["quiet_simulator", "resolve_bmodel", "run_bmodel", "vit_feeds", "vit_rows"]

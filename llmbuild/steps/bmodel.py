@@ -1,9 +1,9 @@
 """The vendor's `.bmodel`, built from the same TopOp nets and the same weights as the `.llmb`:
 
 - `llmbuild bmodel-net RECIPE --net NET`: one net (`block_i`, `block_kv_i`, `block_cache_i`, `embedding`,
-  `embedding_cache`, `lm_head`; `vit` for an InternVL recipe) imported as TopOp exactly as the layer, head
-  and vision steps import it, exported to the vendor's top dialect with its weights (bmodel/top_export.py,
-  bmodel/vit_export.py), compiled by TPU-MLIR's `tpuc-opt`
+  `embedding_cache`, `lm_head`; `vit` for a vision-language recipe) imported as TopOp exactly as the layer,
+  head and vision steps import it, exported to the vendor's top dialect with its weights (bmodel/top_export.py,
+  bmodel/vit_export.py, a vision family's `vendor` part), compiled by TPU-MLIR's `tpuc-opt`
   (bmodel/vendor_compile.py) into `bmodel/nets/NET/NET.bmodel`; the vendor's intermediate files (float32
   npz, tpu modules) are deleted once the bmodel is written.
 - `llmbuild bmodel-combine RECIPE --layer I | --head | --model`: what `model_tool --combine` makes, written as
@@ -37,6 +37,7 @@ from llmbuild.bmodel.combine import combine_stream
 from llmbuild.bmodel.flat_schema import load_schema
 from llmbuild.bmodel.top_export import DynamicPrefill, FinalNorm, export_net
 from llmbuild.bmodel.vendor_compile import NetOptions, compile_net
+from llmbuild.bmodel.vendor_ir import VendorModule
 from llmbuild.bmodel.vit_export import export_vit
 from llmbuild.chips import load_chip
 from llmbuild.families.spec import ModelSpec
@@ -150,6 +151,19 @@ def vit_source(recipe: Recipe, paths: BuildPaths) -> NetSource:
     return NetSource(net.module, net.weights, None)
 
 
+def vit_module(recipe: Recipe, paths: BuildPaths, source: NetSource, weight_file: str) -> VendorModule:
+    """The vit net in the vendor's dialect: by the vision family's own `vendor` part where it has one (the
+    inputs its LLM-TPU runtime feeds: MiniCPM-V's), else as the tower's graph gives it (InternVL: a tile's
+    pixels)."""
+    from llmbuild.families.registry import family_part_if_any
+
+    assert recipe.vision is not None
+    own = family_part_if_any(recipe.vision.family, "vendor")
+    if own is not None:
+        return own.export_vit(source.module, source.weights, weight_file, vlm_dir(recipe, paths))
+    return export_vit(source.module, source.weights, weight_file)
+
+
 def build_net(recipe: Recipe, net: str) -> None:
     chain = locate()  # first: a missing toolchain is one line before any weight is read
     paths = BuildPaths.of(recipe)
@@ -163,7 +177,7 @@ def build_net(recipe: Recipe, net: str) -> None:
     if net.startswith("block_kv_") and not recipe.bmodel.history:
         raise LlmbuildError(f"net {net}: the recipe's bmodel has no history nets (bmodel.history is false)")
     if net == VIT_NET:
-        vendor = export_vit(source.module, source.weights, weight_file)
+        vendor = vit_module(recipe, paths, source, weight_file)
     else:
         # Only the block nets have a history form: the head's nets do not read `bmodel.history`.
         dynamic = dynamic_prefill(recipe) if _BLOCK.match(net) else None

@@ -1,7 +1,8 @@
 """The inputs the vision step checks the vit net on, with the independent reference's output for each: the
 family folder's `verify.vision_cases` (InternVL: one pseudo-random tile through transformers' own
 `get_image_features`; MiniCPM-V: pieces of several patch grids, fed padded as the runtime feeds them, against
-its reference at each piece's own size).
+its reference at each piece's own size), and its `vendor_vision_cases`, the same for the bmodel's vit net in
+the inputs the vendor's runtime feeds it.
 """
 
 from __future__ import annotations
@@ -19,3 +20,12 @@ Case = tuple[str, dict[str, np.ndarray], np.ndarray]  # (name, the net's inputs,
 def check_cases(family: str, vlm: Path, shapes: dict[str, tuple[int, ...]]) -> list[Case]:
     """`shapes`: the compiled net's inputs by name."""
     return family_part(family, "verify").vision_cases(vlm, CHECK_SEED, shapes)
+
+
+VendorCase = tuple[str, list[np.ndarray], np.ndarray]  # (name, the bmodel vit net's inputs in order, reference)
+
+
+def vendor_cases(family: str, vlm: Path, shapes: dict[str, tuple[int, ...]], one: bool = False) -> list[VendorCase]:
+    """The cases of the bmodel's vit net (`shapes`: its inputs by name). `one`: a single case (a real-size
+    tower on the cmodel)."""
+    return family_part(family, "verify").vendor_vision_cases(vlm, CHECK_SEED, shapes, one)

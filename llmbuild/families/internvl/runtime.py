@@ -9,7 +9,8 @@ image as `<img>`, that many `<IMG_CONTEXT>` ids per tile, `</img>` (`tile_ids`);
 rows into the embeddings of those ids before the prefill runs.
 
 The runtime's VisionNet (runtime/vision.py) finds this module through the family registry and calls its
-hooks `prepare`, `pixels`, `run_rows` and `image_ids` with itself as `net`. Nothing of the compiler here.
+hooks `prepare`, `pixels`, `run_rows` and `image_ids` with itself as `net`; `llmbuild run --bmodel`
+(runtime/bmodel_run.py) asks `vendor_feeds` for the bmodel's vit net's inputs. Nothing of the compiler here.
 """
 
 from __future__ import annotations
@@ -63,6 +64,12 @@ def features(net: Any, tiles: np.ndarray) -> np.ndarray:
             inputs[MASK_INPUT] = np.zeros(shapes[MASK_INPUT], np.float32)
         rows.append(net.run_net(inputs))
     return np.concatenate(rows)
+
+
+def vendor_feeds(meta: dict[str, Any], tiles: np.ndarray, where: str) -> list[list[np.ndarray]]:
+    """The bmodel's vit net's inputs for each tile [3, size, size] (`llmbuild run --bmodel`): the tile alone,
+    [1, 3, size, size]; the net is compiled for one tile, as LLM-TPU's InternVL demos run it."""
+    return [[tile[None]] for tile in np.asarray(tiles, np.float32)]
 
 
 def tile_ids(net: Any, tiles: int = 1) -> list[int]:

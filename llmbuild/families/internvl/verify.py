@@ -1,5 +1,5 @@
-"""InternVL's checks: the vision step's case (`vision_cases`) and the end-to-end image run of a binary, its
-greedy ids against transformers' (`image_e2e`).
+"""InternVL's checks: the vision step's case (`vision_cases`, and `vendor_vision_cases`, the same tile for the
+bmodel's vit net) and the end-to-end image run of a binary, its greedy ids against transformers' (`image_e2e`).
 
 The vision step feeds the vit net one pseudo-random tile and compares its features with transformers' own
 `get_image_features` on the same weights (stream.py's module, its encoder layers made one at a time). The
@@ -44,6 +44,12 @@ def vision_cases(vlm: Path, seed: int, net_shapes: dict[str, tuple[int, ...]]
     with torch.no_grad():
         want = module(torch.from_numpy(pixels)).numpy()
     return [("tile", vision_inputs(net_shapes, pixels), want)]
+
+
+def vendor_vision_cases(vlm: Path, seed: int, net_shapes: dict[str, tuple[int, ...]], one: bool = False
+                        ) -> list[tuple[str, list[np.ndarray], np.ndarray]]:
+    """The vision step's tile for the bmodel's vit net, whose one input is the pixels (`one`: it is one)."""
+    return [(name, [inputs["pixel_values"]], want) for name, inputs, want in vision_cases(vlm, seed, net_shapes)]
 
 
 def image_e2e(recipe: Recipe, paths: BuildPaths, model: Any, text_ids: list[int], eos: tuple[int, ...]) -> dict:

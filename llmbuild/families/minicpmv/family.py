@@ -10,7 +10,8 @@ image (the binary's meta.vision). numpy only: shared phase packages reach it thr
 - `synthetic.py`: the tiny checkpoint's vision part;
 - `reference.py`: the whole model in torch, the reference of every check; `stream.py`: the same streamed;
 - `verify.py`: the vision step's cases and the image end-to-end check;
-- `cost.py`: the vit net's cost for `llmbuild estimate`.
+- `cost.py`: the vit net's cost for `llmbuild estimate`;
+- `vendor.py`: the vit net in TPU-MLIR's top dialect, the `.bmodel`'s (the inputs LLM-TPU's runtime feeds).
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from llmbuild.families.minicpmv.inputs import MEAN, STD, max_patches
 
 # config.json model_type values of this family (its vision.family is "minicpmv").
 HF_MODEL_TYPES = ("minicpmv",)
-# Why the vendor's .bmodel cannot be built (recipe/cross_rules.py refuses bmodel.build with it).
-NO_VENDOR_EXPORT = "a MiniCPM-V recipe (its slice-wise vit net has no export to the vendor's dialect yet)"
+
+# None: the vendor's .bmodel is built (its `vit` net: vendor.py, with the inputs LLM-TPU's runtime feeds).
+NO_VENDOR_EXPORT = None
 
 # The checkpoint's prefixes of the tower's, the resampler's and the language model's tensors.
 VPM, RESAMPLER, LLM = "vpm.", "resampler.", "llm."

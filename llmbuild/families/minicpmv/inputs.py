@@ -3,7 +3,9 @@
 One static graph serves pieces of any grid up to `max_patches`: what MiniCPM-V computes from a piece's (h, w)
 patch grid (the tower's position ids, its padding mask, the resampler's key mask and sin-cos table) is
 computed here on the host and fed in. The runtime fills them per piece (runtime.py) and the
-export traces the graph with them (model.py), so both use this one definition.
+export traces the graph with them (model.py), so both use this one definition. The vendor's `.bmodel` takes
+the same piece in the form LLM-TPU's runtime feeds it (`vendor_inputs`: patch rows, and ids into a sin-cos
+table the net holds instead of the table's rows).
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from llmbuild.numerics.sincos import sincos_2d
 
 MEAN = STD = (0.5, 0.5, 0.5)  # MiniCPM-V's normalization of every piece
 MASKED = -1.0e9  # an additive mask's value for a padding key: exp() of it is 0 in f32 and bf16
+# The inputs of the bmodel's vit net, in order: the names and order of `llm_convert`'s MiniCPM-V vit net
+# (TPU-MLIR's MiniCPMV4Converter), which LLM-TPU's MiniCPM-V runtime fills by position.
+VENDOR_INPUTS = ("input_states", "pos_ids", "attn_mask", "pos_embed_ids", "resampler_attn_mask")
 
 
 def ensure_divide(length: float, patch: int) -> int:
@@ -79,9 +84,42 @@ def slice_inputs(piece: np.ndarray, patch: int, capacity: int, side: int, querie
     pixels[0, :, :, : n * patch] = patches
     ids = np.zeros((1, capacity), np.int64)
     ids[0, :n] = position_ids(grid_h, grid_w, side)
-    keys = np.where(np.arange(capacity) < n, 0.0, MASKED).astype(np.float32)
     pos = np.zeros((1, capacity, embed_dim), np.float32)
     pos[0, :n] = sincos_2d(embed_dim, grid_h, grid_w).reshape(n, embed_dim)
-    return {"pixel_values": pixels, "position_ids": ids,
-            "attention_mask": np.broadcast_to(keys, (1, 1, capacity, capacity)).copy(),
-            "resampler_mask": np.broadcast_to(keys, (1, 1, queries, capacity)).copy(), "pos_embed": pos}
+    tower_mask, resampler_mask = key_masks(n, capacity, queries)
+    return {"pixel_values": pixels, "position_ids": ids, "attention_mask": tower_mask,
+            "resampler_mask": resampler_mask, "pos_embed": pos}
+
+
+def key_masks(n: int, capacity: int, queries: int) -> tuple[np.ndarray, np.ndarray]:
+    """The tower's [1, 1, capacity, capacity] and the resampler's [1, 1, queries, capacity] additive masks of
+    a piece of `n` patches: the padding keys masked."""
+    keys = np.where(np.arange(capacity) < n, 0.0, MASKED).astype(np.float32)
+    return (np.broadcast_to(keys, (1, 1, capacity, capacity)).copy(),
+            np.broadcast_to(keys, (1, 1, queries, capacity)).copy())
+
+
+def vendor_inputs(piece: np.ndarray, patch: int, capacity: int, side: int, queries: int,
+                  where: str = "image") -> list[np.ndarray]:
+    """The bmodel's vit net's inputs for one piece [3, h*patch, w*patch], in its order (`VENDOR_INPUTS`), as
+    LLM-TPU's MiniCPM-V runtime fills them: the patches one row each ([capacity, 3*patch*patch], channel, row,
+    column within a patch), the tower's position ids, its mask, each patch's row * side + column in the
+    resampler's side x side sin-cos table, and the resampler's mask; padded to `capacity` patches."""
+    _, height, width = piece.shape
+    grid_h, grid_w = height // patch, width // patch
+    n = grid_h * grid_w
+    if n > capacity:
+        raise LlmbuildError(f"{where}: a slice of {grid_w}x{grid_h} patches is more than the vit net's "
+                            f"{capacity} (an aspect ratio this extreme is not supported)")
+    if grid_h > side or grid_w > side:
+        raise LlmbuildError(f"{where}: a piece of {grid_w}x{grid_h} patches: the bmodel's vit net takes pieces of "
+                            f"at most {side} patches a side (the resampler's {side}x{side} position table, as "
+                            "the vendor's runtime addresses it); the .llmb takes it")
+    rows = np.zeros((capacity, 3 * patch * patch), np.float32)
+    rows[:n] = piece.reshape(3, grid_h, patch, grid_w, patch).transpose(1, 3, 0, 2, 4).reshape(n, -1)
+    ids = np.zeros(capacity, np.int32)
+    ids[:n] = position_ids(grid_h, grid_w, side)
+    table_rows = np.zeros(capacity, np.int32)
+    table_rows[:n] = (np.arange(grid_h)[:, None] * side + np.arange(grid_w)[None, :]).reshape(-1)
+    tower_mask, resampler_mask = key_masks(n, capacity, queries)
+    return [rows, ids, tower_mask, table_rows, resampler_mask]

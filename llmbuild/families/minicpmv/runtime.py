@@ -11,7 +11,8 @@ padded to its `max_patches`: the host fills what MiniCPM-V computes from the pie
 then one `<slice>` + query_num `<unk>` + `</slice>` per slice, the grid's rows separated by a new line.
 
 The runtime's VisionNet (runtime/vision.py) finds this module through the family registry and calls its
-hooks `prepare`, `pixels`, `run_rows` and `image_ids` with itself as `net`. Nothing of the compiler here.
+hooks `prepare`, `pixels`, `run_rows` and `image_ids` with itself as `net`; `llmbuild run --bmodel`
+(runtime/bmodel_run.py) asks `vendor_feeds` for the bmodel's vit net's inputs. Nothing of the compiler here.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from llmbuild import LlmbuildError
-from llmbuild.families.minicpmv.inputs import MEAN, STD, best_resize, ensure_divide, slice_inputs
+from llmbuild.families.minicpmv.inputs import MEAN, STD, best_resize, ensure_divide, slice_inputs, vendor_inputs
 from llmbuild.runtime.image_file import open_rgb
 
 
@@ -147,3 +148,12 @@ def image_ids(net: Any, image: Any, index: int) -> list[int]:
     if not isinstance(image, SlicedImage):
         raise LlmbuildError("a MiniCPM-V image's ids depend on its slices: pass the prepared image")
     return placeholder_ids(net.meta, image.grid, index, net.encode)
+
+
+def vendor_feeds(meta: dict[str, Any], prepared: SlicedImage, where: str) -> list[list[np.ndarray]]:
+    """The bmodel's vit net's inputs for each piece, the overview's and each slice's, in the net's order (as
+    LLM-TPU's MiniCPM-V runtime feeds them: inputs.vendor_inputs); each run gives the piece's
+    [query_num, hidden] rows. `where` names the image in an error (a piece the net's table cannot address)."""
+    return [vendor_inputs(piece, int(meta["patch_size"]), int(meta["max_patches"]), int(meta["position_side"]),
+                          int(meta["tokens_per_image"]), where)
+            for piece in prepared.pieces]

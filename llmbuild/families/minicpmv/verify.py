@@ -61,8 +61,37 @@ def vision_cases(vlm: Path, seed: int, net_shapes: dict[str, tuple[int, ...]] | 
     for pieces of `vision_grids`, pseudo-random from `seed`, fed padded with the host-computed inputs, against
     the reference at the piece's own size (transformers' tower computes its positions itself, no padding).
     The inputs' shapes come from config.json as the export's did (`net_shapes`, the compiled net's, agree)."""
-    from llmbuild.families.minicpmv.family import vit_geometry
     from llmbuild.families.minicpmv.inputs import slice_inputs
+
+    def inputs(piece: np.ndarray, geo: dict[str, int]) -> dict[str, np.ndarray]:
+        return slice_inputs(piece, geo["patch"], geo["max_patches"], geo["side"], geo["queries"], geo["embed_dim"])
+
+    return _cases(vlm, seed, inputs)
+
+
+def vendor_vision_cases(vlm: Path, seed: int, net_shapes: dict[str, tuple[int, ...]] | None = None,
+                        one: bool = False) -> list[tuple[str, list[np.ndarray], np.ndarray]]:
+    """The same pieces for the bmodel's vit net: its inputs in its order, as LLM-TPU's runtime feeds them
+    (inputs.vendor_inputs), for the grids its position table addresses (no side above the table's). `one`:
+    the slice's own square grid alone (one patch where the table is smaller): a real-size tower on the cmodel
+    takes minutes a piece, whatever its grid (the net is padded to its capacity)."""
+    from llmbuild.families.minicpmv.inputs import vendor_inputs
+
+    def inputs(piece: np.ndarray, geo: dict[str, int]) -> list[np.ndarray]:
+        return vendor_inputs(piece, geo["patch"], geo["max_patches"], geo["side"], geo["queries"])
+
+    def keep(grid: tuple[int, int], geo: dict[str, int]) -> bool:
+        square = geo["scale"] // geo["patch"]
+        alone = (square, square) if square <= geo["side"] else (1, 1)
+        return max(grid) <= geo["side"] and (not one or grid == alone)
+
+    return _cases(vlm, seed, inputs, keep)
+
+
+def _cases(vlm: Path, seed: int, make_inputs: Any, keep: Any = None) -> list:
+    """(name, make_inputs(piece, geometry), the reference's features) for each grid of `vision_grids` that
+    `keep(grid, geometry)` keeps (every one without it)."""
+    from llmbuild.families.minicpmv.family import vit_geometry
     from llmbuild.families.minicpmv.model import load_vision, reference_features
 
     tower, resampler, cfg = load_vision(vlm)
@@ -71,7 +100,8 @@ def vision_cases(vlm: Path, seed: int, net_shapes: dict[str, tuple[int, ...]] | 
     rng = np.random.default_rng(seed)
     cases = []
     for h, w in vision_grids(geo["max_patches"], geo["scale"] // p):
-        piece = rng.standard_normal((3, h * p, w * p)).astype(np.float32)
-        inputs = slice_inputs(piece, p, geo["max_patches"], geo["side"], geo["queries"], geo["embed_dim"])
-        cases.append((f"{w}x{h} patches", inputs, reference_features(tower, resampler, piece)[None]))
+        piece = rng.standard_normal((3, h * p, w * p)).astype(np.float32)  # drawn for every grid: the same pieces
+        if keep is None or keep((h, w), geo):
+            want = reference_features(tower, resampler, piece)[None]
+            cases.append((f"{w}x{h} patches", make_inputs(piece, geo), want))
     return cases
