@@ -280,6 +280,7 @@ def test_internvl_vit_net_computes_transformers_image_features_on_the_cmodel(bui
     assert 'approx_mode = "normal"' in module and "only_merge = false" in module and "top.FAttention" not in module
 
 
+@pytest.mark.longer("test_internvl_vit_net_computes_transformers_image_features_on_the_cmodel")
 def test_a_bmodel_answers_about_an_image_as_transformers_does(build_root, tmp_path):
     """`llmbuild run --bmodel --image` on the tiny InternVL in f32: the image read and tiled as the `.llmb`'s
     runtime does, each tile through the bmodel's `vit` net and its rows in place of the image's tokens, on the
@@ -363,6 +364,7 @@ def test_minicpmv_vit_net_alone_gives_transformers_image_features_on_the_cmodel(
     assert not (net_dir / "vit.bmodel").exists()
 
 
+@pytest.mark.longer("test_minicpmv_vit_net_alone_gives_transformers_image_features_on_the_cmodel")
 def test_a_minicpmv_bmodel_answers_about_a_sliced_image_as_transformers_does(build_root, tmp_path):
     """The tiny MiniCPM-V in f32 builds its whole bmodel (Qwen2's nets and the vit net, one job each), checked
     and verified: every piece grid's features against the reference, 16 greedy ids. `llmbuild run --bmodel
@@ -423,6 +425,7 @@ def test_llm_tpus_own_chat_cpp_runs_the_bmodel_as_llmbuild_does(build_root, tmp_
     assert result["equal"] and len(result["llm_tpu_chat"]) == 2 and not result["history_nets"]
 
 
+@pytest.mark.longer("test_gptqmodel_act_order_checkpoint_compiled_auto_picks_what_gptqmodel_dequantized_picks")
 def test_gptq_act_order_bmodel_matches_the_reference(build_root):
     """GPTQ with act order (gptqmodel in the build), 4-bit tied lm_head: the levels and the permutation go to
     the vendor as they are (the incumbent ignores g_idx)."""
@@ -433,6 +436,7 @@ def test_gptq_act_order_bmodel_matches_the_reference(build_root):
     assert json.loads((build_root / "qwen2_tiny_w4" / "verify.json").read_text())["passed"]
 
 
+@pytest.mark.longer("tests/test_bmodel_cmodel.py[llmbuild:bm1688:static]")
 def test_f32_on_the_bm1688_gives_transformers_greedy_ids(tmp_path):
     recipes = recipes_with(tmp_path, llama_tiny_bm1688="base: llama_tiny_f32\ntarget:\n  chip: bm1688\n")
     build = tmp_path / "build"

@@ -92,6 +92,7 @@ def _finished_jobs() -> dict[str, str]:
     return {line.split("|")[0]: line.split("|")[2] for line in out.splitlines() if line.strip()}
 
 
+@pytest.mark.longer("test_a_zoo_on_slurm_builds_its_recipes_side_by_side")
 def test_a_tiny_recipe_builds_on_slurm_as_it_builds_locally(cluster, tmp_path: Path, build_root: Path) -> None:
     slurm_build = tmp_path / "slurm-build"
     # Job names are <prefix>_<run uuid>: the prefix finds this run's jobs among any others of the cluster.
