@@ -21,8 +21,8 @@ from llmbuild.families.registry import (
     vision_family_for_hf_model_type,
 )
 from llmbuild.families.spec import ModelSpec
-from llmbuild.frontend.json_file import read_json
 from llmbuild.frontend.safetensors_header import read_header
+from llmbuild.json_file import read_json
 from llmbuild.numerics.formats import bf16_bits_to_f32
 from llmbuild.numerics.stored import RowReader
 

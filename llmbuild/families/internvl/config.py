@@ -13,11 +13,11 @@ tensors. json only: the description's layer (no frontend, no torch).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from llmbuild import LlmbuildError
+from llmbuild.json_file import read_json
 
 CHAT_MODEL_TYPE = "internvl_chat"
 IMAGE_CONTEXT = "<IMG_CONTEXT>"
@@ -34,19 +34,6 @@ _LLM_DROPPED = ("_name_or_path", "_attn_implementation_autoset", "auto_map", "us
                 "attn_implementation")
 # Fields config.json sets at the top level for the whole model (InternVLConfig keeps them there too).
 _TOP_LEVEL = ("torch_dtype", "dtype")
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    """A JSON object from `path`, or one line naming the file."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise LlmbuildError(f"{path}: file not found") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise LlmbuildError(f"{path}: cannot read JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise LlmbuildError(f"{path}: expected a JSON object")
-    return data
 
 
 def is_internvl_chat(cfg: dict[str, Any]) -> bool:
@@ -115,13 +102,13 @@ def tokenizer_image_token_id(directory: Path) -> int | None:
     """The id of <IMG_CONTEXT> in the directory's tokenizer.json (or added_tokens.json), if it has one."""
     tokenizer = Path(directory) / "tokenizer.json"
     if tokenizer.is_file():
-        added = _read_json(tokenizer).get("added_tokens", [])
+        added = read_json(tokenizer).get("added_tokens", [])
         ids = [t.get("id") for t in added if isinstance(t, dict) and t.get("content") == IMAGE_CONTEXT]
         if ids and isinstance(ids[0], int):
             return ids[0]
     added_file = Path(directory) / "added_tokens.json"
     if added_file.is_file():
-        value = _read_json(added_file).get(IMAGE_CONTEXT)
+        value = read_json(added_file).get(IMAGE_CONTEXT)
         return value if isinstance(value, int) else None
     return None
 
@@ -129,7 +116,7 @@ def tokenizer_image_token_id(directory: Path) -> int | None:
 def read_native_config(directory: Path) -> dict[str, Any]:
     """The directory's config.json in the native layout's fields, whichever layout it is saved in."""
     path = Path(directory) / "config.json"
-    cfg = _read_json(path)
+    cfg = read_json(path)
     if not is_internvl_chat(cfg):
         return cfg
     return native_config(cfg, str(path), tokenizer_image_token_id(Path(directory)))
@@ -150,5 +137,5 @@ def recipe_vision_config(source: Any, vision: Any) -> dict[str, Any] | None:
             config = read_native_config(folder).get("vision_config")
         elif source.config_file:
             path = Path(source.config_file)
-            config = native_config(_read_json(path), str(path)).get("vision_config")
+            config = native_config(read_json(path), str(path)).get("vision_config")
     return config if isinstance(config, dict) else None

@@ -38,7 +38,7 @@ from typing import Any
 
 from llmbuild import LlmbuildError
 from llmbuild.families.internvl.config import is_internvl_chat, read_native_config
-from llmbuild.frontend.json_file import read_json
+from llmbuild.json_file import read_json
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
