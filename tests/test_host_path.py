@@ -98,9 +98,9 @@ def test_weights_left_in_their_storage_format_give_the_same_bits(runtime_build: 
         assert stored and all(isinstance(w.raw, np.ndarray) for w in stored)
 
 
-def test_a_short_prompt_computes_only_its_row_tiles(runtime_build: Path) -> None:
-    """A 3-token prefill on the host computes the first row tile only, with the bits the static net gives
-    those rows on the simulated device."""
+def test_a_short_prompt_computes_only_its_rows(runtime_build: Path) -> None:
+    """A 3-token prefill on the host computes its 3 rows only (products and attention told so), with the
+    bits the static net gives those rows on the simulated device."""
     faithful = CompiledModel(_binary(runtime_build, "qwen2_tiny_f32"), faithful=True)
     host = CompiledModel(_binary(runtime_build, "qwen2_tiny_f32"), faithful=False)
     prompt = [1, 5, 9]

@@ -39,9 +39,9 @@ def test_matmul_right_transpose_is_linear(bias):
 
 @pytest.mark.parametrize("tiles", [{}, {"tile_m": 16}, {"tile_n": 96}, {"tile_m": 48, "tile_n": 160}])
 def test_products_have_the_same_bits_on_any_thread_count(tiles, monkeypatch):
-    """A prefill-sized product (M > ROW_TILE): BLAS alone gives other bits on other thread counts; the
-    kernel's fixed tiles, each on one BLAS thread, give one answer on 1, 2 or 3 tile threads, and that
-    answer is the float64 product to within float32 rounding."""
+    """A prefill-sized product: BLAS alone gives other bits on other thread counts; the defined arithmetic
+    (numerics/matrix_product.py) gives one answer on 1, 2 or 3 threads whatever the tiles, and that answer
+    is the float64 product to within float32 rounding."""
     from llmbuild.numerics.parallel import one_thread
 
     x = randn(1, 100, 576).astype(np.float32)

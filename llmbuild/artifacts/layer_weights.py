@@ -22,7 +22,7 @@ from llmbuild.binary.memory_map import MemoryPlan
 from llmbuild.families.layout import layer_tensor_names
 from llmbuild.families.spec import ModelSpec, TensorSource
 from llmbuild.frontend.sources import open_source
-from llmbuild.numerics.kernels import unpack_nibbles
+from llmbuild.numerics.dequantize import unpack_nibbles
 from llmbuild.quant.checkpoint import QuantizedCheckpoint
 from llmbuild.quant.quantize_layer import import_layer, quantize_layer
 from llmbuild.quant.scheme import QUANTIZED_PROJECTIONS, QuantScheme, layer_projections, recipe_scheme

@@ -31,7 +31,7 @@ from llmbuild import LlmbuildError
 from llmbuild.bmodel import vendor_ir as ir
 from llmbuild.dialects import common, top
 from llmbuild.importer.nets import ROPE_COS, ROPE_SIN
-from llmbuild.numerics.kernels import dequantize_uncached
+from llmbuild.numerics.dequantize import dequantize_uncached
 from llmbuild.numerics.stored import encoded, materialize
 from llmbuild.quant.pack import device_zero_points, pack_levels
 

@@ -1,7 +1,7 @@
 """The 4-bit dequantizer of A16MatMul compiled to one loop (numba), with the bits of numpy's passes.
 
 A 7B w4 binary on the host dequantizes, for every token, each projection its cache does not hold: some
-5G weights. `kernels._dequantize_block` does it in eight numpy passes (unpack the nibbles, widen, subtract
+5G weights. `dequantize._dequantize_block` does it in eight numpy passes (unpack the nibbles, widen, subtract
 the zero point, multiply by the scale, then five integer passes that round to bf16), each reading and
 writing the whole block. Compiled, the same arithmetic is one pass over the packed bytes and one over the
 result while it is in the cache (its figures when introduced: the history of docs/performance.md).

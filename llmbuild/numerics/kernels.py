@@ -12,24 +12,16 @@ to the stored element type is the caller's business (see llmbuild.numerics.forma
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
-from llmbuild.numerics import buffer_pool, compiled_dequant, lazy_zeros, vector_product
-from llmbuild.numerics.formats import CACHE_BLOCK, compute_dtype, round_bf16_inplace, round_to
-from llmbuild.numerics.parallel import tile_map, workers
-from llmbuild.numerics.stored import (
-    RowReader,
-    StoredTensor,
-    Weight,
-    is_lazy,
-    materialize,
-    row_slice,
-    take_rows,
-)
+from llmbuild.numerics import lazy_zeros
+from llmbuild.numerics.dequantize import DequantizedRows, dequantize, dequantize_values
+from llmbuild.numerics.parallel import tile_map
+from llmbuild.numerics.stored import RowReader, Weight, is_lazy, take_rows
+from llmbuild.numerics.weight_product import tiled_product
 from llmbuild.op_defs import OPS, Kernel, OpDef, spec_kernels
 from llmbuild.op_defs.active import ACTIVATIONS, erf, gelu, gelu_tanh, silu
 from llmbuild.op_defs.gated_delta_rule import head_block
@@ -67,9 +59,6 @@ def gather(attrs: dict[str, Any], table: Weight, indices: np.ndarray) -> np.ndar
     return np.take(table, idx, axis=attrs["axis"])
 
 
-# Rows per tile of a product the layer-group pass did not tile by rows: a fixed size, so that the tiles,
-# and with them the bits, do not depend on how many threads run them (numerics/parallel.py).
-ROW_TILE = 32
 # What an executor given the count of real tokens may compute (each definition's `real_rows`, with its top
 # forms' names): the row tiles holding real tokens (ROW_SKIPPING) or the real rows alone (ROW_LOCAL), zeros
 # after them. Shared by the interpreter and the host path.
@@ -84,203 +73,6 @@ def on_real_rows(compute: Callable[..., np.ndarray], xs: Sequence[np.ndarray], c
     out = lazy_zeros.zeros(shape, part.dtype)
     out[:, :n] = part
     return out
-LAZY_WHOLE_BYTES = 64 << 20  # build/resources.py: TABLE_BLOCK
-PARALLEL_MIN_MACS = 1 << 24  # below this a column of tiles runs on the calling thread (same bits either way)
-
-
-def tiled_product(attrs: dict[str, Any], x: np.ndarray, w_nk: Weight) -> np.ndarray:
-    """`x @ w_nk^T`, computed tile by tile.
-
-    `tile_m` (rows of x) and `tile_n` (rows of the [N, K] weight) are the op's tiles in local memory when
-    the layer-group pass tiled it; otherwise tiles of ROW_TILE rows and the whole N. The chip accumulates
-    each output over the whole K in one order whatever the tiling; BLAS does not (its blocking depends on
-    M, N and its thread count), so both executors compute exactly these tiles, each one single-threaded
-    product: the device's tile-by-tile run and the host's whole-op run then agree bit for bit, on any
-    number of threads.
-
-    `w_nk` may be a RowReader (a weight still in its storage format): each N tile is decoded when it is
-    used, so a product never holds more than one decoded tile. `active_rows` (set by an executor for one
-    run, never in the IR): only the row tiles holding rows < active_rows are computed, the rest of the
-    result is zero; the computed tiles are the same tiles, so their bits are those of the whole product.
-
-    A one-row product in float32 (a decode step; a one-row tile) is not BLAS's: it has the arithmetic of
-    numerics/vector_product.py, in which every output is one sum over the whole K, so N tiles change no bit.
-    """
-    lead, k = x.shape[:-1], x.shape[-1]
-    x2 = x.reshape(-1, k)
-    m, n = x2.shape[0], w_nk.shape[0]
-    tm, tn = attrs.get("tile_m", 0) or ROW_TILE, attrs.get("tile_n", 0) or n
-    active = attrs.get("active_rows") or m
-    if m == 1 and x2.dtype == np.float32 and not attrs.get("untiled") and _vector_weight(w_nk):
-        # A one-row product (a decode step, the lm_head): the arithmetic of vector_product.py, each output
-        # one sum over the whole K, so the N tiles need not be cut (SmolLM2's lm_head is 12 of them).
-        return _vector_product(x2, w_nk).reshape(*lead, n)
-    if attrs.get("untiled"):  # the float TopOp reference: no tiles to match, one product over the real rows
-        if isinstance(w_nk, RowReader) and 4 * n * k > LAZY_WHOLE_BYTES:
-            tn = max(1, LAZY_WHOLE_BYTES // (4 * k))  # a 7B vocabulary table, read in blocks of rows
-        out = lazy_zeros.zeros((m, n), np.result_type(x2.dtype, np.float32))
-        for c in range(0, n, tn):
-            out[:active, c : c + tn] = x2[:active] @ row_slice(w_nk, c, c + tn).T
-        return out.reshape(*lead, n)
-    if m <= tm and n <= tn:
-        return x @ _whole(w_nk).T
-    rows = min(m, -(-active // tm) * tm)
-    dtype = np.result_type(x2.dtype, np.float32)
-    out = np.empty((m, n), dtype=dtype) if rows == m else lazy_zeros.zeros((m, n), dtype)
-    row_tiles = list(range(0, rows, tm))
-    starts = list(range(0, n, tn))
-    if tn >= n:  # a whole-N weight keeps its transposed view (no copy)
-        _tile_column(x2, _whole(w_nk).T, out, 0, tm, k, row_tiles)
-        return out.reshape(*lead, n)
-    # An N slice is made contiguous, as the device holds it in local memory. A weight in its storage format
-    # is decoded (dequantized) a few slices at a time on the tile threads: decoding costs more than the
-    # product it feeds, and a slice's values do not depend on which thread decodes it.
-    batch = workers() if isinstance(w_nk, RowReader) else 1
-    for b in range(0, len(starts), batch):
-        group = starts[b : b + batch]
-        slices = tile_map(lambda c: np.ascontiguousarray(row_slice(w_nk, c, c + tn)), group)
-        for c, w in zip(group, slices, strict=True):
-            _tile_column(x2, w.T, out, c, tm, k, row_tiles)
-    return out.reshape(*lead, n)
-
-
-# A weight decoded whole for one product goes into this thread's scratch buffer, reused by the next product:
-# a prefill on the host decodes every stored weight (5 GB of float32 for a 1.5B w4 model), and faulting in
-# and zeroing fresh pages for each cost more than the decoding. Larger weights (a vocabulary table) are
-# decoded into memory of their own, as before, so the buffer stays small beside the model.
-_SCRATCH_LIMIT = 512 << 20
-_scratch = threading.local()
-
-
-def _whole(w: Weight) -> np.ndarray:
-    """`w` whole, as the product reads it: a RowReader decoded (into the scratch buffer when it is float32 and
-    small enough; the result is valid until this thread's next product)."""
-    if not isinstance(w, RowReader) or not _decodes_to_f32(w) or 4 * w.shape[0] * w.shape[1] > _SCRATCH_LIMIT:
-        return materialize(w)
-    n, k = w.shape
-    buffer = getattr(_scratch, "buffer", None)
-    if buffer is None or buffer.size < n * k:
-        buffer = _scratch.buffer = np.empty(n * k, dtype=np.float32)
-    out = buffer[: n * k].reshape(n, k)
-    for lo, hi in _row_blocks(n, k):
-        w.rows_into(lo, hi, out[lo:hi])
-    return out
-
-
-def _decodes_to_f32(w: RowReader) -> bool:
-    if isinstance(w, StoredTensor):
-        return w.dtype in ("bf16", "f16", "f32") and len(w.shape) == 2
-    return isinstance(w, DequantizedRows) and w.dtype == np.float32
-
-
-def _vector_weight(w: Weight) -> bool:
-    """Whether a one-row product over `w` takes vector_product's arithmetic: a float32 or float16 matrix
-    (the types its kernel reads as they are), or a reader that decodes to float32."""
-    if isinstance(w, np.ndarray):
-        return w.ndim == 2 and w.dtype in (np.float32, np.float16)
-    return isinstance(w, RowReader) and _decodes_to_f32(w)
-
-
-def _vector_product(x: np.ndarray, w_nk: Weight) -> np.ndarray:
-    """`x @ w_nk^T` for one float32 row of x (a decode step) in vector_product's arithmetic, whatever holds
-    the weight: a decoded array; 16-bit weights as stored (the kernel widens them as it reads, half the
-    bytes of float32); a file image's rows read a chunk at a time; a quantized weight dequantized a
-    cache-sized block of rows at a time into one reused buffer (decoding a 1.5B model's weights into fresh
-    float32 tiles for every token was 40% of the build's end-to-end check: the pages of each new tile
-    must be faulted in and zeroed, and the tile leaves the cache before the product reads it). Each
-    output is one sum over the whole K, so no way of cutting the rows changes a bit."""
-    n, k = w_nk.shape
-    out = np.empty((1, n), dtype=np.float32)
-    row = x.reshape(-1)
-    if isinstance(w_nk, np.ndarray):
-        vector_product.product(row, w_nk, out[0])
-    elif isinstance(w_nk, StoredTensor) and isinstance(w_nk.raw, np.ndarray):
-        vector_product.product(row, w_nk.raw, out[0])  # bf16 bits, f16 or f32, widened in the kernel
-    elif isinstance(w_nk, StoredTensor):  # a file read on demand (weight_image.FileArray): chunks of rows
-        step = max(1, LEVEL_CHUNK_BYTES // (k * w_nk.raw.dtype.itemsize))
-        for lo in range(0, n, step):
-            vector_product.product(row, np.asarray(w_nk.raw[lo : lo + step]), out[0, lo : lo + step])
-    elif isinstance(w_nk, DequantizedRows) and w_nk.compiled:
-        _compiled_vector_product(row, w_nk, max(1, COMPILED_BLOCK // k), out)
-    else:
-        step = max(1, CACHE_BLOCK // k)
-        buffer = _decode_buffer(min(step, n) * k).reshape(-1, k)
-        for lo in range(0, n, step):
-            hi = min(n, lo + step)
-            w_nk.rows_into(lo, hi, buffer[: hi - lo])
-            vector_product.product(row, buffer[: hi - lo], out[0, lo:hi])
-    return out
-
-
-# Floats a compiled decode step dequantizes and multiplies at once (4 MiB a thread, in the L3 cache): the
-# per-block calls from Python, not the cache, bound the speed (0.34 -> 0.20 ns a weight on two threads
-# from 1 to 4 MiB, a 7B projection, when measured; the history of docs/performance.md).
-COMPILED_BLOCK = 1 << 20
-# Packed levels a compiled decode step reads from the weight image at once (one read of each part, then
-# the cache-sized blocks): fewer, larger reads, as the dequantizer no longer hides their cost.
-LEVEL_CHUNK_BYTES = 4 << 20
-
-
-def _compiled_vector_product(x: np.ndarray, w_nk: DequantizedRows, step: int, out: np.ndarray) -> None:
-    """`_vector_product` of a 4-bit weight the compiled kernel dequantizes: each thread takes a contiguous
-    span of rows, reads its levels, scales and zeros a chunk at a time, and dequantizes and multiplies
-    `step` rows of it at once in its own buffer (each output is one thread's, whole: the spans and blocks
-    change no bit; tests/test_compiled_dequant.py, on 1 to 3 threads)."""
-    n, k = w_nk.shape
-    group = w_nk.attrs["q_group_size"]
-    chunk = max(step, LEVEL_CHUNK_BYTES // max(1, k // 2) // step * step)
-
-    def span(bounds: tuple[int, int]) -> None:
-        buffer = _decode_buffer(min(step, bounds[1] - bounds[0]) * k).reshape(-1, k)
-        for c0 in range(bounds[0], bounds[1], chunk):
-            c1 = min(bounds[1], c0 + chunk)
-            levels, scale, zero = w_nk.parts(c0, c1)
-            zero = np.asarray(zero, dtype=np.float32)
-            for lo in range(c0, c1, step):
-                hi = min(c1, lo + step)
-                rows = slice(lo - c0, hi - c0)
-                compiled_dequant.dequantize_into(levels[rows], scale[rows], zero[rows], group, buffer[: hi - lo])
-                vector_product.product(x, buffer[: hi - lo], out[0, lo:hi])
-
-    threads = workers()
-    per = -(-n // threads)
-    spans = [(lo, min(n, lo + per)) for lo in range(0, n, per)]
-    if len(spans) == 1:
-        span(spans[0])
-    else:
-        tile_map(span, spans)
-
-
-_decode_buffers = threading.local()
-
-
-def _decode_buffer(size: int) -> np.ndarray:
-    """This thread's reused float32 buffer of at least `size` (fresh pages for every product cost more than
-    decoding into them)."""
-    buffer = getattr(_decode_buffers, "buffer", None)
-    if buffer is None or buffer.size < size:
-        buffer = _decode_buffers.buffer = np.empty(size, dtype=np.float32)
-    return buffer[:size]
-
-
-def _tile_column(x2: np.ndarray, w_kn: np.ndarray, out: np.ndarray, c: int, tm: int, k: int,
-                 row_tiles: list[int]) -> None:
-    """Columns c.. of the result: every row tile times one N slice of the weight ([K, tn], transposed)."""
-    tn = w_kn.shape[1]
-
-    def tile(r: int) -> None:
-        rows = np.ascontiguousarray(x2[r : r + tm])
-        if rows.shape[0] == 1 and rows.dtype == np.float32:
-            # A one-row tile (a vision tower's 1025th token): the device's command for it is a one-row product.
-            vector_product.product(rows[0], w_kn.T, out[r, c : c + tn])
-        else:
-            out[r : r + tm, c : c + tn] = rows @ w_kn
-
-    if len(row_tiles) * tm * tn * k < PARALLEL_MIN_MACS:  # threads cost more than they save
-        for r in row_tiles:
-            tile(r)
-    else:
-        tile_map(tile, row_tiles)
 
 
 @kernel("MatMul")
@@ -291,131 +83,6 @@ def matmul(attrs: dict[str, Any], x: np.ndarray, right: np.ndarray, bias: np.nda
     if attrs.get("do_relu"):
         y = np.maximum(y, 0)
     return y
-
-
-def unpack_nibbles(packed: np.ndarray) -> np.ndarray:
-    """[N, K/2] bytes -> [N, K] 4-bit levels, even k from the low nibble."""
-    b = np.asarray(packed).astype(np.uint8)
-    q = np.empty((b.shape[0], b.shape[1] * 2), dtype=np.uint8)
-    q[:, 0::2] = b & 0xF
-    q[:, 1::2] = b >> 4
-    return q
-
-
-# Runtimes hand the same (cached, read-only) weight arrays to every call: dequantize each weight once.
-# Keyed by the arrays' identities, holding them so the ids stay valid; bounded, oldest out first.
-_DEQUANT_CACHE: dict[tuple, tuple[tuple[np.ndarray, ...], np.ndarray]] = {}
-_DEQUANT_CACHE_SIZE = 512
-
-
-def dequantize(attrs: dict[str, Any], weight: np.ndarray, scale: np.ndarray, zp: np.ndarray) -> np.ndarray:
-    key = (id(weight), id(scale), id(zp), attrs.get("packed"), attrs["q_group_size"], attrs.get("dequant_dtype"))
-    hit = _DEQUANT_CACHE.get(key)
-    if hit is not None and hit[0][0] is weight and hit[0][1] is scale and hit[0][2] is zp:
-        return hit[1]
-    w = _dequantize(attrs, weight, scale, zp)
-    if not (weight.flags.writeable or scale.flags.writeable or zp.flags.writeable):
-        if len(_DEQUANT_CACHE) >= _DEQUANT_CACHE_SIZE:
-            _DEQUANT_CACHE.pop(next(iter(_DEQUANT_CACHE)))
-        _DEQUANT_CACHE[key] = ((weight, scale, zp), w)
-    return w
-
-
-def dequantize_uncached(attrs: dict[str, Any], weight: np.ndarray, scale: np.ndarray, zp: np.ndarray) -> np.ndarray:
-    """`dequantize` for a caller that keeps the result itself (the host path's bounded cache)."""
-    return _dequantize(attrs, weight, scale, zp)
-
-
-def clear_dequantize_cache() -> None:
-    """Forget every cached dequantized weight (a build step done with one layer's weights): nothing may read
-    an array `dequantize` returned after this; their memory goes to the next layer's (buffer_pool.py)."""
-    buffer_pool.give_back(w for _, w in _DEQUANT_CACHE.values())
-    _DEQUANT_CACHE.clear()
-
-
-def _dequantize(attrs: dict[str, Any], weight: np.ndarray, scale: np.ndarray, zp: np.ndarray,
-                into: np.ndarray | None = None, compiled: bool | None = None) -> np.ndarray:
-    """(levels - zero) * scale per group of K, in the scale's type; with `dequant_dtype`, rounded to it as
-    the device's dequantizer does. Into one array, in row blocks that stay in the L2 cache (twice as fast
-    as whole-matrix passes: a 7B projection is 68M values). `into`: a buffer of the result's shape to
-    write it to as well, computed there directly when it has the scale's type and nothing is rounded
-    after the blocks. `compiled`: whether the compiled kernel dequantizes (compiled_dequant.py; the
-    default decides by this weight's size; a caller reading a large weight in slices decides once)."""
-    scale = np.asarray(scale)
-    n, k = weight.shape[0], weight.shape[1] * (2 if attrs.get("packed") else 1)
-    if compiled is None:
-        compiled = compiled_dequant.wanted(n * k, attrs, scale.dtype)
-    bf16 = attrs.get("dequant_dtype") == "bf16" and scale.dtype == np.float32  # rounded block by block
-    rounded_after = bool(attrs.get("dequant_dtype")) and not bf16
-    direct = into is not None and into.dtype == scale.dtype and not rounded_after
-    out = into if direct else buffer_pool.empty((n, k), scale.dtype)
-    for lo, hi in _row_blocks(n, k):
-        _dequantize_block(attrs, weight, scale, zp, lo, hi, out[lo:hi], bf16, compiled)
-    if rounded_after:
-        out = round_to(out.astype(np.float32, copy=False), attrs["dequant_dtype"])
-    if into is not None and not direct:
-        into[...] = out
-    return out
-
-
-def dequantize_bf16_bits(attrs: dict[str, Any], weight: np.ndarray, scale: np.ndarray, zp: np.ndarray) -> np.ndarray:
-    """The bf16 bit patterns of an A16MatMul weight whose dequantizer rounds to bf16 (`dequant_dtype`
-    bf16, float32 scales): `_dequantize`'s values, exact in bf16, without a whole float32 temporary (the
-    host path's 16-bit cache of a model larger than its budget)."""
-    scale = np.asarray(scale, dtype=np.float32)
-    n, k = weight.shape[0], weight.shape[1] * (2 if attrs.get("packed") else 1)
-    out = np.empty((n, k), dtype=np.uint16)
-    block = np.empty(max(1, CACHE_BLOCK // k) * k, dtype=np.float32)
-    compiled = compiled_dequant.wanted(n * k, attrs, scale.dtype)
-    for lo, hi in _row_blocks(n, k):
-        values = block[: (hi - lo) * k].reshape(hi - lo, k)
-        _dequantize_block(attrs, weight, scale, zp, lo, hi, values, True, compiled)
-        np.right_shift(values.view(np.uint32), 16, out=out[lo:hi], casting="unsafe")
-    return out
-
-
-def _row_blocks(n: int, k: int) -> list[tuple[int, int]]:
-    step = max(1, CACHE_BLOCK // k)
-    return [(lo, min(n, lo + step)) for lo in range(0, n, step)]
-
-
-def _dequantize_block(attrs: dict[str, Any], weight: np.ndarray, scale: np.ndarray, zp: np.ndarray, lo: int,
-                      hi: int, out: np.ndarray, bf16: bool, compiled: bool = False) -> None:
-    k, g = out.shape[1], attrs["q_group_size"]
-    if compiled:  # the same arithmetic in one compiled loop (the caller checked compiled_dequant.wanted)
-        compiled_dequant.dequantize_into(weight[lo:hi], scale[lo:hi], np.asarray(zp[lo:hi]), g, out)
-        return
-    levels = unpack_nibbles(weight[lo:hi]) if attrs.get("packed") else np.asarray(weight[lo:hi])
-    w = out.reshape(hi - lo, k // g, g)
-    # Widen the levels first, then subtract in the float type: a subtraction with a uint8 operand takes
-    # numpy's casting loop, several times slower (q - zero is an exact small integer either way).
-    w[...] = levels.reshape(hi - lo, k // g, g)
-    w -= np.asarray(zp[lo:hi]).astype(out.dtype)[:, :, None]
-    w *= scale[lo:hi, :, None]
-    if bf16:
-        round_bf16_inplace(w, finite=bool(np.isfinite(scale[lo:hi]).all()))  # levels and zeros are finite
-
-
-class DequantizedRows(RowReader):
-    """A quantized weight in its storage format, dequantized slice by slice as a product reads it."""
-
-    def __init__(self, attrs: dict[str, Any], weight: Weight, scale: Weight, zp: Weight, dtype: np.dtype):
-        self.attrs, self.weight, self.scale, self.zp, self.dtype = attrs, weight, scale, zp, dtype
-        cols = weight.shape[1] * (2 if attrs.get("packed") else 1)
-        self.shape = (weight.shape[0], cols)
-        # Decided by the whole weight, not by the slices read: a large weight is read a block at a time.
-        scale_type = compute_dtype(scale.dtype) if isinstance(scale, StoredTensor) else np.dtype(scale.dtype)
-        self.compiled = compiled_dequant.wanted(self.shape[0] * cols, attrs, scale_type)
-
-    def rows(self, lo: int, hi: int) -> np.ndarray:
-        return _dequantize(self.attrs, *self.parts(lo, hi), compiled=self.compiled).astype(self.dtype, copy=False)
-
-    def rows_into(self, lo: int, hi: int, out: np.ndarray) -> None:
-        _dequantize(self.attrs, *self.parts(lo, hi), into=out, compiled=self.compiled)
-
-    def parts(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Rows lo:hi of the levels, the scales (decoded) and the zero points, as stored."""
-        return row_slice(self.weight, lo, hi), row_slice(self.scale, lo, hi), row_slice(self.zp, lo, hi)
 
 
 @kernel("A16MatMul")
@@ -441,7 +108,7 @@ def a16_gather(
     if idx.size and (idx.min() < 0 or idx.max() >= weight.shape[0]):
         raise IndexError(f"A16Gather index out of range [0, {weight.shape[0]}): {idx.min()}..{idx.max()}")
     flat = idx.reshape(-1)
-    rows = _dequantize(attrs, take_rows(weight, flat), take_rows(scale, flat), take_rows(zp, flat))
+    rows = dequantize_values(attrs, take_rows(weight, flat), take_rows(scale, flat), take_rows(zp, flat))
     return rows.reshape(idx.shape + rows.shape[-1:])
 
 

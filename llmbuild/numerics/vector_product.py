@@ -44,7 +44,7 @@ _VECTOR = 16  # lanes per LLVM vector; LANES / _VECTOR accumulators
 PARALLEL_WEIGHTS = 1 << 22
 
 # Storage type -> (LLVM element type, how 16 of them become <16 x float>)
-_WIDEN = {
+WIDEN = {
     "f32": ("float", None),
     "bf16": ("i16", "zext <16 x i16> {v} to <16 x i32>\n  {t}s = shl <16 x i32> {t}z, {sixteen}\n"
                     "  {t} = bitcast <16 x i32> {t}s to <16 x float>"),
@@ -127,7 +127,7 @@ _keep: list[Any] = []  # the execution engine owns the machine code: it lives as
 def kernel(storage: str) -> Callable[..., None] | None:
     """The compiled product for weights stored as `storage` ("f32", "bf16", "f16"): `(x*, w*, y*, row_lo,
     row_hi, K, row_stride_bytes)`, computing y[row_lo:row_hi]; None when it cannot be built."""
-    if storage not in _WIDEN:
+    if storage not in WIDEN:
         return None
     if storage not in _kernels:
         with _lock:
@@ -136,67 +136,89 @@ def kernel(storage: str) -> Callable[..., None] | None:
     return _kernels[storage]
 
 
+def compile_ir(ir: str) -> Any:
+    """An execution engine holding the machine code of LLVM IR `ir`, compiled for this CPU at -O3 with no
+    fast-math flag (so LLVM neither reassociates nor contracts the arithmetic); raises when it cannot."""
+    import llvmlite.binding as llvm
+
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    target = llvm.Target.from_default_triple()
+    machine = target.create_target_machine(cpu=llvm.get_host_cpu_name(),
+                                           features=llvm.get_host_cpu_features().flatten(), opt=3,
+                                           codemodel="jitdefault")
+    module = llvm.parse_assembly(ir)
+    module.verify()
+    builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=3))
+    builder.getModulePassManager().run(module, builder)
+    engine = llvm.create_mcjit_compiler(module, machine)
+    engine.finalize_object()
+    return engine
+
+
 def _compile() -> dict[str, Callable[..., None] | None]:
     try:
-        import llvmlite.binding as llvm
-
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
-        target = llvm.Target.from_default_triple()
-        machine = target.create_target_machine(cpu=llvm.get_host_cpu_name(),
-                                               features=llvm.get_host_cpu_features().flatten(), opt=3,
-                                               codemodel="jitdefault")
-        module = llvm.parse_assembly("\n".join(_ir(storage) for storage in _WIDEN))
-        module.verify()
-        builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=3))
-        builder.getModulePassManager().run(module, builder)
-        engine = llvm.create_mcjit_compiler(module, machine)
-        engine.finalize_object()
+        engine = compile_ir("\n".join(_ir(storage) for storage in WIDEN))
     except Exception as error:  # an llvmlite without these APIs, an unknown CPU: numpy has the same bits
         warnings.warn(f"llmbuild: the compiled one-row product is unavailable ({error}); decode runs on numpy, "
                       "slower, with the same results", RuntimeWarning, stacklevel=3)
-        return dict.fromkeys(_WIDEN)
+        return dict.fromkeys(WIDEN)
     _keep.append(engine)
     signature = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                  ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
     # ctypes releases the GIL for the call: rows split over threads run side by side.
-    return {storage: signature(engine.get_function_address(f"row_product_{storage}")) for storage in _WIDEN}
+    return {storage: signature(engine.get_function_address(f"row_product_{storage}")) for storage in WIDEN}
+
+
+def widened_load(storage: str, name: str, row: str, k: str) -> list[str]:
+    """IR loading 16 weights of type `storage` at element `k` of the row at pointer `row` as `name`, a
+    <16 x float> (16-bit types widened in registers)."""
+    element, widen = WIDEN[storage]
+    lines = [f"  {name}p = getelementptr {element}, ptr {row}, i64 {k}"]
+    if widen is None:
+        return [*lines, f"  {name} = load <16 x float>, ptr {name}p, align 4"]
+    lines.append(f"  {name}raw = load <16 x {element}>, ptr {name}p, align 2")
+    first, _, rest = widen.partition("\n")
+    if rest:  # bf16: zero-extend, shift into the top half, reinterpret
+        sixteen = "<" + ", ".join(["i32 16"] * _VECTOR) + ">"
+        return [*lines, f"  {name}z = " + first.format(v=f"{name}raw"), rest.format(t=name, sixteen=sixteen)]
+    return [*lines, f"  {name} = " + first.format(v=f"{name}raw")]
+
+
+def lane_tree(accumulators: list[str], name: str) -> str:
+    """IR adding four <16 x float> accumulators (lanes j, j+16, j+32, j+48) by the fixed tree into the float
+    `%name`: (a0 + a1) + (a2 + a3), then halves of 8, 4, 2, 1."""
+    a0, a1, a2, a3 = accumulators
+
+    def halves(width: int, part: str, src: str) -> str:
+        lo = ", ".join(f"i32 {i}" for i in range(width))
+        hi = ", ".join(f"i32 {i + width}" for i in range(width))
+        pair = f"<{2 * width} x float> {src}, <{2 * width} x float> poison, <{width} x i32>"
+        return (f"  %{part}l = shufflevector {pair} <{lo}>\n  %{part}h = shufflevector {pair} <{hi}>\n"
+                f"  %{part} = fadd <{width} x float> %{part}l, %{part}h")
+
+    return "\n".join([f"  %{name}01 = fadd <16 x float> {a0}, {a1}", f"  %{name}23 = fadd <16 x float> {a2}, {a3}",
+                      f"  %{name}16 = fadd <16 x float> %{name}01, %{name}23",
+                      halves(8, f"{name}8", f"%{name}16"), halves(4, f"{name}4", f"%{name}8"),
+                      halves(2, f"{name}2", f"%{name}4"),
+                      f"  %{name}e0 = extractelement <2 x float> %{name}2, i32 0",
+                      f"  %{name}e1 = extractelement <2 x float> %{name}2, i32 1",
+                      f"  %{name} = fadd float %{name}e0, %{name}e1"])
 
 
 def _ir(storage: str) -> str:
     """LLVM IR of the product for one storage type: per output row, 4 accumulators of <16 x float> (lanes
     j, j+16, j+32, j+48 of a block of 64), each block's weights loaded as stored and widened."""
-    element, widen = _WIDEN[storage]
-    sixteen = "<" + ", ".join(["i32 16"] * _VECTOR) + ">"
     body = []
     for a in range(LANES // _VECTOR):
-        t = f"%wv{a}"
-        body.append(f"""  %k{a} = add i64 %k, {a * _VECTOR}
-  %xp{a} = getelementptr float, ptr %x, i64 %k{a}
-  %xv{a} = load <16 x float>, ptr %xp{a}, align 4
-  %wp{a} = getelementptr {element}, ptr %wrow, i64 %k{a}""")
-        if widen is None:
-            body.append(f"  {t} = load <16 x float>, ptr %wp{a}, align 4")
-        else:
-            body.append(f"  %raw{a} = load <16 x {element}>, ptr %wp{a}, align 2")
-            first, _, rest = widen.partition("\n")
-            if rest:  # bf16: zero-extend, shift into the top half, reinterpret
-                body.append(f"  {t}z = " + first.format(v=f"%raw{a}"))
-                body.append(rest.format(t=t, sixteen=sixteen))
-            else:
-                body.append(f"  {t} = " + first.format(v=f"%raw{a}"))
-        body.append(f"""  %p{a} = fmul <16 x float> %xv{a}, {t}
-  %na{a} = fadd <16 x float> %a{a}, %p{a}""")
+        body += [f"  %k{a} = add i64 %k, {a * _VECTOR}",
+                 f"  %xp{a} = getelementptr float, ptr %x, i64 %k{a}",
+                 f"  %xv{a} = load <16 x float>, ptr %xp{a}, align 4",
+                 *widened_load(storage, f"%wv{a}", "%wrow", f"%k{a}"),
+                 f"  %p{a} = fmul <16 x float> %xv{a}, %wv{a}",
+                 f"  %na{a} = fadd <16 x float> %a{a}, %p{a}"]
     phis = "\n".join(f"  %a{a} = phi <16 x float> [ zeroinitializer, %row ], [ %na{a}, %kloop ]"
                      for a in range(LANES // _VECTOR))
-
-    def halves(width: int, name: str, src: str) -> str:
-        lo = ", ".join(f"i32 {i}" for i in range(width))
-        hi = ", ".join(f"i32 {i + width}" for i in range(width))
-        pair = f"<{2 * width} x float> {src}, <{2 * width} x float> poison, <{width} x i32>"
-        return (f"  %{name}l = shufflevector {pair} <{lo}>\n  %{name}h = shufflevector {pair} <{hi}>\n"
-                f"  %{name} = fadd <{width} x float> %{name}l, %{name}h")
-
     newline = "\n"
     return f"""
 define void @row_product_{storage}(ptr noalias nocapture readonly %x, ptr noalias nocapture readonly %w,
@@ -217,15 +239,7 @@ kloop:
   %more = icmp slt i64 %knext, %K
   br i1 %more, label %kloop, label %rowend
 rowend:
-  %s01 = fadd <16 x float> %na0, %na1
-  %s23 = fadd <16 x float> %na2, %na3
-  %s16 = fadd <16 x float> %s01, %s23
-{halves(8, "s8", "%s16")}
-{halves(4, "s4", "%s8")}
-{halves(2, "s2", "%s4")}
-  %e0 = extractelement <2 x float> %s2, i32 0
-  %e1 = extractelement <2 x float> %s2, i32 1
-  %sum = fadd float %e0, %e1
+{lane_tree(["%na0", "%na1", "%na2", "%na3"], "sum")}
   %yp = getelementptr float, ptr %y, i64 %n
   store float %sum, ptr %yp, align 4
   %n1 = add i64 %n, 1

@@ -65,7 +65,7 @@ def device_zero_points(zero: np.ndarray, bits: int, what: str) -> np.ndarray:
 
 def pack_levels(q: np.ndarray, bits: int, what: str) -> np.ndarray:
     """[N, K] levels -> the device's bytes: 4-bit two to a byte, even k in the low nibble, odd k in the high
-    one; 8-bit as they are (the inverse of numerics.kernels.unpack_nibbles)."""
+    one; 8-bit as they are (the inverse of numerics.dequantize.unpack_nibbles)."""
     if bits == 4 and q.shape[-1] % 2:
         raise LlmbuildError(f"{what}: 4-bit needs an even in_features, got {q.shape[-1]}")
     weight = (q[:, 0::2] | (q[:, 1::2] << 4)) if bits == 4 else q.copy()

@@ -33,18 +33,12 @@ import numpy as np
 from llmbuild import LlmbuildError
 from llmbuild.binary.program import Instr, Program, TensorDesc
 from llmbuild.numerics import buffer_pool, compiled_dequant, vector_product
+from llmbuild.numerics.dequantize import dequantize_bf16_bits, dequantize_uncached
 from llmbuild.numerics.formats import STORAGE, compute_dtype, decode, round_to
-from llmbuild.numerics.kernels import (
-    KERNELS,
-    ROW_LOCAL,
-    ROW_SKIPPING,
-    dequantize_bf16_bits,
-    dequantize_uncached,
-    on_real_rows,
-    tiled_product,
-)
+from llmbuild.numerics.kernels import KERNELS, ROW_LOCAL, ROW_SKIPPING, on_real_rows
 from llmbuild.numerics.parallel import one_thread
 from llmbuild.numerics.stored import StoredTensor, materialize
+from llmbuild.numerics.weight_product import tiled_product
 from llmbuild.runtime.weight_image import FlatImage, WeightImage
 
 Getter = Callable[[], Any]

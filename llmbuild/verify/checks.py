@@ -22,7 +22,7 @@ from llmbuild.binary.memory_map import MemoryPlan
 from llmbuild.binary.program import Program, decode
 from llmbuild.importer.nets import ROPE_COS, ROPE_SIN, STAGES, block_net_name, build_block, head_nets
 from llmbuild.importer.rope import rope_tables
-from llmbuild.numerics.kernels import clear_dequantize_cache
+from llmbuild.numerics.dequantize import clear_dequantize_cache
 from llmbuild.passes import run_passes
 from llmbuild.passes.canonicalize import Canonicalize
 from llmbuild.progress_log import StepProgress

@@ -1,0 +1,238 @@
+"""Many-row products (a prefill's projections, a vision tower's) in the arithmetic of the one-row product.
+
+Every output y[m, n] of x [M, K] times w [N, K] is the sum numerics/vector_product.py defines for one row:
+64 lanes, lane j summing x[m, k] * w[n, k] for k = j (mod 64) in k order, each product and sum rounded to
+float32, then the fixed tree over the lanes. A row of a prefill therefore has exactly the bits the same
+row has in a decode step, and no tiling, thread count or CPU changes a bit: each output is one sum that
+one thread computes whole. BLAS gave none of this (its blocking and its kernels' order of sums are its
+own, so the executors had to cut every product into fixed tiles of single-threaded BLAS calls) and it
+reads only float32, so each tile of a bf16 weight was first decoded to float32.
+
+The kernel below reads the weight as it is stored (f32, bf16 bit patterns, f16), widening 16 lanes at a
+time in registers, and keeps ROWS rows of x in flight against one row of the weight: 4 x 4 accumulators
+of <16 x float>, so each weight vector loaded serves four outputs. LLVM IR compiled with llvmlite, as
+vector_product's kernel is, without fast-math flags: LLVM may neither reassociate nor fuse the arithmetic.
+`reference` computes the same bits in numpy (tests/test_matrix_product.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from llmbuild.numerics import vector_product
+from llmbuild.numerics.formats import bf16_bits_to_f32
+from llmbuild.numerics.parallel import TILE_THREAD_PREFIX, tile_map, workers
+from llmbuild.numerics.vector_product import LANES
+
+ROWS = 4  # rows of x per block: 16 accumulators, half of AVX-512's registers
+CHUNK = 16  # weight rows per chunk
+_VECTOR = 16
+# Multiply-adds above which a product's weight rows are split over the worker threads.
+PARALLEL_MACS = 1 << 22
+_STORAGE = {np.dtype(np.float32): "f32", np.dtype(np.uint16): "bf16", np.dtype(np.float16): "f16"}
+
+
+def reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """y [M, N] = x [M, K] times w [N, K] (float32 values), row by row in vector_product's arithmetic."""
+    x = np.asarray(x, dtype=np.float32)
+    out = np.empty((x.shape[0], w.shape[0]), dtype=np.float32)
+    for m in range(x.shape[0]):
+        out[m] = vector_product.reference(x[m], w)
+    return out
+
+
+def supported(x: np.ndarray, w: np.ndarray) -> bool:
+    """Whether `product` runs compiled for these operands (otherwise it runs `reference`: same bits)."""
+    k = w.shape[1]
+    return (k % LANES == 0 and k > 0 and x.dtype == np.float32 and w.dtype in _STORAGE
+            and kernel(_STORAGE[w.dtype]) is not None)
+
+
+def product(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
+    """out [M, N] (float32, rows may be strided) = x [M, K] (float32) times w [N, K] as stored: float32, bf16
+    bit patterns (uint16) or float16; rows of w may be strided (a slice of a larger matrix)."""
+    m, k = x.shape
+    n = w.shape[0]
+    if m == 0 or n == 0:
+        return
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if m == 1 and out.strides[1] == out.itemsize:  # a decode step: the one-row kernel, the same arithmetic
+        vector_product.product(x[0], w, out[0])
+        return
+    usable = (supported(x, w) and w.strides[1] == w.itemsize and out.dtype == np.float32
+              and out.strides[1] == 4 and out.strides[0] % 4 == 0)
+    if not usable:
+        values = bf16_bits_to_f32(np.ascontiguousarray(w)) if w.dtype == np.uint16 else w
+        out[...] = reference(x, np.asarray(values, dtype=np.float32))
+        return
+    run = kernel(_STORAGE[w.dtype])
+    assert run is not None
+    xp, wp, yp = x.ctypes.data, w.ctypes.data, out.ctypes.data
+    ws, ys = w.strides[0], out.strides[0] // 4
+    threads = _threads_for(m, n, k)
+    if threads == 1:
+        run(xp, k, m, wp, ws, yp, ys, 0, n, k)
+        return
+    per = -(-n // threads)
+    tile_map(lambda lo: run(xp, k, m, wp, ws, yp, ys, lo, min(n, lo + per), k), range(0, n, per))
+
+
+def _threads_for(m: int, n: int, k: int) -> int:
+    if m * n * k < PARALLEL_MACS or threading.current_thread().name.startswith(TILE_THREAD_PREFIX):
+        return 1
+    threads = workers()
+    return threads if n >= 2 * threads else 1
+
+
+# ---- the compiled kernel ---------------------------------------------------------------------------
+
+_lock = threading.Lock()
+_kernels: dict[str, Callable[..., None] | None] = {}
+_keep: list[Any] = []  # the execution engine owns the machine code
+
+
+def kernel(storage: str) -> Callable[..., None] | None:
+    """The compiled product for weights stored as `storage`: `(x*, x_row_elems, M, w*, w_row_bytes, y*,
+    y_row_elems, n_lo, n_hi, K)`, computing y[:, n_lo:n_hi]; None when it cannot be built."""
+    if storage not in vector_product.WIDEN:
+        return None
+    if storage not in _kernels:
+        with _lock:
+            if storage not in _kernels:
+                _kernels.update(_compile())
+    return _kernels[storage]
+
+
+def _compile() -> dict[str, Callable[..., None] | None]:
+    storages = list(vector_product.WIDEN)
+    try:
+        engine = vector_product.compile_ir("\n".join(_ir(s) for s in storages))
+    except Exception as error:  # an llvmlite without these APIs, an unknown CPU: numpy has the same bits
+        warnings.warn(f"llmbuild: the compiled matrix product is unavailable ({error}); products run on "
+                      "numpy, much slower, with the same results", RuntimeWarning, stacklevel=3)
+        return dict.fromkeys(storages)
+    _keep.append(engine)
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    signature = ctypes.CFUNCTYPE(None, ptr, i64, i64, ptr, i64, ptr, i64, i64, i64, i64)
+    return {s: signature(engine.get_function_address(f"rows_product_{s}")) for s in storages}
+
+
+def _k_loop(storage: str, rows: int, label: str, entry: str, xrow: str, wrow: str) -> tuple[str, list[str]]:
+    """The K loop of `rows` rows of x (at `xrow`0, `xrow`1, ...) against the weight row at `wrow`: its IR (block
+    `label`, entered from `entry`) and the names of the final accumulators, [row][accumulator]."""
+    lines = [f"{label}:", f"  %{label}k = phi i64 [ 0, %{entry} ], [ %{label}kn, %{label} ]"]
+    accs = [[f"%{label}n{r}_{a}" for a in range(LANES // _VECTOR)] for r in range(rows)]
+    for r in range(rows):
+        for a in range(LANES // _VECTOR):
+            lines.append(f"  %{label}a{r}_{a} = phi <16 x float> [ zeroinitializer, %{entry} ], "
+                         f"[ {accs[r][a]}, %{label} ]")
+    for a in range(LANES // _VECTOR):
+        p = f"%{label}w{a}"
+        lines.append(f"  {p}k = add i64 %{label}k, {a * _VECTOR}")
+        lines += vector_product.widened_load(storage, f"{p}", wrow, f"{p}k")
+    for r in range(rows):
+        for a in range(LANES // _VECTOR):
+            v = f"%{label}x{r}_{a}"
+            lines += [f"  {v}k = add i64 %{label}k, {a * _VECTOR}",
+                      f"  {v}p = getelementptr float, ptr {xrow}{r}, i64 {v}k",
+                      f"  {v} = load <16 x float>, ptr {v}p, align 4",
+                      f"  {v}m = fmul <16 x float> {v}, %{label}w{a}",
+                      f"  {accs[r][a]} = fadd <16 x float> %{label}a{r}_{a}, {v}m"]
+    lines += [f"  %{label}kn = add i64 %{label}k, {LANES}",
+              f"  %{label}more = icmp slt i64 %{label}kn, %K"]
+    return "\n".join(lines), accs
+
+
+def _store(accs: list[str], name: str, row: str, column: str) -> str:
+    """Reduce one output's accumulators by the lane tree and store it at y[row, column]."""
+    return "\n".join([vector_product.lane_tree(accs, name),
+                      f"  %{name}o0 = mul i64 {row}, %ys",
+                      f"  %{name}o = add i64 %{name}o0, {column}",
+                      f"  %{name}p = getelementptr float, ptr %y, i64 %{name}o",
+                      f"  store float %{name}, ptr %{name}p, align 4"])
+
+
+def _weight_row(n: str, name: str) -> str:
+    return f"  %{name}off = mul i64 {n}, %ws\n  %{name}row = getelementptr i8, ptr %w, i64 %{name}off"
+
+
+def _ir(storage: str) -> str:
+    """Weight rows in chunks of CHUNK; per chunk, blocks of ROWS rows of x (then the rows left one at a
+    time), each against every weight row of the chunk: a block of x stays in the L1 cache while the
+    chunk's rows pass it, and the chunk stays in L2 while the blocks pass it."""
+    block_loop, block_accs = _k_loop(storage, ROWS, "kb", "nrow", "%xr", "%wbrow")
+    tail_loop, tail_accs = _k_loop(storage, 1, "kt", "ntail", "%xt", "%wtrow")
+    block_rows = "\n".join(f"  %mr{r} = add i64 %m, {r}\n  %xo{r} = mul i64 %mr{r}, %xs\n"
+                           f"  %xr{r} = getelementptr float, ptr %x, i64 %xo{r}" for r in range(ROWS))
+    block_stores = "\n".join(_store(block_accs[r], f"sb{r}", f"%mr{r}", "%n") for r in range(ROWS))
+    return f"""
+define void @rows_product_{storage}(ptr noalias nocapture readonly %x, i64 %xs, i64 %M,
+                                    ptr noalias nocapture readonly %w, i64 %ws, ptr noalias nocapture %y,
+                                    i64 %ys, i64 %lo, i64 %hi, i64 %K) {{
+entry:
+  %mfull = sub i64 %M, {ROWS - 1}
+  %none = icmp sge i64 %lo, %hi
+  br i1 %none, label %done, label %chunk
+chunk:
+  %n0 = phi i64 [ %lo, %entry ], [ %n0e, %chunkend ]
+  %n0c = add i64 %n0, {CHUNK}
+  %short = icmp slt i64 %hi, %n0c
+  %n0e = select i1 %short, i64 %hi, i64 %n0c
+  %anyblock = icmp slt i64 0, %mfull
+  br i1 %anyblock, label %blk, label %tailpre
+blk:
+  %m = phi i64 [ 0, %chunk ], [ %mnext, %blkend ]
+{block_rows}
+  br label %nrow
+nrow:
+  %n = phi i64 [ %n0, %blk ], [ %n1, %nend ]
+{_weight_row("%n", "wb")}
+  br label %kb
+{block_loop}
+  br i1 %kbmore, label %kb, label %nend
+nend:
+{block_stores}
+  %n1 = add i64 %n, 1
+  %nmore = icmp slt i64 %n1, %n0e
+  br i1 %nmore, label %nrow, label %blkend
+blkend:
+  %mnext = add i64 %m, {ROWS}
+  %again = icmp slt i64 %mnext, %mfull
+  br i1 %again, label %blk, label %tailpre
+tailpre:
+  %mt0 = phi i64 [ 0, %chunk ], [ %mnext, %blkend ]
+  %anytail = icmp slt i64 %mt0, %M
+  br i1 %anytail, label %tail, label %chunkend
+tail:
+  %mt = phi i64 [ %mt0, %tailpre ], [ %mt1, %tailend ]
+  %xot = mul i64 %mt, %xs
+  %xt0 = getelementptr float, ptr %x, i64 %xot
+  br label %ntail
+ntail:
+  %nt = phi i64 [ %n0, %tail ], [ %nt1, %ntend ]
+{_weight_row("%nt", "wt")}
+  br label %kt
+{tail_loop}
+  br i1 %ktmore, label %kt, label %ntend
+ntend:
+{_store(tail_accs[0], "st", "%mt", "%nt")}
+  %nt1 = add i64 %nt, 1
+  %ntmore = icmp slt i64 %nt1, %n0e
+  br i1 %ntmore, label %ntail, label %tailend
+tailend:
+  %mt1 = add i64 %mt, 1
+  %tails = icmp slt i64 %mt1, %M
+  br i1 %tails, label %tail, label %chunkend
+chunkend:
+  %more = icmp slt i64 %n0e, %hi
+  br i1 %more, label %chunk, label %done
+done:
+  ret void
+}}
+"""

@@ -1,0 +1,160 @@
+"""`x @ w^T` with a weight in whatever holds it: the product of MatMul and A16MatMul on every executor.
+
+A float32 product has one arithmetic, numerics/vector_product.py's (each output one sum over the whole K
+in 64 lanes and a fixed tree), computed for one row by vector_product's kernel and for many by
+matrix_product's. Each output is one thread's sum, so tiles, thread counts and how the weight is held
+change no bit: the device's tile-by-tile run, the host path's whole-op run and a prefill row against the
+same row in a decode step all agree bit for bit.
+
+The weight is read as it is held: a decoded array; 16-bit weights as stored (the kernels widen them as they
+read, half the bytes of float32); a file image's rows a chunk at a time; a quantized weight dequantized a
+cache-sized block of rows at a time into one reused buffer per thread (fresh pages for every block cost
+more than decoding into them, and a block leaves the cache before a product over a whole matrix reads it).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from llmbuild.numerics import compiled_dequant, lazy_zeros, levels_product, matrix_product
+from llmbuild.numerics.dequantize import DequantizedRows
+from llmbuild.numerics.formats import CACHE_BLOCK, decode
+from llmbuild.numerics.parallel import tile_map, workers
+from llmbuild.numerics.stored import RowReader, StoredTensor, Weight, materialize, row_slice
+
+LAZY_WHOLE_BYTES = 64 << 20  # build/resources.py: TABLE_BLOCK
+# Floats a compiled dequantizing product decodes and multiplies at once (4 MiB a thread, in the L3 cache):
+# the per-block calls from Python, not the cache, bound the speed (0.34 -> 0.20 ns a weight on two threads
+# from 1 to 4 MiB, a 7B projection, when measured; the history of docs/performance.md).
+COMPILED_BLOCK = 1 << 20
+# Packed levels read from the weight image at once (one read of each part, then the cache-sized blocks).
+LEVEL_CHUNK_BYTES = 4 << 20
+
+
+def tiled_product(attrs: dict[str, Any], x: np.ndarray, w_nk: Weight) -> np.ndarray:
+    """`x @ w_nk^T`. `active_rows` (set by an executor for one run, never in the IR): only rows <
+    active_rows are computed, the rest of the result is zero; each row's outputs depend on that row alone,
+    so they are the bits the device computes for it in whichever tile holds it (the device computes the
+    rest of that tile too, from padding no real row reads). `untiled` (the float TopOp reference): numpy's
+    product over the real rows, the weight read in blocks of rows."""
+    lead, k = x.shape[:-1], x.shape[-1]
+    x2 = x.reshape(-1, k)
+    m, n = x2.shape[0], w_nk.shape[0]
+    active = attrs.get("active_rows") or m
+    if attrs.get("untiled") or x2.dtype != np.float32:
+        return _numpy_product(x2, w_nk, active).reshape(*lead, n)
+    rows = min(m, active)
+    out = np.empty((m, n), dtype=np.float32) if rows == m else lazy_zeros.zeros((m, n), np.float32)
+    product_into(x2[:rows], w_nk, out[:rows])
+    return out.reshape(*lead, n)
+
+
+def _numpy_product(x2: np.ndarray, w_nk: Weight, active: int) -> np.ndarray:
+    m, k = x2.shape
+    n = w_nk.shape[0]
+    tn = n
+    if isinstance(w_nk, RowReader) and 4 * n * k > LAZY_WHOLE_BYTES:
+        tn = max(1, LAZY_WHOLE_BYTES // (4 * k))  # a 7B vocabulary table, read in blocks of rows
+    out = lazy_zeros.zeros((m, n), np.result_type(x2.dtype, np.float32))
+    for c in range(0, n, tn):
+        out[:active, c : c + tn] = x2[:active] @ row_slice(w_nk, c, c + tn).T
+    return out
+
+
+def product_into(x2: np.ndarray, w_nk: Weight, out: np.ndarray) -> None:
+    """out [M, N] = x2 [M, K] (float32) times w_nk [N, K], in vector_product's arithmetic."""
+    n, k = w_nk.shape
+    if isinstance(w_nk, np.ndarray):
+        weight = w_nk if w_nk.dtype in (np.float32, np.float16) else w_nk.astype(np.float32)
+        matrix_product.product(x2, weight, out)
+    elif isinstance(w_nk, StoredTensor) and w_nk.dtype in ("bf16", "f16", "f32") and len(w_nk.shape) == 2:
+        if isinstance(w_nk.raw, np.ndarray):
+            matrix_product.product(x2, w_nk.raw, out)  # bf16 bits, f16 or f32, widened in the kernel
+        else:  # a file read on demand (weight_image.FileArray): chunks of rows
+            step = max(1, LEVEL_CHUNK_BYTES // (k * w_nk.raw.dtype.itemsize))
+            for lo in range(0, n, step):
+                matrix_product.product(x2, np.asarray(w_nk.raw[lo : lo + step]), out[:, lo : lo + step])
+    elif isinstance(w_nk, DequantizedRows) and w_nk.fused and x2.shape[0] == 1:
+        _levels_product(x2[0], w_nk, out[0])
+    elif isinstance(w_nk, DequantizedRows) and w_nk.compiled:
+        _compiled_product(x2, w_nk, max(1, COMPILED_BLOCK // k), out)
+    elif isinstance(w_nk, StoredTensor):  # another storage type: decoded a block of rows at a time
+        step = max(1, CACHE_BLOCK // k)
+        for lo in range(0, n, step):
+            block = decode(np.asarray(row_slice(w_nk.raw, lo, lo + step)), w_nk.dtype)
+            matrix_product.product(x2, block.astype(np.float32, copy=False), out[:, lo : lo + step])
+    elif isinstance(w_nk, DequantizedRows):
+        step = max(1, CACHE_BLOCK // k)
+        buffer = _decode_buffer(min(step, n) * k).reshape(-1, k)
+        for lo in range(0, n, step):
+            hi = min(n, lo + step)
+            w_nk.rows_into(lo, hi, buffer[: hi - lo])
+            matrix_product.product(x2, buffer[: hi - lo], out[:, lo:hi])
+    else:
+        matrix_product.product(x2, np.asarray(materialize(w_nk), dtype=np.float32), out)
+
+
+def _compiled_product(x2: np.ndarray, w_nk: DequantizedRows, step: int, out: np.ndarray) -> None:
+    """`product_into` of a 4-bit weight the compiled kernel dequantizes: each thread takes a contiguous span
+    of rows, reads its levels, scales and zeros a chunk at a time, and dequantizes and multiplies `step`
+    rows of it at once in its own buffer (each output is one thread's, whole: the spans and blocks change
+    no bit; tests/test_compiled_dequant.py, on 1 to 3 threads)."""
+    n, k = w_nk.shape
+    group = w_nk.attrs["q_group_size"]
+    chunk = max(step, LEVEL_CHUNK_BYTES // max(1, k // 2) // step * step)
+
+    def span(bounds: tuple[int, int]) -> None:
+        buffer = _decode_buffer(min(step, bounds[1] - bounds[0]) * k).reshape(-1, k)
+        for c0 in range(bounds[0], bounds[1], chunk):
+            c1 = min(bounds[1], c0 + chunk)
+            levels, scale, zero = w_nk.parts(c0, c1)
+            zero = np.asarray(zero, dtype=np.float32)
+            for lo in range(c0, c1, step):
+                hi = min(c1, lo + step)
+                rows = slice(lo - c0, hi - c0)
+                compiled_dequant.dequantize_into(levels[rows], scale[rows], zero[rows], group, buffer[: hi - lo])
+                matrix_product.product(x2, buffer[: hi - lo], out[:, lo:hi])
+
+    threads = workers()
+    per = -(-n // threads)
+    spans = [(lo, min(n, lo + per)) for lo in range(0, n, per)]
+    if len(spans) == 1:
+        span(spans[0])
+    else:
+        tile_map(span, spans)
+
+
+def _levels_product(x: np.ndarray, w_nk: DequantizedRows, out: np.ndarray) -> None:
+    """A one-row product from the levels as stored (levels_product.py): each thread reads its own span of
+    rows a chunk at a time (a file image's pages fault in on both threads)."""
+    n, k = w_nk.shape
+    chunk = max(1, LEVEL_CHUNK_BYTES // max(1, w_nk.weight.shape[1]))
+
+    def span(bounds: tuple[int, int]) -> None:
+        for c0 in range(bounds[0], bounds[1], chunk):
+            c1 = min(bounds[1], c0 + chunk)
+            levels, scale, zero = w_nk.parts(c0, c1)
+            levels_product.product(x, w_nk.attrs, np.ascontiguousarray(levels, dtype=np.uint8),
+                                   np.ascontiguousarray(scale, dtype=np.float32),
+                                   np.ascontiguousarray(zero, dtype=np.float32), out[c0:c1])
+
+    per = -(-n // workers()) if n * k >= levels_product.PARALLEL_WEIGHTS else n
+    spans = [(lo, min(n, lo + per)) for lo in range(0, n, per)]
+    if len(spans) == 1:
+        span(spans[0])
+    else:
+        tile_map(span, spans)
+
+
+_decode_buffers = threading.local()
+
+
+def _decode_buffer(size: int) -> np.ndarray:
+    """This thread's reused float32 buffer of at least `size`."""
+    buffer = getattr(_decode_buffers, "buffer", None)
+    if buffer is None or buffer.size < size:
+        buffer = _decode_buffers.buffer = np.empty(size, dtype=np.float32)
+    return buffer[:size]
