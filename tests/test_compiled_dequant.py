@@ -67,12 +67,14 @@ def test_only_large_4bit_weights_use_it() -> None:
     assert not compiled_dequant.wanted(big, {**ATTRS, "q_group_size": 64}, np.dtype(np.float16))
 
 
-@pytest.mark.parametrize(("workers", "chunk_rows"), [("1", 1024), ("2", 1024), ("3", 48)])
-def test_a_decode_step_over_a_large_stored_weight_has_the_bits_of_the_numpy_path(
-        workers: str, chunk_rows: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A16MatMul on a weight at the threshold, read in its storage format (the compiled kernel; spans of
-    rows on `workers` threads, read `chunk_rows` at a time, 16-row blocks) against the same weight whole
-    (numpy's passes): a 7B decode step's product."""
+@pytest.mark.parametrize(("workers", "chunk_rows", "rows"), [("1", 1024, 1), ("2", 1024, 1), ("3", 48, 1),
+                                                            ("2", 1024, 5), ("3", 48, 3)])
+def test_a_product_over_a_large_stored_weight_has_the_bits_of_the_numpy_path(
+        workers: str, chunk_rows: int, rows: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A16MatMul on a weight at the threshold, read in its storage format against the same weight whole
+    (numpy's passes): a 7B decode step's product (one row: the levels kernel; spans of rows on `workers`
+    threads, read `chunk_rows` at a time) and a prefill's (several rows: the compiled dequantizer's blocks,
+    each multiplied by every row)."""
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", workers)  # numerics.parallel.workers() reads it
     rng = np.random.default_rng(3)
     n, k, g = 1024, compiled_dequant.MIN_WEIGHTS // 1024, 128
@@ -81,14 +83,15 @@ def test_a_decode_step_over_a_large_stored_weight_has_the_bits_of_the_numpy_path
     zero = rng.integers(0, 16, size=(n, k // g), dtype=np.uint8)
     attrs = {**ATTRS, "q_group_size": g}
     monkeypatch.setattr(weight_product, "LEVEL_CHUNK_BYTES", chunk_rows * k // 2)
-    x = rng.standard_normal((1, 1, k)).astype(np.float32)
+    x = rng.standard_normal((1, rows, k)).astype(np.float32)
     stored = dequantize.DequantizedRows(attrs, StoredTensor(packed, "u8"), StoredTensor(scale_raw, "bf16"),
-                                     StoredTensor(zero, "u8"), np.dtype(np.float32))
-    assert stored.compiled
+                                        StoredTensor(zero, "u8"), np.dtype(np.float32))
+    assert stored.compiled and stored.fused
     whole = np.empty((n, k), dtype=np.float32)
     for lo in range(0, n, 64):
         dequantize._dequantize_block(attrs, packed, decode(scale_raw, "bf16"), zero, lo, lo + 64,
                                      whole[lo:lo + 64], True)
     got = kernels.KERNELS["A16MatMul"](attrs, x, StoredTensor(packed, "u8"), StoredTensor(scale_raw, "bf16"),
                                        StoredTensor(zero, "u8"))
-    assert np.array_equal(got.reshape(-1), vector_product.reference(x.reshape(k), whole))
+    want = np.stack([vector_product.reference(row, whole) for row in x[0]])
+    assert np.array_equal(got[0], want)
