@@ -33,7 +33,7 @@ esac
 export CMAKE_ARGS="-DGGML_NATIVE=ON -DGGML_OPENMP=ON -DLLAVA_BUILD=OFF ${CMAKE_ARGS:-}"
 # AMX stays off unless LLAMA_CPP_AMX=1: on the VMs these benchmarks were written on, the CPU and the kernel
 # offer AMX (a test program's tile instructions run), yet ggml's AMX matrix product dies of SIGILL at its first
-# tile instruction on every 4- and 8-bit GGUF. Explicit -mno-amx-* win over -march=native in any order.
+# tile instruction on Q4_0 and Q4_1 GGUFs. Explicit -mno-amx-* win over -march=native in any order.
 if [ "${LLAMA_CPP_AMX:-0}" != 1 ]; then
     export CFLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16 ${CFLAGS:-}"
     export CXXFLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16 ${CXXFLAGS:-}"
