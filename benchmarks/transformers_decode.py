@@ -9,6 +9,11 @@ default thread count and on one thread: the faster is transformers' best. bf16 i
 model fits a 24 GiB host in (float32: 30 GB), and this CPU's AVX512-BF16 makes it the fastest besides.
 Then `llmbuild run` on the recipe's binary (host path), timed by the runtime itself; both report their
 peak resident memory (whole process). Run it on an otherwise idle machine: the bf16 model holds ~15 GB.
+llama.cpp answers the same prompt ids for as many tokens, on the checkpoint the recipe reads converted to a bf16
+GGUF and that quantized by llama.cpp to Q4_0 (benchmarks/llama_cpp_gguf.py; made once, kept under
+build/<recipe>/llama_cpp/), before transformers loads its model so the two never share the memory; its rows
+are skipped with a one-line note when llama-cpp-python is not installed (benchmarks/llama_cpp/setup.sh) or
+the GGUF cannot be made.
 """
 
 from __future__ import annotations
@@ -105,6 +110,29 @@ def llmbuild_row(recipe_name: str, prompt_ids: list[int], tokens: int) -> dict:
             "tokens_per_s": reply["tokens_per_s"], "ids": reply["ids"], "peak_rss_mib": rss / 1024}
 
 
+def llama_cpp_rows(recipe_name: str, prompt_ids: list[int], tokens: int) -> tuple[list[dict], list[str]]:
+    """llama.cpp's best on the recipe's weights as bf16 and Q4_0 GGUFs (one run each after a warm-up, as
+    transformers gets one), and notes: why there are no rows, or what the GGUFs hold."""
+    from llama_cpp_gguf import missing, recipe_ggufs
+    from llama_cpp_speed import llama_cpp_best
+
+    note = missing()
+    if note is not None:
+        return [], [note]
+    try:
+        files, made_from = recipe_ggufs(recipe_name, ("q4_0",))
+    except RuntimeError as e:
+        return [], [f"llama.cpp rows skipped: {e}"]
+    rows = []
+    for kind, gguf in files.items():
+        r = llama_cpp_best(gguf, prompt_ids, tokens, 1)
+        r["path"] = (f"llama.cpp ({kind} GGUF; {r['threads']} thread{'s' if r['threads'] > 1 else ''}, the faster "
+                     f"of 1 and {os.cpu_count()})")
+        r["kind"] = kind
+        rows.append(r)
+    return rows, [made_from] if made_from else []
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("recipe")
@@ -124,30 +152,41 @@ def main() -> None:
     tok = transformers.AutoTokenizer.from_pretrained(tokenizer_dir(recipe, BuildPaths.of(recipe)),
                                                      local_files_only=True)
     vocab = len(tok)
-    prompt = prompt_ids_for(recipe, tok, vocab) if recipe.verify.prompt == args.prompt else tok.apply_chat_template(
-        [{"role": "user", "content": args.prompt}], add_generation_prompt=True, tokenize=True)
+    if recipe.verify.prompt_ids or recipe.verify.prompt == args.prompt:  # the recipe's own end-to-end prompt
+        prompt = prompt_ids_for(recipe, tok, vocab)
+    else:
+        ids = tok.apply_chat_template([{"role": "user", "content": args.prompt}], add_generation_prompt=True,
+                                      tokenize=True)
+        prompt = [int(i) for i in (ids["input_ids"] if hasattr(ids, "keys") else ids)]  # a dict in transformers 5
     ours = llmbuild_row(args.recipe, prompt, args.tokens)
+    llama, notes = llama_cpp_rows(args.recipe, prompt, args.tokens)  # before transformers holds its model
     theirs = transformers_rows(args.recipe, prompt, args.tokens)
     best = max(theirs, key=lambda r: r["tokens_per_s"])
+    ratios = [("best transformers", best), *((f"llama.cpp {r['kind']}", r) for r in llama)]
     print(f"{args.recipe}: {len(prompt)}-token prompt, {args.tokens} greedy tokens")
     print("| path | first-token latency (s) | decode tokens/s | peak RSS MiB | ids |")
     print("|---|---:|---:|---:|---|")
-    for r in (ours, *theirs):
+    for r in (ours, *theirs, *llama):
         print(f"| {r['path']} | {r['first_token_s']:.2f} | {r['tokens_per_s']:.3f} | {r['peak_rss_mib']:.0f} | "
               f"{r['ids']} |")
-    print(f"| llmbuild / best transformers | | {ours['tokens_per_s'] / best['tokens_per_s']:.2f}x | | |")
+    for label, r in ratios:
+        print(f"| llmbuild / {label} | {ours['first_token_s'] / r['first_token_s']:.2f}x | "
+              f"{ours['tokens_per_s'] / r['tokens_per_s']:.2f}x | | |")
+    for note in notes:
+        print(f"\n{note}")
     if args.record:
         from records import write_record
 
         write_record(args.record, name=args.record.stem, section="host runtime",
-                     title=f"`{args.recipe}`: the host path against transformers",
+                     title=f"`{args.recipe}`: the host path against transformers and llama.cpp",
                      caption=f"A {len(prompt)}-token chat prompt, {args.tokens} greedy tokens; transformers in "
-                     "bfloat16 at torch's default thread count and on one thread.",
+                     "bfloat16 at torch's default thread count and on one thread; llama.cpp through "
+                     "llama-cpp-python on the same prompt ids." + "".join(f" {n}." for n in notes),
                      columns=["path", "first-token latency (s)", "decode tokens/s", "peak RSS MiB"],
                      rows=[[r["path"], round(r["first_token_s"], 2), round(r["tokens_per_s"], 3),
-                            round(r["peak_rss_mib"])] for r in (ours, *theirs)]
-                     + [["llmbuild / best transformers", None,
-                         f"{ours['tokens_per_s'] / best['tokens_per_s']:.2f}x", None]])
+                            round(r["peak_rss_mib"])] for r in (ours, *theirs, *llama)]
+                     + [[f"llmbuild / {label}", f"{ours['first_token_s'] / r['first_token_s']:.2f}x",
+                         f"{ours['tokens_per_s'] / r['tokens_per_s']:.2f}x", None] for label, r in ratios])
 
 
 if __name__ == "__main__":
