@@ -145,8 +145,8 @@ def main() -> None:
 
     path = binary()
     *bf16, prompt = llmbuild_run(path, False, args.tokens, args.repeats)
-    host = ("llmbuild host path (numpy, bf16 binary)", *bf16)
-    w4 = ("llmbuild host path (numpy, w4 GPTQ binary, w8 lm_head)",
+    host = ("llmbuild host path (bf16 binary)", *bf16)
+    w4 = ("llmbuild host path (w4 GPTQ binary, w8 lm_head)",
           *llmbuild_run(binary(W4_RECIPE), False, args.tokens, args.repeats)[:2])
     llama, llama_note = llama_cpp_runs(prompt, args.tokens, args.repeats)
     hf = transformers_runs(args.tokens, args.repeats)

@@ -79,7 +79,7 @@ def convert(checkpoint: Path, out: Path, outtype: str = "bf16") -> Path:
     partial = out.with_suffix(".partial")
     cmd = [sys.executable, str(CONVERTER_DIR / "convert_hf_to_gguf.py"), str(checkpoint), "--outfile", str(partial),
            "--outtype", outtype]
-    _run(cmd, f"converting {checkpoint} to {outtype} GGUF")
+    _run(cmd, f"converting {checkpoint.name} to {outtype} GGUF")
     partial.replace(out)
     return out
 

@@ -105,7 +105,7 @@ def llmbuild_row(recipe_name: str, prompt_ids: list[int], tokens: int) -> dict:
     result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True)
     reply = json.loads(result.stdout.strip().splitlines()[-1])
     rss = next(int(line.split()[-1]) for line in result.stderr.splitlines() if "Maximum resident" in line)
-    return {"path": "llmbuild run (host path: numpy, the 4-bit dequantizer compiled)",
+    return {"path": "llmbuild run (host path)",
             "first_token_s": reply["first_token_s"],
             "tokens_per_s": reply["tokens_per_s"], "ids": reply["ids"], "peak_rss_mib": rss / 1024}
 

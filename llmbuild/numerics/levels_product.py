@@ -29,7 +29,10 @@ from llmbuild.numerics.vector_product import LANES
 
 _VECTOR = 16
 PARALLEL_WEIGHTS = 1 << 22  # weights above which the rows are split over the worker threads
-_KINDS = [(bits, rounded) for bits in (4, 8) for rounded in (True, False)]
+# (bits, rounded, looked up): 4-bit levels are looked up in a table with AVX-512F, else dequantized as 8-bit
+# ones are; both forms are compiled where the table's can be, so the tests hold each to the same bits.
+_KINDS = [(bits, rounded, lookup) for bits in (4, 8) for rounded in (True, False) for lookup in (True, False)
+          if bits == 4 or not lookup]
 
 
 def supported(attrs: dict[str, Any], k: int) -> bool:
@@ -41,12 +44,13 @@ def supported(attrs: dict[str, Any], k: int) -> bool:
 
 
 def product(x: np.ndarray, attrs: dict[str, Any], levels: np.ndarray, scale: np.ndarray, zero: np.ndarray,
-            out: np.ndarray) -> None:
+            out: np.ndarray, lookup: bool | None = None) -> None:
     """out [N] = x [K] times the weight of `levels` [N, K/2 or K] (uint8), `scale` and `zero` [N, K/g]
-    (float32), dequantized as `attrs` says; every array C-contiguous."""
+    (float32), dequantized as `attrs` says; every array C-contiguous. `lookup`: 4-bit levels by the table
+    (True), by arithmetic (False) or as this CPU does best (None): the same bits."""
     n = levels.shape[0]
     k = x.shape[0]
-    run = kernel(_bits(attrs), _rounded(attrs))
+    run = kernel(_bits(attrs), _rounded(attrs), lookup)
     assert run is not None and supported(attrs, k), "levels_product.product: check supported() first"
     group = attrs["q_group_size"]
     args = (x.ctypes.data, levels.ctypes.data, levels.strides[0], scale.ctypes.data, zero.ctypes.data,
@@ -72,29 +76,33 @@ def _rounded(attrs: dict[str, Any]) -> bool:
 # ---- the compiled kernel ---------------------------------------------------------------------------
 
 _lock = threading.Lock()
-_kernels: dict[tuple[int, bool], Callable[..., None] | None] = {}
+_kernels: dict[tuple[int, bool, bool], Callable[..., None] | None] = {}
 _keep: list[Any] = []
 
 
-def kernel(bits: int, rounded: bool) -> Callable[..., None] | None:
+def kernel(bits: int, rounded: bool, lookup: bool | None = None) -> Callable[..., None] | None:
     """The compiled product: `(x*, levels*, level_row_bytes, scale*, zero*, groups_per_row, group, y*, n_lo,
-    n_hi, K)`; None when it cannot be built."""
-    if (bits, rounded) not in _KINDS:
-        return None
+    n_hi, K)`; None when it cannot be built (a table lookup without AVX-512F)."""
     if not _kernels:
         with _lock:
             if not _kernels:
                 _kernels.update(_compile())
-    return _kernels[(bits, rounded)]
+    if lookup is None:
+        lookup = bits == 4 and _kernels.get((4, rounded, True)) is not None
+    return _kernels.get((bits, rounded, lookup))
 
 
-def _name(bits: int, rounded: bool) -> str:
-    return f"levels_product_w{bits}{'_bf16' if rounded else ''}"
+def _name(bits: int, rounded: bool, lookup: bool) -> str:
+    return f"levels_product_w{bits}{'_bf16' if rounded else ''}{'_table' if lookup else ''}"
 
 
-def _compile() -> dict[tuple[int, bool], Callable[..., None] | None]:
+def _compile() -> dict[tuple[int, bool, bool], Callable[..., None] | None]:
+    kinds = [kind for kind in _KINDS if _has_avx512() or not kind[2]]
     try:
-        engine = vector_product.compile_ir("\n".join(_ir(bits, rounded) for bits, rounded in _KINDS))
+        ir = "\n".join(_ir(*kind) for kind in kinds)
+        if any(kind[2] for kind in kinds):
+            ir += "\ndeclare <16 x float> @llvm.x86.avx512.permvar.sf.512(<16 x float>, <16 x i32>)\n"
+        engine = vector_product.compile_ir(ir)
     except Exception as error:
         warnings.warn(f"llmbuild: the compiled 4/8-bit product is unavailable ({error}); decode dequantizes "
                       "blocks first, slower, with the same results", RuntimeWarning, stacklevel=3)
@@ -102,7 +110,15 @@ def _compile() -> dict[tuple[int, bool], Callable[..., None] | None]:
     _keep.append(engine)
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     signature = ctypes.CFUNCTYPE(None, ptr, ptr, i64, ptr, ptr, i64, i64, ptr, i64, i64, i64)
-    return {kind: signature(engine.get_function_address(_name(*kind))) for kind in _KINDS}
+    return {kind: signature(engine.get_function_address(_name(*kind))) for kind in kinds}
+
+
+def _has_avx512() -> bool:
+    """Whether this CPU has AVX-512F, whose vpermps looks 16 levels up in a register at once."""
+    import llvmlite.binding as llvm
+
+    llvm.initialize_native_target()
+    return bool(llvm.get_host_cpu_features().get("avx512f"))
 
 
 def _splat(width: int, element: str, value: str) -> str:
@@ -122,44 +138,78 @@ def _levels(bits: int) -> list[str]:
             f"  %q = shufflevector <32 x i8> %lo4, <32 x i8> %hi4, <64 x i32> <{interleave}>"]
 
 
-def _dequantized(rounded: bool) -> list[str]:
-    """IR from %q to %wv, <64 x float>: (level - zero) * scale, rounded to bf16 when `rounded`."""
-    lines = ["  %g = udiv i64 %k, %group",
-             "  %sp = getelementptr float, ptr %srow, i64 %g",
-             "  %s = load float, ptr %sp, align 4",
-             "  %zp = getelementptr float, ptr %zrow, i64 %g",
-             "  %z = load float, ptr %zp, align 4",
-             "  %s1 = insertelement <64 x float> poison, float %s, i64 0",
-             "  %ss = shufflevector <64 x float> %s1, <64 x float> poison, <64 x i32> zeroinitializer",
-             "  %z1 = insertelement <64 x float> poison, float %z, i64 0",
-             "  %zs = shufflevector <64 x float> %z1, <64 x float> poison, <64 x i32> zeroinitializer",
-             "  %qf = uitofp <64 x i8> %q to <64 x float>",
-             "  %d = fsub <64 x float> %qf, %zs"]
+def _table(rounded: bool) -> list[str]:
+    """IR of the block's 4-bit table %wt, <16 x float>: entry i the dequantized value of level i, computed
+    as `_dequantized` computes each weight (so a level looked up has the bits of one dequantized)."""
+    iota = "<" + ", ".join(f"float {i}.0" for i in range(16)) + ">"
+    lines = _scale_and_zero(16) + [f"  %td = fsub <16 x float> {iota}, %zs"]
     if not rounded:
-        return [*lines, "  %wv = fmul <64 x float> %d, %ss"]
-    i32 = lambda value: _splat(64, "i32", value)  # noqa: E731
-    return [*lines,
-            "  %v = fmul <64 x float> %d, %ss",
-            "  %b = bitcast <64 x float> %v to <64 x i32>",
-            f"  %odd0 = lshr <64 x i32> %b, {i32('16')}",
-            f"  %odd = and <64 x i32> %odd0, {i32('1')}",
-            f"  %up0 = add <64 x i32> %b, {i32('32767')}",
-            "  %up = add <64 x i32> %up0, %odd",
-            f"  %r = and <64 x i32> %up, {i32('-65536')}",
-            f"  %abs = and <64 x i32> %b, {i32('2147483647')}",
-            f"  %nan = icmp ugt <64 x i32> %abs, {i32('2139095040')}",
-            f"  %rn = select <64 x i1> %nan, <64 x i32> {i32('2143289344')}, <64 x i32> %r",
-            "  %wv = bitcast <64 x i32> %rn to <64 x float>"]
+        return [*lines, "  %wt = fmul <16 x float> %td, %ss"]
+    return [*lines, "  %tv = fmul <16 x float> %td, %ss", *_round_bf16(16, "%tv", "%wt")]
 
 
-def _ir(bits: int, rounded: bool) -> str:
-    """Per output row n: each block of 64 levels dequantized into %wv, its four 16-lane quarters multiplied
-    with x and added to the four accumulators; then the lane tree."""
-    body = [*_levels(bits), *_dequantized(rounded)]
+def _looked_up() -> list[str]:
+    """IR from %q (64 levels) to %w0..%w3, each 16 weights looked up in %wt by one vpermps (AVX-512F)."""
+    lines = ["  %qi = zext <64 x i8> %q to <64 x i32>"]
     for a in range(LANES // _VECTOR):
         quarter = ", ".join(f"i32 {a * _VECTOR + i}" for i in range(_VECTOR))
-        body += [f"  %w{a} = shufflevector <64 x float> %wv, <64 x float> poison, <16 x i32> <{quarter}>",
-                 f"  %k{a} = add i64 %k, {a * _VECTOR}",
+        lines += [f"  %qi{a} = shufflevector <64 x i32> %qi, <64 x i32> poison, <16 x i32> <{quarter}>",
+                  f"  %w{a} = call <16 x float> @llvm.x86.avx512.permvar.sf.512(<16 x float> %wt, "
+                  f"<16 x i32> %qi{a})"]
+    return lines
+
+
+def _scale_and_zero(width: int) -> list[str]:
+    """IR loading the block's group's scale and zero, splatted to `width` lanes as %ss and %zs."""
+    return ["  %g = udiv i64 %k, %group",
+            "  %sp = getelementptr float, ptr %srow, i64 %g",
+            "  %s = load float, ptr %sp, align 4",
+            "  %zp = getelementptr float, ptr %zrow, i64 %g",
+            "  %z = load float, ptr %zp, align 4",
+            f"  %s1 = insertelement <{width} x float> poison, float %s, i64 0",
+            f"  %ss = shufflevector <{width} x float> %s1, <{width} x float> poison, <{width} x i32> zeroinitializer",
+            f"  %z1 = insertelement <{width} x float> poison, float %z, i64 0",
+            f"  %zs = shufflevector <{width} x float> %z1, <{width} x float> poison, <{width} x i32> zeroinitializer"]
+
+
+def _round_bf16(width: int, value: str, out: str) -> list[str]:
+    """IR rounding the <width x float> `value` to bf16 (nearest even; NaN to the canonical NaN) as `out`."""
+    i32 = lambda v: _splat(width, "i32", v)  # noqa: E731
+    t = f"<{width} x i32>"
+    return [f"  %b = bitcast <{width} x float> {value} to {t}",
+            f"  %odd0 = lshr {t} %b, {i32('16')}",
+            f"  %odd = and {t} %odd0, {i32('1')}",
+            f"  %up0 = add {t} %b, {i32('32767')}",
+            f"  %up = add {t} %up0, %odd",
+            f"  %r = and {t} %up, {i32('-65536')}",
+            f"  %abs = and {t} %b, {i32('2147483647')}",
+            f"  %nan = icmp ugt {t} %abs, {i32('2139095040')}",
+            f"  %rn = select <{width} x i1> %nan, {t} {i32('2143289344')}, {t} %r",
+            f"  {out} = bitcast {t} %rn to <{width} x float>"]
+
+
+def _dequantized(rounded: bool) -> list[str]:
+    """IR from %q to %wv, <64 x float>: (level - zero) * scale, rounded to bf16 when `rounded`."""
+    lines = [*_scale_and_zero(64), "  %qf = uitofp <64 x i8> %q to <64 x float>", "  %d = fsub <64 x float> %qf, %zs"]
+    if not rounded:
+        return [*lines, "  %wv = fmul <64 x float> %d, %ss"]
+    return [*lines, "  %v = fmul <64 x float> %d, %ss", *_round_bf16(64, "%v", "%wv")]
+
+
+def _ir(bits: int, rounded: bool, lookup: bool) -> str:
+    """Per output row n: each block of 64 levels dequantized (4-bit levels with `lookup`: looked up in a
+    16-entry table of the group's values, one vpermps per 16 levels), its four 16-lane quarters multiplied
+    with x and added to the four accumulators; then the lane tree."""
+    body = _levels(bits)
+    if bits == 4 and lookup:
+        body += [*_table(rounded), *_looked_up()]
+    else:
+        body += _dequantized(rounded)
+        for a in range(LANES // _VECTOR):
+            quarter = ", ".join(f"i32 {a * _VECTOR + i}" for i in range(_VECTOR))
+            body.append(f"  %w{a} = shufflevector <64 x float> %wv, <64 x float> poison, <16 x i32> <{quarter}>")
+    for a in range(LANES // _VECTOR):
+        body += [f"  %k{a} = add i64 %k, {a * _VECTOR}",
                  f"  %xp{a} = getelementptr float, ptr %x, i64 %k{a}",
                  f"  %xv{a} = load <16 x float>, ptr %xp{a}, align 4",
                  f"  %p{a} = fmul <16 x float> %xv{a}, %w{a}",
@@ -168,7 +218,7 @@ def _ir(bits: int, rounded: bool) -> str:
                      for a in range(LANES // _VECTOR))
     newline = "\n"
     return f"""
-define void @{_name(bits, rounded)}(ptr noalias nocapture readonly %x, ptr noalias nocapture readonly %l,
+define void @{_name(bits, rounded, lookup)}(ptr noalias nocapture readonly %x, ptr noalias nocapture readonly %l,
     i64 %lstride, ptr noalias nocapture readonly %sc, ptr noalias nocapture readonly %ze, i64 %groups,
     i64 %group, ptr noalias nocapture %y, i64 %lo, i64 %hi, i64 %K) {{
 entry:
