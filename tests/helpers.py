@@ -206,3 +206,14 @@ def plan_file(plan, directory: Path) -> Path:
     path = directory / "plan.json"
     path.write_text(plan.to_json())
     return path
+
+
+def stored_weight(rng: np.random.Generator, n: int, k: int, storage: str) -> tuple[np.ndarray, np.ndarray]:
+    """A random [n, k] weight: (as stored in `storage` f32/bf16/f16, its float32 values)."""
+    from llmbuild.numerics.formats import decode, encode
+
+    values = rng.standard_normal((n, k)).astype(np.float32)
+    if storage == "f32":
+        return values, values
+    raw = encode(values, storage)
+    return raw, decode(raw, storage)

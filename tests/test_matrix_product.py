@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import stored_weight
 
 from llmbuild.numerics import matrix_product, vector_product
 from llmbuild.numerics.dequantize import DequantizedRows
-from llmbuild.numerics.formats import decode, encode
+from llmbuild.numerics.formats import encode
 from llmbuild.numerics.stored import StoredTensor
 from llmbuild.numerics.weight_product import tiled_product
 
@@ -20,21 +21,13 @@ def _bits(a: np.ndarray) -> np.ndarray:
     return np.asarray(a, dtype=np.float32).view(np.uint32)
 
 
-def _weights(rng: np.random.Generator, n: int, k: int, storage: str) -> tuple[np.ndarray, np.ndarray]:
-    values = rng.standard_normal((n, k)).astype(np.float32)
-    if storage == "f32":
-        return values, values
-    raw = encode(values, storage)
-    return raw, decode(raw, storage)
-
-
 @needs_kernel
 @pytest.mark.parametrize("storage", ["f32", "bf16", "f16"])
 @pytest.mark.parametrize(("m", "n", "k"), [(2, 1, 64), (3, 7, 128), (4, 9, 192), (5, 33, 576), (9, 64, 1536),
                                            (40, 17, 640)])
 def test_the_kernel_has_the_bits_of_the_reference(storage: str, m: int, n: int, k: int) -> None:
     rng = np.random.default_rng(m * n * k)
-    stored, values = _weights(rng, n, k, storage)
+    stored, values = stored_weight(rng, n, k, storage)
     x = rng.standard_normal((m, k)).astype(np.float32)
     wide = np.full((m, n + 5), np.nan, dtype=np.float32)  # the result written into a column slice
     matrix_product.product(x, stored, wide[:, 2 : 2 + n])
@@ -54,7 +47,7 @@ def test_the_reference_is_the_one_row_arithmetic_row_by_row() -> None:
 @pytest.mark.parametrize("storage", ["f32", "bf16"])
 def test_a_prefill_row_has_the_bits_of_a_decode_step(storage: str) -> None:
     rng = np.random.default_rng(2)
-    stored, _ = _weights(rng, 96, 576, storage)
+    stored, _ = stored_weight(rng, 96, 576, storage)
     x = rng.standard_normal((13, 576)).astype(np.float32)
     many = np.empty((13, 96), dtype=np.float32)
     matrix_product.product(x, stored, many)

@@ -6,20 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import stored_weight
 
 from llmbuild.numerics import vector_product
-from llmbuild.numerics.formats import decode, encode
 
 needs_kernel = pytest.mark.skipif(vector_product.kernel("f32") is None, reason="no compiled kernel (llvmlite)")
-
-
-def _weights(rng: np.random.Generator, n: int, k: int, storage: str) -> tuple[np.ndarray, np.ndarray]:
-    """(the weight as stored, its float32 values)."""
-    values = rng.standard_normal((n, k)).astype(np.float32)
-    if storage == "f32":
-        return values, values
-    raw = encode(values, storage)
-    return raw, decode(raw, storage)
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
@@ -31,7 +22,7 @@ def _bits(a: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize(("n", "k"), [(1, 64), (7, 128), (576, 576), (192, 1536), (33, 8960)])
 def test_the_kernel_has_the_bits_of_the_reference(storage: str, n: int, k: int) -> None:
     rng = np.random.default_rng(n * k)
-    stored, values = _weights(rng, n, k, storage)
+    stored, values = stored_weight(rng, n, k, storage)
     x = rng.standard_normal(k).astype(np.float32)
     out = np.empty(n, dtype=np.float32)
     vector_product.product(x, stored, out)
@@ -96,7 +87,7 @@ def test_rows_split_over_threads_change_no_bit(workers: str, monkeypatch: pytest
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", workers)  # numerics.parallel.workers() reads it
     rng = np.random.default_rng(5)
     n, k = vector_product.PARALLEL_WEIGHTS // 512 + 3, 512  # above the threshold, rows not in equal parts
-    raw, values = _weights(rng, n, k, "bf16")
+    raw, values = stored_weight(rng, n, k, "bf16")
     x = rng.standard_normal(k).astype(np.float32)
     out = np.empty(n, dtype=np.float32)
     vector_product.product(x, raw, out)

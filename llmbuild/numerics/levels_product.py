@@ -75,21 +75,14 @@ def _rounded(attrs: dict[str, Any]) -> bool:
 
 # ---- the compiled kernel ---------------------------------------------------------------------------
 
-_lock = threading.Lock()
-_kernels: dict[tuple[int, bool, bool], Callable[..., None] | None] = {}
-_keep: list[Any] = []
 
 
 def kernel(bits: int, rounded: bool, lookup: bool | None = None) -> Callable[..., None] | None:
     """The compiled product: `(x*, levels*, level_row_bytes, scale*, zero*, groups_per_row, group, y*, n_lo,
     n_hi, K)`; None when it cannot be built (a table lookup without AVX-512F)."""
-    if not _kernels:
-        with _lock:
-            if not _kernels:
-                _kernels.update(_compile())
     if lookup is None:
-        lookup = bits == 4 and _kernels.get((4, rounded, True)) is not None
-    return _kernels.get((bits, rounded, lookup))
+        lookup = bits == 4 and _KERNELS.get((4, rounded, True)) is not None
+    return _KERNELS.get((bits, rounded, lookup))
 
 
 def _name(bits: int, rounded: bool, lookup: bool) -> str:
@@ -107,10 +100,13 @@ def _compile() -> dict[tuple[int, bool, bool], Callable[..., None] | None]:
         warnings.warn(f"llmbuild: the compiled 4/8-bit product is unavailable ({error}); decode dequantizes "
                       "blocks first, slower, with the same results", RuntimeWarning, stacklevel=3)
         return dict.fromkeys(_KINDS)
-    _keep.append(engine)
+    vector_product.keep(engine)
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     signature = ctypes.CFUNCTYPE(None, ptr, ptr, i64, ptr, ptr, i64, i64, ptr, i64, i64, i64)
     return {kind: signature(engine.get_function_address(_name(*kind))) for kind in kinds}
+
+
+_KERNELS = vector_product.CompiledKernels(_compile)
 
 
 def _has_avx512() -> bool:
@@ -200,53 +196,18 @@ def _ir(bits: int, rounded: bool, lookup: bool) -> str:
     """Per output row n: each block of 64 levels dequantized (4-bit levels with `lookup`: looked up in a
     16-entry table of the group's values, one vpermps per 16 levels), its four 16-lane quarters multiplied
     with x and added to the four accumulators; then the lane tree."""
-    body = _levels(bits)
+    block = _levels(bits)
     if bits == 4 and lookup:
-        body += [*_table(rounded), *_looked_up()]
+        block += [*_table(rounded), *_looked_up()]
     else:
-        body += _dequantized(rounded)
+        block += _dequantized(rounded)
         for a in range(LANES // _VECTOR):
             quarter = ", ".join(f"i32 {a * _VECTOR + i}" for i in range(_VECTOR))
-            body.append(f"  %w{a} = shufflevector <64 x float> %wv, <64 x float> poison, <16 x i32> <{quarter}>")
-    for a in range(LANES // _VECTOR):
-        body += [f"  %k{a} = add i64 %k, {a * _VECTOR}",
-                 f"  %xp{a} = getelementptr float, ptr %x, i64 %k{a}",
-                 f"  %xv{a} = load <16 x float>, ptr %xp{a}, align 4",
-                 f"  %p{a} = fmul <16 x float> %xv{a}, %w{a}",
-                 f"  %na{a} = fadd <16 x float> %a{a}, %p{a}"]
-    phis = "\n".join(f"  %a{a} = phi <16 x float> [ zeroinitializer, %row ], [ %na{a}, %kloop ]"
-                     for a in range(LANES // _VECTOR))
-    newline = "\n"
-    return f"""
-define void @{_name(bits, rounded, lookup)}(ptr noalias nocapture readonly %x, ptr noalias nocapture readonly %l,
-    i64 %lstride, ptr noalias nocapture readonly %sc, ptr noalias nocapture readonly %ze, i64 %groups,
-    i64 %group, ptr noalias nocapture %y, i64 %lo, i64 %hi, i64 %K) {{
-entry:
-  %none = icmp sge i64 %lo, %hi
-  br i1 %none, label %done, label %row
-row:
-  %n = phi i64 [ %lo, %entry ], [ %n1, %rowend ]
-  %loff = mul i64 %n, %lstride
-  %lrow = getelementptr i8, ptr %l, i64 %loff
-  %goff = mul i64 %n, %groups
-  %srow = getelementptr float, ptr %sc, i64 %goff
-  %zrow = getelementptr float, ptr %ze, i64 %goff
-  br label %kloop
-kloop:
-  %k = phi i64 [ 0, %row ], [ %knext, %kloop ]
-{phis}
-{newline.join(body)}
-  %knext = add i64 %k, {LANES}
-  %more = icmp slt i64 %knext, %K
-  br i1 %more, label %kloop, label %rowend
-rowend:
-{vector_product.lane_tree(["%na0", "%na1", "%na2", "%na3"], "sum")}
-  %yp = getelementptr float, ptr %y, i64 %n
-  store float %sum, ptr %yp, align 4
-  %n1 = add i64 %n, 1
-  %rows = icmp slt i64 %n1, %hi
-  br i1 %rows, label %row, label %done
-done:
-  ret void
-}}
-"""
+            block.append(f"  %w{a} = shufflevector <64 x float> %wv, <64 x float> poison, <16 x i32> <{quarter}>")
+    params = ("ptr noalias nocapture readonly %x, ptr noalias nocapture readonly %l, i64 %lstride, "
+              "ptr noalias nocapture readonly %sc, ptr noalias nocapture readonly %ze, i64 %groups, i64 %group, "
+              "ptr noalias nocapture %y, i64 %lo, i64 %hi, i64 %K")
+    row_setup = ["  %loff = mul i64 %n, %lstride", "  %lrow = getelementptr i8, ptr %l, i64 %loff",
+                 "  %goff = mul i64 %n, %groups", "  %srow = getelementptr float, ptr %sc, i64 %goff",
+                 "  %zrow = getelementptr float, ptr %ze, i64 %goff"]
+    return vector_product.one_row_function(_name(bits, rounded, lookup), params, row_setup, block)

@@ -21,7 +21,6 @@ import ctypes
 import threading
 import warnings
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
@@ -92,21 +91,10 @@ def _threads_for(m: int, n: int, k: int) -> int:
 
 # ---- the compiled kernel ---------------------------------------------------------------------------
 
-_lock = threading.Lock()
-_kernels: dict[str, Callable[..., None] | None] = {}
-_keep: list[Any] = []  # the execution engine owns the machine code
-
-
 def kernel(storage: str) -> Callable[..., None] | None:
     """The compiled product for weights stored as `storage`: `(x*, x_row_elems, M, w*, w_row_bytes, y*,
     y_row_elems, n_lo, n_hi, K)`, computing y[:, n_lo:n_hi]; None when it cannot be built."""
-    if storage not in vector_product.WIDEN:
-        return None
-    if storage not in _kernels:
-        with _lock:
-            if storage not in _kernels:
-                _kernels.update(_compile())
-    return _kernels[storage]
+    return _KERNELS.get(storage)
 
 
 def _compile() -> dict[str, Callable[..., None] | None]:
@@ -117,10 +105,13 @@ def _compile() -> dict[str, Callable[..., None] | None]:
         warnings.warn(f"llmbuild: the compiled matrix product is unavailable ({error}); products run on "
                       "numpy, much slower, with the same results", RuntimeWarning, stacklevel=3)
         return dict.fromkeys(storages)
-    _keep.append(engine)
+    vector_product.keep(engine)
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     signature = ctypes.CFUNCTYPE(None, ptr, i64, i64, ptr, i64, ptr, i64, i64, i64, i64)
     return {s: signature(engine.get_function_address(f"rows_product_{s}")) for s in storages}
+
+
+_KERNELS = vector_product.CompiledKernels(_compile)
 
 
 def _k_loop(storage: str, rows: int, label: str, entry: str, xrow: str, wrow: str) -> tuple[str, list[str]]:
@@ -136,14 +127,10 @@ def _k_loop(storage: str, rows: int, label: str, entry: str, xrow: str, wrow: st
         p = f"%{label}w{a}"
         lines.append(f"  {p}k = add i64 %{label}k, {a * _VECTOR}")
         lines += vector_product.widened_load(storage, f"{p}", wrow, f"{p}k")
+    weights = [f"%{label}w{a}" for a in range(LANES // _VECTOR)]
     for r in range(rows):
-        for a in range(LANES // _VECTOR):
-            v = f"%{label}x{r}_{a}"
-            lines += [f"  {v}k = add i64 %{label}k, {a * _VECTOR}",
-                      f"  {v}p = getelementptr float, ptr {xrow}{r}, i64 {v}k",
-                      f"  {v} = load <16 x float>, ptr {v}p, align 4",
-                      f"  {v}m = fmul <16 x float> {v}, %{label}w{a}",
-                      f"  {accs[r][a]} = fadd <16 x float> %{label}a{r}_{a}, {v}m"]
+        before = [f"%{label}a{r}_{a}" for a in range(LANES // _VECTOR)]
+        lines += vector_product.lane_multiply_adds(f"{xrow}{r}", f"%{label}k", weights, before, accs[r], f"{label}{r}")
     lines += [f"  %{label}kn = add i64 %{label}k, {LANES}",
               f"  %{label}more = icmp slt i64 %{label}kn, %K"]
     return "\n".join(lines), accs

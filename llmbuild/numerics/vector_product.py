@@ -119,21 +119,34 @@ def _threads_for(n: int, k: int) -> int:
 
 # ---- the compiled kernel ---------------------------------------------------------------------------
 
-_lock = threading.Lock()
-_kernels: dict[str, Callable[..., None] | None] = {}
-_keep: list[Any] = []  # the execution engine owns the machine code: it lives as long as the process
+class CompiledKernels:
+    """A module's compiled kernels, by key: compiled together, once per process, by the first thread that
+    asks (`compile` returns the key -> callable table, None where a kernel could not be built)."""
+
+    def __init__(self, compile: Callable[[], dict[Any, Callable[..., None] | None]]):
+        self._compile, self._table = compile, None
+        self._lock = threading.Lock()
+
+    def get(self, key: Any) -> Callable[..., None] | None:
+        if self._table is None:
+            with self._lock:
+                if self._table is None:
+                    self._table = self._compile()
+        return self._table.get(key)
+
+
+_keep: list[Any] = []
+
+
+def keep(engine: Any) -> None:
+    """Hold an execution engine for the life of the process: it owns its kernels' machine code."""
+    _keep.append(engine)
 
 
 def kernel(storage: str) -> Callable[..., None] | None:
     """The compiled product for weights stored as `storage` ("f32", "bf16", "f16"): `(x*, w*, y*, row_lo,
     row_hi, K, row_stride_bytes)`, computing y[row_lo:row_hi]; None when it cannot be built."""
-    if storage not in WIDEN:
-        return None
-    if storage not in _kernels:
-        with _lock:
-            if storage not in _kernels:
-                _kernels.update(_compile())
-    return _kernels[storage]
+    return _KERNELS.get(storage)
 
 
 def compile_ir(ir: str) -> Any:
@@ -163,11 +176,14 @@ def _compile() -> dict[str, Callable[..., None] | None]:
         warnings.warn(f"llmbuild: the compiled one-row product is unavailable ({error}); decode runs on numpy, "
                       "slower, with the same results", RuntimeWarning, stacklevel=3)
         return dict.fromkeys(WIDEN)
-    _keep.append(engine)
+    keep(engine)
     signature = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                  ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
     # ctypes releases the GIL for the call: rows split over threads run side by side.
     return {storage: signature(engine.get_function_address(f"row_product_{storage}")) for storage in WIDEN}
+
+
+_KERNELS = CompiledKernels(_compile)
 
 
 def widened_load(storage: str, name: str, row: str, k: str) -> list[str]:
@@ -206,40 +222,49 @@ def lane_tree(accumulators: list[str], name: str) -> str:
                       f"  %{name} = fadd float %{name}e0, %{name}e1"])
 
 
-def _ir(storage: str) -> str:
-    """LLVM IR of the product for one storage type: per output row, 4 accumulators of <16 x float> (lanes
-    j, j+16, j+32, j+48 of a block of 64), each block's weights loaded as stored and widened."""
-    body = []
-    for a in range(LANES // _VECTOR):
-        body += [f"  %k{a} = add i64 %k, {a * _VECTOR}",
-                 f"  %xp{a} = getelementptr float, ptr %x, i64 %k{a}",
-                 f"  %xv{a} = load <16 x float>, ptr %xp{a}, align 4",
-                 *widened_load(storage, f"%wv{a}", "%wrow", f"%k{a}"),
-                 f"  %p{a} = fmul <16 x float> %xv{a}, %wv{a}",
-                 f"  %na{a} = fadd <16 x float> %a{a}, %p{a}"]
-    phis = "\n".join(f"  %a{a} = phi <16 x float> [ zeroinitializer, %row ], [ %na{a}, %kloop ]"
-                     for a in range(LANES // _VECTOR))
-    newline = "\n"
+def lane_multiply_adds(xrow: str, k: str, weights: list[str], accumulators: list[str], results: list[str],
+                       tag: str) -> list[str]:
+    """IR of one block's lanes: results[a] = accumulators[a] + x[k + 16a : k + 16a + 16] * weights[a], for
+    a = 0..3, x read from the float row at pointer `xrow`; the product rounded, then the sum (no FMA)."""
+    lines = []
+    for a, (weight, accumulator, result) in enumerate(zip(weights, accumulators, results, strict=True)):
+        v = f"%{tag}x{a}"
+        lines += [f"  {v}k = add i64 {k}, {a * _VECTOR}",
+                  f"  {v}p = getelementptr float, ptr {xrow}, i64 {v}k",
+                  f"  {v} = load <16 x float>, ptr {v}p, align 4",
+                  f"  {v}m = fmul <16 x float> {v}, {weight}",
+                  f"  {result} = fadd <16 x float> {accumulator}, {v}m"]
+    return lines
+
+
+def one_row_function(name: str, params: str, row_setup: list[str], block: list[str]) -> str:
+    """LLVM IR of a one-row product `name(params)` over output rows [%lo, %hi) of K = %K: per row n,
+    `row_setup` (pointers of row n), then blocks of 64 k (`block` computes the block's four weight vectors
+    %w0..%w3 at %k), each added lane by lane to four accumulators, then the lane tree stored at %y[n]."""
+    accumulators = [f"%a{a}" for a in range(LANES // _VECTOR)]
+    results = [f"%na{a}" for a in range(LANES // _VECTOR)]
+    phis = [f"  %a{a} = phi <16 x float> [ zeroinitializer, %row ], [ %na{a}, %kloop ]"
+            for a in range(LANES // _VECTOR)]
+    weights = [f"%w{a}" for a in range(LANES // _VECTOR)]
+    body = "\n".join([*phis, *block, *lane_multiply_adds("%x", "%k", weights, accumulators, results, "")])
+    setup = "\n".join(row_setup)
     return f"""
-define void @row_product_{storage}(ptr noalias nocapture readonly %x, ptr noalias nocapture readonly %w,
-                                   ptr noalias nocapture %y, i64 %lo, i64 %hi, i64 %K, i64 %stride) {{
+define void @{name}({params}) {{
 entry:
   %none = icmp sge i64 %lo, %hi
   br i1 %none, label %done, label %row
 row:
   %n = phi i64 [ %lo, %entry ], [ %n1, %rowend ]
-  %offset = mul i64 %n, %stride
-  %wrow = getelementptr i8, ptr %w, i64 %offset
+{setup}
   br label %kloop
 kloop:
   %k = phi i64 [ 0, %row ], [ %knext, %kloop ]
-{phis}
-{newline.join(body)}
+{body}
   %knext = add i64 %k, {LANES}
   %more = icmp slt i64 %knext, %K
   br i1 %more, label %kloop, label %rowend
 rowend:
-{lane_tree(["%na0", "%na1", "%na2", "%na3"], "sum")}
+{lane_tree(results, "sum")}
   %yp = getelementptr float, ptr %y, i64 %n
   store float %sum, ptr %yp, align 4
   %n1 = add i64 %n, 1
@@ -249,3 +274,16 @@ done:
   ret void
 }}
 """
+
+
+def _ir(storage: str) -> str:
+    """LLVM IR of the product for one storage type: per output row, 4 accumulators of <16 x float> (lanes
+    j, j+16, j+32, j+48 of a block of 64), each block's weights loaded as stored and widened."""
+    block = []
+    for a in range(LANES // _VECTOR):
+        block += [f"  %wk{a} = add i64 %k, {a * _VECTOR}", *widened_load(storage, f"%w{a}", "%wrow", f"%wk{a}")]
+    params = ("ptr noalias nocapture readonly %x, ptr noalias nocapture readonly %w, ptr noalias nocapture %y, "
+              "i64 %lo, i64 %hi, i64 %K, i64 %stride")
+    return one_row_function(f"row_product_{storage}", params,
+                            ["  %offset = mul i64 %n, %stride", "  %wrow = getelementptr i8, ptr %w, i64 %offset"],
+                            block)
