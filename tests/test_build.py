@@ -17,26 +17,11 @@ from helpers import ROOT, _env, hf_generate, llmbuild, planned_jobs, snakemake
 PROMPT = [1, 5, 9, 42]
 
 
-# Built here without their .bmodel: SmolLM2's w4 and w8 binaries, whose 30-layer bmodels cost about two
-# minutes of the suite each, while the bmodels of the same 30 layers (smollm2_135m_bf16) and of a w4 GPTQ and
-# a w8 model (qwen2_tiny_w4, llama_tiny_w8_rtn) are built and checked on the simulator here.
-WITHOUT_BMODEL = ("smollm2_135m_w4", "smollm2_135m_w8")
-
-
-def _with_bmodel() -> tuple[str, ...]:
-    from llmbuild.recipe import list_recipes
-
-    names = [r for r in list_recipes(buildable_only=True) if r not in WITHOUT_BMODEL]
-    return ("--config", f"recipes=[{','.join(names)}]")
-
-
 @pytest.fixture(scope="session")
 def build(build_root: Path) -> Path:
     """`snakemake --cores 2 all`: every shipped recipe, from clean, into the session's build directory
-    (shared with the runtime tests: Snakemake builds what is missing, nothing twice); WITHOUT_BMODEL's
-    recipes without the vendor binary."""
-    snakemake(build_root, "all", *_with_bmodel())
-    snakemake(build_root, *WITHOUT_BMODEL, "--config", "bmodel=false")
+    (shared with the runtime tests: Snakemake builds what is missing, nothing twice)."""
+    snakemake(build_root, "all")
     return build_root
 
 
@@ -185,8 +170,7 @@ def test_every_mlir_file_parses_with_upstream_mlir_opt(build: Path) -> None:
 
 
 def test_second_run_has_nothing_to_do(build: Path) -> None:
-    assert planned_jobs(build, "all", config=_with_bmodel()) == {}
-    assert planned_jobs(build, WITHOUT_BMODEL[0], config=("--config", "bmodel=false")) == {}
+    assert planned_jobs(build, "all") == {}
 
 
 def test_layer_weights_are_stored_once_and_the_binary_is_deterministic(build: Path, tmp_path: Path) -> None:
