@@ -145,25 +145,51 @@ def _store(accs: list[str], name: str, row: str, column: str) -> str:
                       f"  store float %{name}, ptr %{name}p, align 4"])
 
 
-def _weight_row(n: str, name: str) -> str:
-    return f"  %{name}off = mul i64 {n}, %ws\n  %{name}row = getelementptr i8, ptr %w, i64 %{name}off"
+def _row_pass(storage: str, rows: int, tag: str, start: str, exit_label: str) -> str:
+    """IR of one pass over the rows of x in blocks of `rows`, from the row `start` gives (a phi's incoming
+    values) while a whole block fits, each block against every weight row of the chunk [%n0, %n0e). It is
+    entered at `{tag}pre` and leaves for `exit_label`, where the phi `[ %{tag}m0, %{tag}pre ], [ %{tag}mnext,
+    %{tag}blkend ]` is the first row it did not take."""
+    loop, accs = _k_loop(storage, rows, f"{tag}k", f"{tag}nrow", f"%{tag}xr", f"%{tag}wrow")
+    pointers = "\n".join(f"  %{tag}mr{r} = add i64 %{tag}m, {r}\n  %{tag}xo{r} = mul i64 %{tag}mr{r}, %xs\n"
+                         f"  %{tag}xr{r} = getelementptr float, ptr %x, i64 %{tag}xo{r}" for r in range(rows))
+    stores = "\n".join(_store(accs[r], f"{tag}s{r}", f"%{tag}mr{r}", f"%{tag}n") for r in range(rows))
+    return f"""{tag}pre:
+  %{tag}m0 = phi i64 {start}
+  %{tag}lim = sub i64 %M, {rows - 1}
+  %{tag}any = icmp slt i64 %{tag}m0, %{tag}lim
+  br i1 %{tag}any, label %{tag}blk, label %{exit_label}
+{tag}blk:
+  %{tag}m = phi i64 [ %{tag}m0, %{tag}pre ], [ %{tag}mnext, %{tag}blkend ]
+{pointers}
+  br label %{tag}nrow
+{tag}nrow:
+  %{tag}n = phi i64 [ %n0, %{tag}blk ], [ %{tag}n1, %{tag}nend ]
+  %{tag}woff = mul i64 %{tag}n, %ws
+  %{tag}wrow = getelementptr i8, ptr %w, i64 %{tag}woff
+  br label %{tag}k
+{loop}
+  br i1 %{tag}kmore, label %{tag}k, label %{tag}nend
+{tag}nend:
+{stores}
+  %{tag}n1 = add i64 %{tag}n, 1
+  %{tag}nmore = icmp slt i64 %{tag}n1, %n0e
+  br i1 %{tag}nmore, label %{tag}nrow, label %{tag}blkend
+{tag}blkend:
+  %{tag}mnext = add i64 %{tag}m, {rows}
+  %{tag}again = icmp slt i64 %{tag}mnext, %{tag}lim
+  br i1 %{tag}again, label %{tag}blk, label %{exit_label}"""
 
 
 def _ir(storage: str) -> str:
     """Weight rows in chunks of CHUNK; per chunk, blocks of ROWS rows of x (then the rows left one at a
-    time), each against every weight row of the chunk: a block of x stays in the L1 cache while the
-    chunk's rows pass it, and the chunk stays in L2 while the blocks pass it."""
-    block_loop, block_accs = _k_loop(storage, ROWS, "kb", "nrow", "%xr", "%wbrow")
-    tail_loop, tail_accs = _k_loop(storage, 1, "kt", "ntail", "%xt", "%wtrow")
-    block_rows = "\n".join(f"  %mr{r} = add i64 %m, {r}\n  %xo{r} = mul i64 %mr{r}, %xs\n"
-                           f"  %xr{r} = getelementptr float, ptr %x, i64 %xo{r}" for r in range(ROWS))
-    block_stores = "\n".join(_store(block_accs[r], f"sb{r}", f"%mr{r}", "%n") for r in range(ROWS))
+    time, the same pass with blocks of one), each against every weight row of the chunk: a block of x stays
+    in the L1 cache while the chunk's rows pass it, and the chunk stays in L2 while the blocks pass it."""
     return f"""
 define void @rows_product_{storage}(ptr noalias nocapture readonly %x, i64 %xs, i64 %M,
                                     ptr noalias nocapture readonly %w, i64 %ws, ptr noalias nocapture %y,
                                     i64 %ys, i64 %lo, i64 %hi, i64 %K) {{
 entry:
-  %mfull = sub i64 %M, {ROWS - 1}
   %none = icmp sge i64 %lo, %hi
   br i1 %none, label %done, label %chunk
 chunk:
@@ -171,51 +197,9 @@ chunk:
   %n0c = add i64 %n0, {CHUNK}
   %short = icmp slt i64 %hi, %n0c
   %n0e = select i1 %short, i64 %hi, i64 %n0c
-  %anyblock = icmp slt i64 0, %mfull
-  br i1 %anyblock, label %blk, label %tailpre
-blk:
-  %m = phi i64 [ 0, %chunk ], [ %mnext, %blkend ]
-{block_rows}
-  br label %nrow
-nrow:
-  %n = phi i64 [ %n0, %blk ], [ %n1, %nend ]
-{_weight_row("%n", "wb")}
-  br label %kb
-{block_loop}
-  br i1 %kbmore, label %kb, label %nend
-nend:
-{block_stores}
-  %n1 = add i64 %n, 1
-  %nmore = icmp slt i64 %n1, %n0e
-  br i1 %nmore, label %nrow, label %blkend
-blkend:
-  %mnext = add i64 %m, {ROWS}
-  %again = icmp slt i64 %mnext, %mfull
-  br i1 %again, label %blk, label %tailpre
-tailpre:
-  %mt0 = phi i64 [ 0, %chunk ], [ %mnext, %blkend ]
-  %anytail = icmp slt i64 %mt0, %M
-  br i1 %anytail, label %tail, label %chunkend
-tail:
-  %mt = phi i64 [ %mt0, %tailpre ], [ %mt1, %tailend ]
-  %xot = mul i64 %mt, %xs
-  %xt0 = getelementptr float, ptr %x, i64 %xot
-  br label %ntail
-ntail:
-  %nt = phi i64 [ %n0, %tail ], [ %nt1, %ntend ]
-{_weight_row("%nt", "wt")}
-  br label %kt
-{tail_loop}
-  br i1 %ktmore, label %kt, label %ntend
-ntend:
-{_store(tail_accs[0], "st", "%mt", "%nt")}
-  %nt1 = add i64 %nt, 1
-  %ntmore = icmp slt i64 %nt1, %n0e
-  br i1 %ntmore, label %ntail, label %tailend
-tailend:
-  %mt1 = add i64 %mt, 1
-  %tails = icmp slt i64 %mt1, %M
-  br i1 %tails, label %tail, label %chunkend
+  br label %bpre
+{_row_pass(storage, ROWS, "b", "[ 0, %chunk ]", "tpre")}
+{_row_pass(storage, 1, "t", "[ %bm0, %bpre ], [ %bmnext, %bblkend ]", "chunkend")}
 chunkend:
   %more = icmp slt i64 %n0e, %hi
   br i1 %more, label %chunk, label %done
