@@ -16,7 +16,6 @@ bf16 or none; the levels two to a byte (even k in the low nibble) or one to a by
 from __future__ import annotations
 
 import ctypes
-import threading
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -24,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from llmbuild.numerics import vector_product
-from llmbuild.numerics.parallel import TILE_THREAD_PREFIX, tile_map, workers
+from llmbuild.numerics.parallel import row_spans
 from llmbuild.numerics.vector_product import LANES
 
 _VECTOR = 16
@@ -55,14 +54,7 @@ def product(x: np.ndarray, attrs: dict[str, Any], levels: np.ndarray, scale: np.
     group = attrs["q_group_size"]
     args = (x.ctypes.data, levels.ctypes.data, levels.strides[0], scale.ctypes.data, zero.ctypes.data,
             scale.strides[0] // 4, group, out.ctypes.data)
-    threads = 1
-    if n * k >= PARALLEL_WEIGHTS and not threading.current_thread().name.startswith(TILE_THREAD_PREFIX):
-        threads = workers() if n >= 2 * workers() else 1
-    if threads == 1:
-        run(*args, 0, n, k)
-        return
-    per = -(-n // threads)
-    tile_map(lambda lo: run(*args, lo, min(n, lo + per), k), range(0, n, per))
+    row_spans(n, n * k, PARALLEL_WEIGHTS, lambda lo, hi: run(*args, lo, hi, k))
 
 
 def _bits(attrs: dict[str, Any]) -> int:

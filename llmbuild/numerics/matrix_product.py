@@ -18,7 +18,6 @@ vector_product's kernel is, without fast-math flags: LLVM may neither reassociat
 from __future__ import annotations
 
 import ctypes
-import threading
 import warnings
 from collections.abc import Callable
 
@@ -26,7 +25,7 @@ import numpy as np
 
 from llmbuild.numerics import vector_product
 from llmbuild.numerics.formats import bf16_bits_to_f32
-from llmbuild.numerics.parallel import TILE_THREAD_PREFIX, tile_map, workers
+from llmbuild.numerics.parallel import row_spans
 from llmbuild.numerics.vector_product import LANES
 
 ROWS = 4  # rows of x per block: 16 accumulators, half of AVX-512's registers
@@ -74,19 +73,7 @@ def product(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
     assert run is not None
     xp, wp, yp = x.ctypes.data, w.ctypes.data, out.ctypes.data
     ws, ys = w.strides[0], out.strides[0] // 4
-    threads = _threads_for(m, n, k)
-    if threads == 1:
-        run(xp, k, m, wp, ws, yp, ys, 0, n, k)
-        return
-    per = -(-n // threads)
-    tile_map(lambda lo: run(xp, k, m, wp, ws, yp, ys, lo, min(n, lo + per), k), range(0, n, per))
-
-
-def _threads_for(m: int, n: int, k: int) -> int:
-    if m * n * k < PARALLEL_MACS or threading.current_thread().name.startswith(TILE_THREAD_PREFIX):
-        return 1
-    threads = workers()
-    return threads if n >= 2 * threads else 1
+    row_spans(n, m * n * k, PARALLEL_MACS, lambda lo, hi: run(xp, k, m, wp, ws, yp, ys, lo, hi, k))
 
 
 # ---- the compiled kernel ---------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
@@ -50,6 +51,19 @@ def tile_map(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
             _pool.shutdown(wait=False)
         _pool, _pool_size = ThreadPoolExecutor(n, thread_name_prefix=TILE_THREAD_PREFIX), n
     return list(_pool.map(fn, todo))
+
+
+def row_spans(n: int, work: int, threshold: int, run: Callable[[int, int], None]) -> None:
+    """`run(lo, hi)` over contiguous spans covering rows [0, n): one span when `work` is below `threshold`
+    (a thread hand-off would cost more than the second core saves), on a tile thread (the pool would wait
+    on itself) or when a worker would get fewer than two rows; else one span per worker. Each row is one
+    span's, whole, so a product whose outputs are per row gets the same bits either way."""
+    threads = workers()
+    if work < threshold or n < 2 * threads or threading.current_thread().name.startswith(TILE_THREAD_PREFIX):
+        run(0, n)
+        return
+    per = -(-n // threads)
+    tile_map(lambda lo: run(lo, min(n, lo + per)), range(0, n, per))
 
 
 @cache

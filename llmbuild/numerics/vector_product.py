@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from llmbuild.numerics.formats import bf16_bits_to_f32
-from llmbuild.numerics.parallel import TILE_THREAD_PREFIX, tile_map, workers
+from llmbuild.numerics.parallel import row_spans
 
 LANES = 64
 _VECTOR = 16  # lanes per LLVM vector; LANES / _VECTOR accumulators
@@ -99,22 +99,8 @@ def product(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
         out[...] = reference(x, values.astype(np.float32, copy=False))
         return
     xp, wp, yp, row = x.ctypes.data, w.ctypes.data, out.ctypes.data, w.strides[0]
-    threads = _threads_for(n, k)
-    per = -(-n // threads)
-    if threads == 1:
-        run(xp, wp, yp, 0, n, k, row)
-    else:
-        tile_map(lambda lo: run(xp, wp, yp, lo, min(n, lo + per), k, row), range(0, n, per))
-
-
-def _threads_for(n: int, k: int) -> int:
-    """How many threads share a product's rows: one below PARALLEL_WEIGHTS (SmolLM2's every projection: a
-    thread hand-off would cost more) and on a tile thread (a decode step's span of a 7B projection: the
-    pool would wait on itself); else every worker that gets at least two rows."""
-    if n * k < PARALLEL_WEIGHTS or threading.current_thread().name.startswith(TILE_THREAD_PREFIX):
-        return 1
-    threads = workers()
-    return threads if n >= 2 * threads else 1
+    # One thread below PARALLEL_WEIGHTS: SmolLM2's every projection, where a hand-off would cost more.
+    row_spans(n, n * k, PARALLEL_WEIGHTS, lambda lo, hi: run(xp, wp, yp, lo, hi, k, row))
 
 
 # ---- the compiled kernel ---------------------------------------------------------------------------

@@ -15,15 +15,16 @@ more than decoding into them, and a block leaves the cache before a product over
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from llmbuild.numerics import compiled_dequant, lazy_zeros, levels_product, matrix_product
 from llmbuild.numerics.dequantize import DequantizedRows
-from llmbuild.numerics.formats import CACHE_BLOCK, decode
-from llmbuild.numerics.parallel import tile_map, workers
-from llmbuild.numerics.stored import RowReader, StoredTensor, Weight, materialize, row_slice
+from llmbuild.numerics.formats import CACHE_BLOCK
+from llmbuild.numerics.parallel import row_spans
+from llmbuild.numerics.stored import RowReader, StoredTensor, Weight, row_slice
 
 LAZY_WHOLE_BYTES = 64 << 20  # build/resources.py: TABLE_BLOCK
 # Floats a compiled dequantizing product decodes and multiplies at once (4 MiB a thread, in the L3 cache):
@@ -81,20 +82,13 @@ def product_into(x2: np.ndarray, w_nk: Weight, out: np.ndarray) -> None:
         _levels_product(x2[0], w_nk, out[0])
     elif isinstance(w_nk, DequantizedRows) and w_nk.compiled:
         _compiled_product(x2, w_nk, max(1, COMPILED_BLOCK // k), out)
-    elif isinstance(w_nk, StoredTensor):  # another storage type: decoded a block of rows at a time
-        step = max(1, CACHE_BLOCK // k)
-        for lo in range(0, n, step):
-            block = decode(np.asarray(row_slice(w_nk.raw, lo, lo + step)), w_nk.dtype)
-            matrix_product.product(x2, block.astype(np.float32, copy=False), out[:, lo : lo + step])
-    elif isinstance(w_nk, DequantizedRows):
+    else:  # any other reader (another storage type, a quantized weight): decoded a block of rows at a time
         step = max(1, CACHE_BLOCK // k)
         buffer = _decode_buffer(min(step, n) * k).reshape(-1, k)
         for lo in range(0, n, step):
             hi = min(n, lo + step)
             w_nk.rows_into(lo, hi, buffer[: hi - lo])
             matrix_product.product(x2, buffer[: hi - lo], out[:, lo:hi])
-    else:
-        matrix_product.product(x2, np.asarray(materialize(w_nk), dtype=np.float32), out)
 
 
 def _compiled_product(x2: np.ndarray, w_nk: DequantizedRows, step: int, out: np.ndarray) -> None:
@@ -106,47 +100,39 @@ def _compiled_product(x2: np.ndarray, w_nk: DequantizedRows, step: int, out: np.
     group = w_nk.attrs["q_group_size"]
     chunk = max(step, LEVEL_CHUNK_BYTES // max(1, k // 2) // step * step)
 
-    def span(bounds: tuple[int, int]) -> None:
-        buffer = _decode_buffer(min(step, bounds[1] - bounds[0]) * k).reshape(-1, k)
-        for c0 in range(bounds[0], bounds[1], chunk):
-            c1 = min(bounds[1], c0 + chunk)
-            levels, scale, zero = w_nk.parts(c0, c1)
-            zero = np.asarray(zero, dtype=np.float32)
-            for lo in range(c0, c1, step):
-                hi = min(c1, lo + step)
-                rows = slice(lo - c0, hi - c0)
-                compiled_dequant.dequantize_into(levels[rows], scale[rows], zero[rows], group, buffer[: hi - lo])
-                matrix_product.product(x2, buffer[: hi - lo], out[:, lo:hi])
+    def blocks(c0: int, c1: int, levels: np.ndarray, scale: np.ndarray, zero: np.ndarray) -> None:
+        buffer = _decode_buffer(min(step, c1 - c0) * k).reshape(-1, k)
+        for lo in range(c0, c1, step):
+            hi = min(c1, lo + step)
+            rows = slice(lo - c0, hi - c0)
+            compiled_dequant.dequantize_into(levels[rows], scale[rows], zero[rows], group, buffer[: hi - lo])
+            matrix_product.product(x2, buffer[: hi - lo], out[:, lo:hi])
 
-    threads = workers()
-    per = -(-n // threads)
-    spans = [(lo, min(n, lo + per)) for lo in range(0, n, per)]
-    if len(spans) == 1:
-        span(spans[0])
-    else:
-        tile_map(span, spans)
+    row_spans(n, n * k, 0, lambda lo, hi: _level_chunks(w_nk, lo, hi, chunk, blocks))
 
 
 def _levels_product(x: np.ndarray, w_nk: DequantizedRows, out: np.ndarray) -> None:
-    """A one-row product from the levels as stored (levels_product.py): each thread reads its own span of
-    rows a chunk at a time (a file image's pages fault in on both threads)."""
+    """A one-row product from the levels as stored (levels_product.py), a chunk of rows at a time on each
+    thread's span."""
     n, k = w_nk.shape
     chunk = max(1, LEVEL_CHUNK_BYTES // max(1, w_nk.weight.shape[1]))
 
-    def span(bounds: tuple[int, int]) -> None:
-        for c0 in range(bounds[0], bounds[1], chunk):
-            c1 = min(bounds[1], c0 + chunk)
-            levels, scale, zero = w_nk.parts(c0, c1)
-            levels_product.product(x, w_nk.attrs, np.ascontiguousarray(levels, dtype=np.uint8),
-                                   np.ascontiguousarray(scale, dtype=np.float32),
-                                   np.ascontiguousarray(zero, dtype=np.float32), out[c0:c1])
+    def multiply(c0: int, c1: int, levels: np.ndarray, scale: np.ndarray, zero: np.ndarray) -> None:
+        levels_product.product(x, w_nk.attrs, levels, scale, zero, out[c0:c1])
 
-    per = -(-n // workers()) if n * k >= levels_product.PARALLEL_WEIGHTS else n
-    spans = [(lo, min(n, lo + per)) for lo in range(0, n, per)]
-    if len(spans) == 1:
-        span(spans[0])
-    else:
-        tile_map(span, spans)
+    row_spans(n, n * k, levels_product.PARALLEL_WEIGHTS, lambda lo, hi: _level_chunks(w_nk, lo, hi, chunk, multiply))
+
+
+def _level_chunks(w_nk: DequantizedRows, lo: int, hi: int, chunk: int,
+                  each: Callable[[int, int, np.ndarray, np.ndarray, np.ndarray], None]) -> None:
+    """`each(c0, c1, levels, scale, zero)` over rows lo:hi of a quantized weight, `chunk` rows at a time, the
+    parts read as stored (a file image's pages fault in on the thread that reads them) and made contiguous:
+    levels as uint8, scales and zeros as float32."""
+    for c0 in range(lo, hi, chunk):
+        c1 = min(hi, c0 + chunk)
+        levels, scale, zero = w_nk.parts(c0, c1)
+        each(c0, c1, np.ascontiguousarray(levels, dtype=np.uint8), np.ascontiguousarray(scale, dtype=np.float32),
+             np.ascontiguousarray(zero, dtype=np.float32))
 
 
 _decode_buffers = threading.local()
