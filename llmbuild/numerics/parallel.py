@@ -1,12 +1,13 @@
-"""Run the independent tiles of a matrix product on a few threads, with the same bits on any number.
+"""Run the independent parts of a product on a few threads, with the same bits on any number.
 
 BLAS's own threads split a product in ways that depend on how many there are, and with them the order of
 the sums inside each block kernel: the same prefill gave other logits on 1 and on 2 threads, enough to
 flip a near-tie between two tokens (SmolLM2-135M's first reply token to "What is the capital of
 France?"). A device has one arithmetic, so the runtime must too. Its executors therefore run BLAS on one
-thread (`one_thread`, below) and get their parallelism here instead: a product is cut into
-tiles whose sizes do not depend on the thread count, each tile is one single-threaded BLAS call, and the
-tiles run side by side (numpy releases the GIL inside BLAS). The result is the same whatever `workers` is.
+thread (`one_thread`, below) and get their parallelism here instead: attention's products are cut into
+tiles whose sizes do not depend on the thread count, each tile one single-threaded BLAS call, run side by
+side (`tile_map`; numpy releases the GIL inside BLAS); the compiled products with a weight split their
+output rows into spans, each row one thread's (`row_spans`). The result is the same whatever `workers` is.
 """
 
 from __future__ import annotations

@@ -13,13 +13,14 @@ addresses and overlapping buffers, which this path by construction cannot see).
 What this path saves, besides the byte round trips: a result that only moves values skips a rounding that
 cannot change it, the Concat of a layer's whole cache with the new rows (every layer, every token)
 writes the rows after the cache, in place, instead of copying the cache, and a prefill of n tokens
-computes only the row tiles that hold them (`active_rows`: the same tiles, so the same bits).
+computes only its n rows in products and the row tiles holding them in attention (`active_rows`: a
+product's row depends on that row alone, attention's tiles are the device's, so the same bits).
 
 Memory: weights stay in the binary's format, in the file (read as they are used: runtime/weight_image.py),
 or in a build job's weight file. Copies are kept while they fit `cache_bytes`: 16-bit weights as stored
-(the one-row product of numerics/vector_product.py reads them as they are; matrix products decode a tile
-at a time), a 4-bit matrix dequantized to bf16 bits, an f32 model's weights decoded; the rest is handed
-to the kernels as `StoredTensor`s and decoded tile by tile as products read them, so a 7B w4 binary runs
+(the product kernels read them as they are: numerics/weight_product.py), a 4-bit matrix dequantized to
+bf16 bits, an f32 model's weights decoded; the rest is handed to the kernels as `StoredTensor`s and read
+a block of rows at a time as products use them, large 4-bit projections as levels, so a 7B w4 binary runs
 in about its own size plus the cache, and SmolLM2 keeps every weight, in 270 MB.
 """
 
@@ -224,7 +225,7 @@ class _HostProgram:
             prepared = host.dequantized(*(tensors[t] for t in ins.operands[1:4]), ins.attrs)
             if prepared is not None:
                 fn, args = _with_weight(prepared), [args[0], *args[4:]]
-            else:  # no room: the kernel dequantizes one N tile at a time (and caches nothing)
+            else:  # no room: the kernel reads the levels a block of rows at a time (and caches nothing)
                 levels = host.stored(tensors[ins.operands[1]])
                 args = [args[0], lambda: levels, *args[2:]]
         return _bind(k, self.vals, fn, attrs, args, store)
@@ -282,7 +283,7 @@ def _active_rows_only(fn: Callable, store: Callable, shape: tuple[int, ...], row
 
 def _with_weight(weight: np.ndarray) -> Callable[..., np.ndarray]:
     """A16MatMul over an already dequantized weight: what the kernel computes, minus the dequantization
-    (the same tiles on the same values, so the same bits)."""
+    (the same arithmetic on the same values, so the same bits)."""
 
     def a16(attrs: dict[str, Any], x: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
         y = tiled_product(attrs, x, weight)
@@ -304,10 +305,10 @@ class HostExecutor:
         self.weight_region = weight_region
         self.cache_bytes = _cache_budget() if cache_bytes is None else cache_bytes
         self.cached_bytes = 0
-        # 16 bits a weight are kept instead of float32 (twice as many fit; a 1.5B w4 model whole in 3 GiB),
-        # decoded per tile by matrix products: whenever the compiled one-row product reads them as stored
-        # (a decode step then reads half the bytes: numerics/vector_product.py), and without it when the
-        # loader finds that the model's weights decoded to float32 would not fit the cache.
+        # 16 bits a weight are kept instead of float32 (twice as many fit; a 1.5B w4 model whole in 3 GiB):
+        # whenever the compiled product kernels read them as stored (a decode step then reads half the bytes:
+        # numerics/vector_product.py, matrix_product.py), and without them when the loader finds that the
+        # model's weights decoded to float32 would not fit the cache.
         self.half = vector_product.kernel("bf16") is not None
         self.buffers: dict[int, np.ndarray] = {}  # address -> the value last stored there
         self._weights: dict[tuple[int, str, tuple[int, ...]], np.ndarray | StoredTensor] = {}
@@ -343,9 +344,10 @@ class HostExecutor:
 
     def weight(self, t: TensorDesc, gathered: bool = False) -> np.ndarray | StoredTensor:
         """Decoded (float32, or bytes as they are) while the cache has room; in `half` mode, 16-bit weights
-        are kept as stored (2 bytes each) and decoded per tile; beyond the cache, a StoredTensor read from
-        the file tile by tile. `gathered`: a table only looked up by rows (an embedding), which a decoded
-        copy would not speed up: left in the image unless a product keeps it (a tied lm_head)."""
+        are kept as stored (2 bytes each), which the product kernels read as they are; beyond the cache, a
+        StoredTensor read from the file a block of rows at a time. `gathered`: a table only looked up by rows
+        (an embedding), which a decoded copy would not speed up: left in the image unless a product keeps it
+        (a tied lm_head)."""
         key = (t.address, t.dtype, t.shape)
         cached = self._weights.get(key)
         if cached is None and gathered and _count(t.shape) * 4 > ALWAYS_DECODED_BYTES:
@@ -375,8 +377,8 @@ class HostExecutor:
     def dequantized(self, weight: TensorDesc, scale: TensorDesc, zp: TensorDesc,
                     attrs: dict[str, Any]) -> np.ndarray | StoredTensor | None:
         """An A16MatMul's weight dequantized once, if the cache has room (in `half` mode as bf16 bits: the
-        dequantized values are exact in bf16, so nothing is lost, and products decode a tile at a time);
-        None: dequantize tile by tile."""
+        dequantized values are exact in bf16, so nothing is lost, and the product kernels read them as they
+        are); None: the products read the levels a block of rows at a time."""
         if weight.address not in self._dequantized:
             rows, cols = weight.shape[0], weight.shape[1] * (2 if attrs.get("packed") else 1)
             scale_type = compute_dtype(scale.dtype)
@@ -443,11 +445,11 @@ class HostExecutor:
 
     def run(self, prog: Program, trace: Callable[[str, np.ndarray], None] | None = None,
             active_rows: int | None = None) -> None:
-        """`active_rows`: only the first rows (tokens) of a prefill hold real tokens; products and attention
-        compute the row tiles holding them (the same bits there) and leave zeros after them."""
+        """`active_rows`: only the first rows (tokens) of a prefill hold real tokens; products compute those
+        rows and attention the row tiles holding them (the same bits there), zeros after them."""
         hp = self._program(prog)
-        # The caller holds np.errstate once per token (CompiledModel), not once per net. Matrix products run
-        # their tiles on threads, one BLAS thread each (numerics/parallel.py); one-row products are not BLAS's.
+        # The caller holds np.errstate once per token (CompiledModel), not once per net. Attention's products
+        # run their tiles on threads, one BLAS thread each (numerics/parallel.py); no weight product is BLAS's.
         with one_thread():
             hp.run(active_rows, keep=trace is not None)
         if trace is not None:

@@ -50,7 +50,8 @@ class VisionNet:
         else:
             # No decoded-weight cache of its own: the language model's executor holds the process's budget
             # (LLMBUILD_HOST_CACHE_MB), and a 300M tower would add 1.2 GB of float32 on top of it; its weights
-            # are decoded tile by tile as each product uses them (the same bits), a small cost next to a tile.
+            # are decoded a block of rows at a time as each product uses them (the same bits), a small cost
+            # next to the product.
             self.executor = HostExecutor(weights, region, cache_bytes=0)
         self.tokens = int(meta["tokens_per_image"])
         family = meta.get("family")
