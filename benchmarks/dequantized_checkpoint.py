@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
                    "tokenizer.model", "generation_config.json", "chat_template.jinja")
@@ -47,14 +48,7 @@ def write_dequantized(recipe_name: str, out: Path) -> Path:
         state = weights.layer(i, list(layer.state_dict()))
         save({f"model.layers.{i}.{k}": v for k, v in state.items()}, f"layer-{i:05d}.safetensors")
         del state
-    vocab, hidden = config.vocab_size, config.hidden_size
-    embed = torch.empty(vocab, hidden, dtype=torch.bfloat16)
-    head = None if config.tie_word_embeddings else torch.empty_like(embed)
-    for lo in range(0, vocab, ROWS):
-        hi = min(vocab, lo + ROWS)
-        embed[lo:hi] = weights.embedding_rows(list(range(lo, hi)))
-        if head is not None:
-            head[lo:hi] = weights.head_rows(lo, hi)
+    embed, head = vocabulary_tables(weights)
     outer = {"model.embed_tokens.weight": embed, "model.norm.weight": weights.norm()}
     if head is not None:
         outer["lm_head.weight"] = head
@@ -73,3 +67,19 @@ def write_dequantized(recipe_name: str, out: Path) -> Path:
     shutil.rmtree(out, ignore_errors=True)
     partial.replace(out)
     return out
+
+
+def vocabulary_tables(weights: Any) -> tuple[Any, Any]:
+    """(embedding, lm_head or None when tied) in bf16, read ROWS rows at a time: no float32 copy of a whole
+    vocabulary table exists at once."""
+    import torch
+
+    config = weights.config
+    embed = torch.empty(config.vocab_size, config.hidden_size, dtype=torch.bfloat16)
+    head = None if config.tie_word_embeddings else torch.empty_like(embed)
+    for lo in range(0, config.vocab_size, ROWS):
+        hi = min(config.vocab_size, lo + ROWS)
+        embed[lo:hi] = weights.embedding_rows(list(range(lo, hi)))
+        if head is not None:
+            head[lo:hi] = weights.head_rows(lo, hi)
+    return embed, head

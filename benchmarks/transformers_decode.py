@@ -36,6 +36,7 @@ def load_bf16(recipe_name: str):
     float32 weights of one layer at most exist at once)."""
     import torch
     import transformers
+    from dequantized_checkpoint import vocabulary_tables
 
     from llmbuild.artifacts.paths import BuildPaths
     from llmbuild.recipe import load_recipe
@@ -49,17 +50,9 @@ def load_bf16(recipe_name: str):
     for i, layer in enumerate(decoder.layers):
         keys = list(layer.state_dict())
         layer.load_state_dict({k: v.to(torch.bfloat16) for k, v in weights.layer(i, keys).items()}, assign=True)
-    vocab = weights.config.vocab_size
-    rows = 8192
-    embed = torch.empty(vocab, weights.config.hidden_size, dtype=torch.bfloat16)
-    head = torch.empty_like(embed) if not weights.config.tie_word_embeddings else embed
-    for lo in range(0, vocab, rows):
-        hi = min(vocab, lo + rows)
-        embed[lo:hi] = weights.embedding_rows(list(range(lo, hi))).to(torch.bfloat16)
-        if head is not embed:
-            head[lo:hi] = weights.head_rows(lo, hi).to(torch.bfloat16)
+    embed, head = vocabulary_tables(weights)
     decoder.embed_tokens.load_state_dict({"weight": embed}, assign=True)
-    model.lm_head.load_state_dict({"weight": head}, assign=True)
+    model.lm_head.load_state_dict({"weight": embed if head is None else head}, assign=True)
     decoder.norm.load_state_dict({"weight": weights.norm().to(torch.bfloat16)}, assign=True)
     decoder.rotary_emb = type(decoder.rotary_emb)(config=model.config)
     return model.eval(), recipe
