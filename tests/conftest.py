@@ -10,11 +10,32 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Every build step the tests run fails if it reads a recipe field its descriptor does not declare
 # (llmbuild/recipe/reads.py): a declaration cannot fall behind the code.
 os.environ["LLMBUILD_STRICT_READS"] = "1"
+# Every `snakemake` the tests start reads tests/snakemake-profile (nolock): the two pytest workers start
+# Snakemake runs in the repository at once, into build directories that never overlap, and one run's
+# clean-up of the shared .snakemake/locks folder would break the other's lock. A run with its own
+# `--profile` (the SLURM tests) says --nolock itself.
+os.environ["SNAKEMAKE_PROFILE"] = str(Path(__file__).parent / "snakemake-profile")
 
 RUNTIME_RECIPES = ("qwen2_tiny_f32", "llama_tiny_f32", "smollm2_135m_bf16")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _group_for_workers(items)
+    _skip_longer(items)
+
+
+def _group_for_workers(items: list[pytest.Item]) -> None:
+    """pytest-xdist's groups (`--dist loadgroup`): a file runs whole on one worker, so its module fixtures
+    are made once, and every file with a test on the session's build directory (build_root) runs on the
+    same worker, in order: Snakemake builds that directory incrementally, one run at a time, and a test
+    reads what the last run wrote."""
+    shared = {item.path for item in items if "build_root" in getattr(item, "fixturenames", ())}
+    for item in items:
+        group = "session-build" if item.path in shared else item.path.name
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _skip_longer(items: list[pytest.Item]) -> None:
     """Tests marked `longer` repeat, end to end and at a minute or more each, what a quicker test already
     holds (which one is named in each test's marker): the README's command keeps CI within its time, and
     LLMBUILD_LONGER_TESTS=1 runs them too."""

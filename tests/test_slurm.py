@@ -93,20 +93,20 @@ def _finished_jobs() -> dict[str, str]:
 
 
 @pytest.mark.longer("test_a_zoo_on_slurm_builds_its_recipes_side_by_side")
-def test_a_tiny_recipe_builds_on_slurm_as_it_builds_locally(cluster, tmp_path: Path, build_root: Path) -> None:
-    slurm_build = tmp_path / "slurm-build"
+def test_a_tiny_recipe_builds_on_slurm_as_it_builds_locally(cluster, tmp_path: Path) -> None:
+    slurm_build, local_build = tmp_path / "slurm-build", tmp_path / "local-build"
     # Job names are <prefix>_<run uuid>: the prefix finds this run's jobs among any others of the cluster.
     prefix = f"llmbuild-test-{uuid.uuid4().hex[:12]}"
-    cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", "--workflow-profile", "none", RECIPE,
-           "--config", f"build_dir={slurm_build}", "bmodel=false", "--slurm-jobname-prefix", prefix,
+    cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", "--workflow-profile", "none", "--nolock",
+           RECIPE, "--config", f"build_dir={slurm_build}", "bmodel=false", "--slurm-jobname-prefix", prefix,
            "--slurm-logdir", str(tmp_path / "slurm-logs")]
     # No vendor bmodel (`bmodel=false`, as the local build below): its per-net jobs would each pay SLURM's
     # chained scheduling cost; tests/test_bmodel_build.py covers that binary.
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLMBUILD_")}
-    # The local build first (a no-op when the session built the recipe already), not beside the SLURM
-    # run: two Snakemake runs in one working directory share .snakemake/locks, and one's cleanup of that
-    # folder once made the other's lock file fail to open (FileNotFoundError .../locks/0.input.lock).
-    snakemake(build_root, RECIPE)
+    # The local build first, not beside the SLURM run (two runs of 2 cores each on a 2-core machine). Every
+    # Snakemake run of the tests goes without the lock (tests/snakemake-profile): the two pytest workers
+    # start runs in the repository at once, and one's clean-up of .snakemake/locks breaks the other's lock.
+    snakemake(local_build, RECIPE)
     started = time.monotonic()
     try:
         result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=420)
@@ -135,7 +135,7 @@ def test_a_tiny_recipe_builds_on_slurm_as_it_builds_locally(cluster, tmp_path: P
 
     # The same binary as on one machine, and a verified build.
     binary = f"{RECIPE}/{RECIPE}.llmb"
-    assert (slurm_build / binary).read_bytes() == (build_root / binary).read_bytes()
+    assert (slurm_build / binary).read_bytes() == (local_build / binary).read_bytes()
     assert (slurm_build / RECIPE / "verify.json").is_file()
 
 
@@ -179,7 +179,7 @@ def _finished_spans() -> dict[str, dict[str, str]]:
     return spans
 
 
-def test_a_zoo_on_slurm_builds_its_recipes_side_by_side(cluster, tmp_path: Path, build_root: Path) -> None:
+def test_a_zoo_on_slurm_builds_its_recipes_side_by_side(cluster, tmp_path: Path) -> None:
     """The zoo's one Snakemake run (--keep-going) submits jobs of every recipe together: SLURM's record
     shows jobs of two recipes running at the same time, the recipe with a NaN weight failed at `prepare`
     (its job FAILED, its row saying why) while the others verified, each binary byte-identical to a local
@@ -192,16 +192,16 @@ def test_a_zoo_on_slurm_builds_its_recipes_side_by_side(cluster, tmp_path: Path,
     broken = nan_weights_recipe(recipes_dir, tmp_path / "nan_checkpoint")
     (recipes_dir / "typo_tiny.yaml").write_text("base: qwen2_tiny_f32\nstages:\n  seq_length: big\n")
     names = (*built, broken, "typo_tiny")
-    for name in built:  # the local builds first: two Snakemake runs in one folder share .snakemake/locks
-        snakemake(build_root, name)
+    local_build = tmp_path / "local-build"
+    snakemake(local_build, *built)  # first, not beside the cluster's jobs
 
     slurm_build = tmp_path / "slurm-build"
     prefix = f"llmbuild-zoo-{uuid.uuid4().hex[:12]}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLMBUILD_")}
     env.update(LLMBUILD_RECIPES=str(recipes_dir), LLMBUILD_BUILD_DIR=str(slurm_build), LLMBUILD_BMODEL="0",
                HF_HUB_OFFLINE="1", LLMBUILD_ZOO_SNAKEMAKE_ARGS=(
-                   f"--profile profiles/slurm --workflow-profile none --cores 256 --slurm-jobname-prefix {prefix} "
-                   f"--slurm-logdir {tmp_path / 'slurm-logs'}"))
+                   f"--profile profiles/slurm --workflow-profile none --nolock --cores 256 "
+                   f"--slurm-jobname-prefix {prefix} --slurm-logdir {tmp_path / 'slurm-logs'}"))
     cmd = [sys.executable, "-m", "snakemake", "--cores", "2", "zoo", "--config", f"recipes=[{','.join(names)}]"]
     started = time.monotonic()
     try:
@@ -240,4 +240,4 @@ def test_a_zoo_on_slurm_builds_its_recipes_side_by_side(cluster, tmp_path: Path,
 
     for name in built:
         binary = f"{name}/{name}.llmb"
-        assert (slurm_build / binary).read_bytes() == (build_root / binary).read_bytes(), name
+        assert (slurm_build / binary).read_bytes() == (local_build / binary).read_bytes(), name
