@@ -1,3 +1,4 @@
+import ast
 import os
 from pathlib import Path
 
@@ -20,19 +21,39 @@ RUNTIME_RECIPES = ("qwen2_tiny_f32", "llama_tiny_f32", "smollm2_135m_bf16")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    _group_for_workers(items)
     _skip_longer(items)
 
 
-def _group_for_workers(items: list[pytest.Item]) -> None:
-    """pytest-xdist's groups (`--dist loadgroup`): a file runs whole on one worker, so its module fixtures
-    are made once, and every file with a test on the session's build directory (build_root) runs on the
-    same worker, in order: Snakemake builds that directory incrementally, one run at a time, and a test
-    reads what the last run wrote."""
-    shared = {item.path for item in items if "build_root" in getattr(item, "fixturenames", ())}
-    for item in items:
-        group = "session-build" if item.path in shared else item.path.name
-        item.add_marker(pytest.mark.xdist_group(group))
+# The fixtures on the session's build directory: Snakemake builds it incrementally, one run at a time, and
+# a test reads what the last run wrote, so the files that use them run on one pytest worker, in order.
+SESSION_BUILD_FIXTURES = frozenset({"build_root", "runtime_build"})
+
+
+def _files_on_the_session_build(tests: Path) -> frozenset[str]:
+    """The test files with a test or fixture taking one of SESSION_BUILD_FIXTURES (read from their source:
+    the controller that schedules never imports them)."""
+    names = set()
+    for path in tests.glob("test_*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.FunctionDef) and SESSION_BUILD_FIXTURES & {a.arg for a in node.args.args}:
+                names.add(path.name)
+                break
+    return frozenset(names)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """pytest-xdist's scheduler (`-n 2`, pyproject's addopts): a file runs whole on one worker, so its module
+    fixtures are made once, and the files on the session's build directory run together on one worker."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    shared = _files_on_the_session_build(Path(__file__).parent)
+
+    class FileOrSessionBuild(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "session-build" if Path(path).name in shared else path
+
+    return FileOrSessionBuild(config, log)
 
 
 def _skip_longer(items: list[pytest.Item]) -> None:
