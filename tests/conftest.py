@@ -25,35 +25,40 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 # The fixtures on the session's build directory: Snakemake builds it incrementally, one run at a time, and
-# a test reads what the last run wrote, so the files that use them run on one pytest worker, in order.
+# a test reads what the last run wrote, so the tests that use them run on one pytest worker, in order.
 SESSION_BUILD_FIXTURES = frozenset({"build_root", "runtime_build"})
 
 
-def _files_on_the_session_build(tests: Path) -> frozenset[str]:
-    """The test files with a test or fixture taking one of SESSION_BUILD_FIXTURES (read from their source:
-    the controller that schedules never imports them)."""
-    names = set()
+def _tests_on_the_session_build(tests: Path) -> frozenset[tuple[str, str]]:
+    """(file, function) of each test taking one of SESSION_BUILD_FIXTURES, itself or through its file's
+    fixtures (read from the source: the controller that schedules never imports the test files)."""
+    found = set()
     for path in tests.glob("test_*.py"):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.FunctionDef) and SESSION_BUILD_FIXTURES & {a.arg for a in node.args.args}:
-                names.add(path.name)
-                break
-    return frozenset(names)
+        tree = ast.parse(path.read_text(), str(path))
+        takes = {f.name: {a.arg for a in f.args.args} for f in tree.body if isinstance(f, ast.FunctionDef)}
+        found |= {(path.name, name) for name in takes if name.startswith("test_") and _uses(takes, name)}
+    return frozenset(found)
+
+
+def _uses(takes: dict[str, set[str]], name: str, seen: frozenset[str] = frozenset()) -> bool:
+    args = takes.get(name, set())
+    return bool(args & SESSION_BUILD_FIXTURES) or any(_uses(takes, a, seen | {name}) for a in args - seen)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """pytest-xdist's scheduler (`-n 2`, pyproject's addopts): a file runs whole on one worker, so its module
-    fixtures are made once, and the files on the session's build directory run together on one worker."""
+    """pytest-xdist's scheduler (`-n 2`, pyproject's addopts): the tests on the session's build directory run
+    together on one worker, and the other tests of a file together on one worker (its module fixtures made
+    once)."""
     from xdist.scheduler import LoadScopeScheduling
 
-    shared = _files_on_the_session_build(Path(__file__).parent)
+    shared = _tests_on_the_session_build(Path(__file__).parent)
 
-    class FileOrSessionBuild(LoadScopeScheduling):
+    class SessionBuildOrFile(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            return "session-build" if Path(path).name in shared else path
+            path, _, test = nodeid.partition("::")
+            return "session-build" if (Path(path).name, test.split("[")[0]) in shared else path
 
-    return FileOrSessionBuild(config, log)
+    return SessionBuildOrFile(config, log)
 
 
 def _skip_longer(items: list[pytest.Item]) -> None:

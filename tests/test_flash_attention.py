@@ -175,6 +175,44 @@ def test_active_rows_gives_the_same_bits_on_the_rows_it_computes(tiles: dict) ->
         assert not got[:, computed:].any()
 
 
+@pytest.mark.parametrize("stage,L,S,history,active", [
+    ("prefill", 64, 64, 0, 5), ("prefill", 64, 64, 0, 64), ("prefill_kv", 40, 96, 37, 3),
+    ("prefill_kv", 40, 96, 0, 17), ("decode", 1, 200, 150, 1), ("decode", 1, 130, 1, 1)])
+@pytest.mark.parametrize("tiles", [{"tile_q": 8, "tile_k": 16}, {"tile_k": 16}, {"tile_k": 7, "tile_kvh": 1}],
+                         ids=["q8k16", "k16", "k7h1"])
+def test_skipping_the_key_blocks_the_mask_hides_keeps_the_real_rows_bits(stage: str, L: int, S: int, history: int,
+                                                                         active: int, tiles: dict) -> None:
+    """The host path's `hidden_key_blocks: "skip"` computes fewer key blocks and gives every real row the
+    bits of the device's run over every block, the hidden keys holding large values (a padded row's K
+    and V on the device are whatever its padded input gave)."""
+    d = 16
+    q, k, v, mask = operands(stage, L, S, history, 4, 2, d)
+    hidden = mask[0, 0, :active].max(axis=0) < 0  # keys no real row sees
+    k[:, hidden] *= 40.0
+    v[:, hidden] *= 1e4
+    rows = None if stage == "decode" else active
+    full = KERNELS["FAttention"](attrs(4, 2, d, **tiles), q, k, v, mask)
+    calls = []
+    real_block = flash_block
+
+    def counted(*args: np.ndarray) -> np.ndarray:
+        calls.append(1)
+        return real_block(*args)
+
+    import llmbuild.numerics.kernels as kernels
+
+    kernels.flash_block, saved = counted, kernels.flash_block
+    try:
+        got = KERNELS["FAttention"](attrs(4, 2, d, **tiles, active_rows=rows, hidden_key_blocks="skip"), q, k, v, mask)
+    finally:
+        kernels.flash_block = saved
+    np.testing.assert_array_equal(got[:, :active], full[:, :active])
+    tq = min(tiles.get("tile_q") or L, L) if stage != "decode" else 1
+    blocks_all = -(-active // tq) * (-(-k.shape[1] // tiles["tile_k"])) * (2 // tiles.get("tile_kvh", 2))
+    if active < L or (stage == "decode" and history < S - tiles["tile_k"]):
+        assert 0 < len(calls) < blocks_all, (len(calls), blocks_all)  # some blocks were really skipped
+
+
 def test_without_tiles_attention_runs_in_bounded_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     """No tile attributes (the TopOp interpreter, a net the pass did not cut): blocks of query rows hold
     at most ATTENTION_BLOCK_SCORES scores, never every query's scores against every key (on one thread

@@ -19,6 +19,7 @@ import numpy as np
 
 from llmbuild.numerics import lazy_zeros
 from llmbuild.numerics.dequantize import DequantizedRows, dequantize, dequantize_values
+from llmbuild.numerics.formats import mask_value
 from llmbuild.numerics.parallel import tile_map
 from llmbuild.numerics.stored import RowReader, Weight, is_lazy, take_rows
 from llmbuild.numerics.weight_product import tiled_product
@@ -134,6 +135,12 @@ def fattention(attrs: dict[str, Any], *args: np.ndarray) -> np.ndarray:
 
     `active_rows` (set by an executor for one run, never in the IR): only the query blocks holding rows
     < active_rows are computed, the same blocks as in the whole computation; other rows are zero.
+    `hidden_key_blocks: "skip"` (set by the host path, never in the IR): a key block the mask hides from
+    every real row of a query block is not computed. Its contribution to those rows is exactly nothing
+    (`flash_block`: exp underflows to 0 and the rescale is exactly 1, or, before the first visible key,
+    the hidden blocks' state is scaled by exactly 0), so their bits are the device's, which computes every
+    block; what it saves is a prefill of a few tokens in a long net (the keys past the prompt) and a
+    continued conversation's new rows past its history.
 
     A device command of a blocked attention carries `g_flash`: "block" (operands q, k, v, mask and the
     running state from the previous block, absent for the first) returns the new state; "end" (operand:
@@ -204,7 +211,7 @@ def _attention(attrs: dict[str, Any], q: np.ndarray, k: np.ndarray, v: np.ndarra
         ms = np.ascontiguousarray(mask[:, :, r : r + tq])
         if tk:
             state = None
-            for s in range(0, mk, tk):
+            for s in _key_blocks(attrs, ms[:, :, : active - r], mk, tk):
                 state = flash_block(attrs, qs, k[:, s : s + tk], v[:, s : s + tk], ms[..., s : s + tk], state)
             out[:, r : r + tq] = flash_end(state)  # type: ignore[arg-type]
         else:
@@ -213,6 +220,17 @@ def _attention(attrs: dict[str, Any], q: np.ndarray, k: np.ndarray, v: np.ndarra
     # Query blocks are independent and each is computed whole by one thread: the same bits on any number.
     tile_map(rows, range(0, active, tq))
     return out
+
+
+def _key_blocks(attrs: dict[str, Any], real: np.ndarray, keys: int, tk: int) -> list[int]:
+    """The starts of the key blocks a query block computes: all of them, or with `hidden_key_blocks: "skip"`
+    those the mask of its real rows (`real`) does not hide whole (all of them if it hides every one)."""
+    starts = list(range(0, keys, tk))
+    if attrs.get("hidden_key_blocks") != "skip":
+        return starts
+    hidden = real.dtype.type(mask_value(""))
+    seen = [s for s in starts if not (real[..., s : s + tk] == hidden).all()]
+    return seen or starts
 
 
 def _grouped(q: np.ndarray, kvh: int) -> np.ndarray:

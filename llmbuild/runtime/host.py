@@ -210,6 +210,8 @@ class _HostProgram:
         if ins.op in ROW_SKIPPING:
             attrs = dict(attrs)  # this program's own copy: `active_rows` is set on it per run
             self._row_attrs.append(attrs)
+            if ins.op == "FAttention":  # the key blocks every real row's mask hides: the same bits unread
+                attrs["hidden_key_blocks"] = "skip"
         if ins.op == "Concat" and exact and ins.attrs["axis"] == 1 and len(ins.operands) == 2:
             in_place = host.cache_concat(tensors[ins.operands[0]])
             if in_place is not None:
