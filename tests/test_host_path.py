@@ -48,6 +48,33 @@ def test_host_path_gives_the_faithful_ids_and_logits(runtime_build: Path, recipe
     assert host.counts == faithful.counts
 
 
+def test_host_path_reads_the_op_list_without_the_device_commands(runtime_build: Path) -> None:
+    """The host path decodes each program's op list only (binary/program.py: `commands=False`); the same
+    ops as the simulated device reads, whose programs keep their groups' commands."""
+    faithful = CompiledModel(_binary(runtime_build, "qwen2_tiny_f32"), faithful=True)
+    host = CompiledModel(_binary(runtime_build, "qwen2_tiny_f32"), faithful=False)
+    for net in ("block_0", "block_cache_1", "lm_head"):
+        assert host.nets[net].instrs == faithful.nets[net].instrs and host.nets[net].tensors
+        assert faithful.nets[net].groups and not host.nets[net].groups
+
+
+def test_a_large_input_given_again_is_rounded_once() -> None:
+    """A prefill's mask, the same array for every layer, is rounded to the input's type once; another array,
+    or the same one as an input of another type, is rounded again."""
+    from llmbuild.binary.program import TensorDesc
+    from llmbuild.runtime.host import LARGE_INPUT, HostExecutor
+
+    host = HostExecutor(b"", (0, 0))
+    side = int(LARGE_INPUT**0.5)
+    mask = np.full((1, 1, side, side), 1 + 2**-10, np.float32)
+    bf16, f32 = TensorDesc("bf16", mask.shape, 0), TensorDesc("f32", mask.shape, 0)
+    first = host._stored_input(mask, bf16)
+    assert host._stored_input(mask, bf16) is first and not first.flags.writeable
+    assert (first == 1).all()  # rounded to bf16
+    assert (host._stored_input(mask, f32) == mask).all()
+    assert host._stored_input(mask.copy(), bf16) is not first
+
+
 def test_host_path_decodes_each_weight_once(runtime_build: Path) -> None:
     host = CompiledModel(_binary(runtime_build, "qwen2_tiny_f32"), faithful=False)
     host.generate(TINY_PROMPT, 4)

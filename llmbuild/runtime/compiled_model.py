@@ -57,16 +57,19 @@ class _Programs(dict):
     """Net name -> Program, each decoded when first asked for: a 28-layer binary holds 87 programs, and
     a conversation that never sends a second chunk never runs the prefill_kv ones."""
 
-    def __init__(self, container: Container, sections: dict[str, str], memory_bytes: int):
+    def __init__(self, container: Container, sections: dict[str, str], memory_bytes: int, commands: bool):
+        """`commands`: whether the programs' device commands are read (the simulated device runs them; the
+        host path runs the op list alone)."""
         super().__init__()
         self._container, self._sections, self._memory = container, sections, memory_bytes
+        self._commands = commands
 
     def __missing__(self, net: str) -> Program:
         if net not in self._sections:
             raise KeyError(net)
         section = self._sections[net]
         try:
-            prog = programs.decode(self._container.section(section))
+            prog = programs.decode(self._container.section(section), self._commands)
             validate_program(prog, self._memory)
         except LlmbuildError as exc:
             raise LlmbuildError(f"{self._container.path}: section {section}: {exc}") from None
@@ -207,7 +210,7 @@ class CompiledModel:
             host.half = host.half or _decoded_bytes(self.plan) > host.cache_bytes
             self.device = host
         self.nets = _Programs(self.container, {n["name"]: n["section"] for n in self.meta["nets"]},
-                              int(self.meta["memory"]["total_bytes"]))
+                              int(self.meta["memory"]["total_bytes"]), commands=faithful)
         self.history = 0  # rows of the KV cache that hold real tokens
         self.counts = StageCounts()
         self._vision: Any = None

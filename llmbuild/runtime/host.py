@@ -52,6 +52,8 @@ Run = Callable[[], None]
 DEFAULT_CACHE_BYTES = 3 << 30
 # Smaller weights (norms, biases, scales) are always decoded: a lazy read of them costs more than it saves.
 ALWAYS_DECODED_BYTES = 1 << 20
+# An input of at least this many values, given again as the same array, is rounded to its type once.
+LARGE_INPUT = 1 << 20
 
 
 def _reads_rows(op: str, operand: int) -> bool:
@@ -316,6 +318,7 @@ class HostExecutor:
         self._weights: dict[tuple[int, str, tuple[int, ...]], np.ndarray | StoredTensor] = {}
         self._dequantized: dict[int, np.ndarray | None] = {}
         self._programs: dict[int, _HostProgram] = {}
+        self._inputs: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # large inputs as stored (_stored_input)
         # Each layer's cache, with `extra_rows` rows after it where a Concat puts the new rows (cache_concat).
         self._kv: dict[int, tuple[TensorDesc, np.ndarray]] = {}
         for slot in kv_slots:
@@ -439,11 +442,25 @@ class HostExecutor:
     def set_input(self, prog: Program, name: str, value: np.ndarray) -> None:
         for n, t in prog.inputs:
             if n == name:
-                desc = prog.tensors[t]
-                value = round_to(np.asarray(value).reshape(desc.shape), desc.dtype)
-                self.buffers[desc.address] = np.ascontiguousarray(value)
+                self.buffers[prog.tensors[t].address] = self._stored_input(value, prog.tensors[t])
                 return
         raise KeyError(f"{prog.net} has no input {name}")
+
+    def _stored_input(self, value: np.ndarray, desc: TensorDesc) -> np.ndarray:
+        """`value` rounded to the input's element type. A large one given again (a prefill's mask, the same
+        array for every layer: 4M values a layer at 2048 rows) is rounded once; the copy is read-only, and the
+        runtime never changes an array it has given as an input."""
+        key = (id(value), desc.dtype, desc.shape)
+        seen = self._inputs.get(key)
+        if seen is not None and seen[0] is value:
+            return seen[1]
+        stored = np.ascontiguousarray(round_to(np.asarray(value).reshape(desc.shape), desc.dtype))
+        if stored.size >= LARGE_INPUT:
+            stored.flags.writeable = False
+            if len(self._inputs) >= 4:
+                self._inputs.clear()
+            self._inputs[key] = (value, stored)
+        return stored
 
     def run(self, prog: Program, trace: Callable[[str, np.ndarray], None] | None = None,
             active_rows: int | None = None) -> None:
