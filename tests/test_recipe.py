@@ -417,6 +417,16 @@ def test_template_env_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     assert recipe.raw["source"]["path"] == str(ckpt)
 
 
+def test_a_relative_models_folder_is_the_callers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`LLMBUILD_MODELS=models` names the models/ folder where the command runs, not one beside the recipe."""
+    ckpt = hf_checkpoint(tmp_path / "work" / "models" / "Qwen2-7B-Instruct")
+    (tmp_path / "recipes").mkdir()
+    recipe_file = templated(tmp_path / "recipes", "{{ env.LLMBUILD_MODELS }}/Qwen2-7B-Instruct")
+    monkeypatch.chdir(tmp_path / "work")
+    monkeypatch.setenv("LLMBUILD_MODELS", "models")
+    assert load_recipe(recipe_file).source.path == str(ckpt)
+
+
 def test_template_env_unset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("LLMBUILD_MODELS", raising=False)
     assert_error(templated(tmp_path, "{{ env.LLMBUILD_MODELS }}/Qwen2"), 5, "source.path",

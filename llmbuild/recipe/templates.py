@@ -16,10 +16,14 @@ from llmbuild.recipe.sandbox import BoundedSandbox
 
 
 class EnvironView(Mapping[str, str]):
-    """A read-only snapshot of os.environ for templates."""
+    """A read-only snapshot of os.environ for templates. LLMBUILD_MODELS, a folder the caller names, is read
+    from where the caller stands (`LLMBUILD_MODELS=models snakemake ...` in the repository means its models/):
+    left relative, the recipe's path would be taken from the recipe file's folder instead."""
 
     def __init__(self) -> None:
         self._vars = dict(os.environ)
+        if self._vars.get(MODELS_ENV):
+            self._vars[MODELS_ENV] = os.path.abspath(self._vars[MODELS_ENV])
 
     def __getitem__(self, key: str) -> str:
         return self._vars[key]
