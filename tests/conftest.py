@@ -20,10 +20,6 @@ os.environ["SNAKEMAKE_PROFILE"] = str(Path(__file__).parent / "snakemake-profile
 RUNTIME_RECIPES = ("qwen2_tiny_f32", "llama_tiny_f32", "smollm2_135m_bf16")
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    _skip_longer(items)
-
-
 # The fixtures on the session's build directory: Snakemake builds it incrementally, one run at a time, and
 # a test reads what the last run wrote, so the tests that use them run on one pytest worker, in order.
 SESSION_BUILD_FIXTURES = frozenset({"build_root", "runtime_build"})
@@ -61,7 +57,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     return SessionBuildOrFile(config, log)
 
 
-def _skip_longer(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked `longer` repeat, end to end and at a minute or more each, what a quicker test already
     holds (which one is named in each test's marker): the README's command keeps CI within its time, and
     LLMBUILD_LONGER_TESTS=1 runs them too."""
