@@ -143,6 +143,9 @@ def cmd_bmodel_combine(args: argparse.Namespace) -> None:
 
 
 def cmd_bmodel_check(args: argparse.Namespace) -> None:
+    from llmbuild.runtime.cmodel_yield import reexec_with_yield
+
+    reexec_with_yield()  # the cmodel's polling engines yield: the same results, sooner
     from llmbuild.artifacts.paths import BuildPaths, read_spec
     from llmbuild.steps.resources import final_check_loads_binary
     from llmbuild.verify.bmodel_checks import check_bmodel
@@ -180,7 +183,9 @@ def cmd_verify(args: argparse.Namespace) -> None:
 def cmd_run(args: argparse.Namespace) -> None:
     if args.bmodel or args.target.endswith(".bmodel"):
         from llmbuild.runtime.bmodel_run import run_bmodel
+        from llmbuild.runtime.cmodel_yield import reexec_with_yield
 
+        reexec_with_yield()
         run_bmodel(args)
         return
     from llmbuild.runtime.cli_runtime import run_command

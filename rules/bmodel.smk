@@ -4,7 +4,7 @@
 # default, the chips TPU-MLIR supports); the .llmb steps do not depend on any of it.
 
 wildcard_constraints:
-    net="(block|block_kv|block_cache)_[0-9]+|embedding|embedding_cache|lm_head|vit",
+    net="(block|block_kv|block_cache)_[0-9]+|embedding|embedding_cache|lm_head|lm_head_logits|vit",
 
 
 def _bmodel_params(step):
@@ -49,6 +49,7 @@ rule bmodel_layer:
         bmodel=f"{BUILD}/{{recipe}}/bmodel/layers/{{layer}}.bmodel",
     params:
         **_bmodel_params("bmodel_combine_layer"),
+    priority: dag.priority("bmodel_combine_layer")
     resources:
         mem_mb=lambda w: dag.bmodel_resources(w.recipe, "combine", "layer").mem_mb,
         runtime=lambda w: dag.bmodel_resources(w.recipe, "combine", "layer").runtime_min,
@@ -65,6 +66,7 @@ rule bmodel_head:
         bmodel=f"{BUILD}/{{recipe}}/bmodel/head.bmodel",
     params:
         **_bmodel_params("bmodel_combine_head"),
+    priority: dag.priority("bmodel_combine_head")
     resources:
         mem_mb=lambda w: dag.bmodel_resources(w.recipe, "combine", "head").mem_mb,
         runtime=lambda w: dag.bmodel_resources(w.recipe, "combine", "head").runtime_min,
@@ -82,6 +84,7 @@ rule bmodel:
         bmodel=f"{BUILD}/{{recipe}}/{{recipe}}.bmodel",
     params:
         **_bmodel_params("bmodel_combine"),
+    priority: dag.priority("bmodel_combine")
     resources:
         mem_mb=lambda w: dag.bmodel_resources(w.recipe, "combine").mem_mb,
         runtime=lambda w: dag.bmodel_resources(w.recipe, "combine").runtime_min,
@@ -93,21 +96,26 @@ rule bmodel:
         dag.command("bmodel_combine", "{wildcards.recipe} --model")
 
 
-def _part_file(w):
-    return f"{BUILD}/{w.recipe}/bmodel/head.bmodel" if w.part == "head" else \
-        f"{BUILD}/{w.recipe}/bmodel/layers/{w.part.removeprefix('layer_')}.bmodel"
+def _part_files(w):
+    """The bmodel a part check loads, and for `lm_head` the head's file its weights are compared with."""
+    head = f"{BUILD}/{w.recipe}/bmodel/head.bmodel"
+    if w.part == "head":
+        return [head]
+    if w.part == "lm_head":
+        return [f"{BUILD}/{w.recipe}/bmodel/nets/lm_head_logits/lm_head_logits.bmodel", head]
+    return [f"{BUILD}/{w.recipe}/bmodel/layers/{w.part.removeprefix('layer_')}.bmodel"]
 
 
-# A real-size model's checks run on its parts as soon as each is combined (the head's, each sampled layer's),
-# each part alone in its runtime, so the cmodel's minutes overlap the compile jobs.
+# A real-size model's checks run on its parts as soon as each is combined (the head's, lm_head's twin, each
+# sampled layer's), each part alone in its runtime, so the cmodel's minutes overlap the compile jobs.
 rule bmodel_check_part:
     input:
-        part=_part_file,
+        part=_part_files,
         reference=rules.reference.output.reference,
     output:
         checks=f"{BUILD}/{{recipe}}/bmodel/checks/{{part}}.json",
     wildcard_constraints:
-        part="head|layer_[0-9]+",
+        part="head|lm_head|layer_[0-9]+",
     params:
         **_bmodel_params("bmodel_check"),
     priority: dag.priority("bmodel_check")

@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, equal_but_unset_bytes, llmbuild, planned_jobs, snakemake
 
+from llmbuild.runtime.cmodel_yield import preload_env
 from llmbuild.vendor_toolchain import ToolchainError, locate
+from llmbuild.verify.bmodel_checks import COVERAGE_AT_REAL_SIZE
 
 try:
     locate()
@@ -54,6 +56,17 @@ def test_tiny_bf16_bmodel_is_built_checked_on_the_cmodel_and_verified(build_root
     size = sum(p.stat().st_size for p in (build / "bmodel").rglob("*.bmodel"))
     assert size <= 1.1 * (build / "qwen2_tiny_bf16.bmodel").stat().st_size + 5 * (6 << 20)  # + a kernel module each
     assert (build / "bmodel" / "nets" / "block_0" / "block_0.mlir").is_file()  # the vendor module, to read
+
+    # The cmodel's polling engines yielded (runtime/cmodel_yield.py): run without it, every net and the
+    # generation give the same numbers
+    assert checks["engines_yield"] is True
+    again = llmbuild(build_root, "bmodel-check", "qwen2_tiny_bf16",
+                     env={"LLMBUILD_BMODEL": "1", "LLMBUILD_CMODEL_YIELD": "0"})
+    assert again.returncode == 0, again.stderr
+    plain = json.loads((build / "bmodel.json").read_text())
+    assert plain["engines_yield"] is False
+    untimed = [{k: v for k, v in run["end_to_end"].items() if k != "seconds"} for run in (plain, checks)]
+    assert plain["nets"] == checks["nets"] and untimed[0] == untimed[1]
 
 
 @pytest.mark.parametrize("mode", ["BF16", "F16"])
@@ -168,7 +181,7 @@ def _launched(bmodel: Path, net: str, inputs: list, tmp_path: Path) -> list:
     given, result = tmp_path / "inputs.npz", tmp_path / "outputs.npz"
     np.savez(given, *inputs)
     proc = subprocess.run([sys.executable, "-c", _LAUNCH, str(bmodel), net, str(given), str(result)],
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, env=preload_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     outputs = np.load(result)
     return [outputs[f"arr_{i}"] for i in range(len(inputs))]
@@ -207,11 +220,12 @@ def test_the_streamed_combine_is_what_model_tool_combines(build_root, tmp_path):
 
 
 def test_a_real_size_model_is_checked_part_by_part_before_the_combine(build_root, tmp_path, monkeypatch):
-    """At real size the head and the sampled layers are checked each in a job of its own, on their own
-    bmodels, as soon as they are combined; the final check finds the nets they ran in the binary byte for
-    byte, loads the binary where it fits a job and gathers them. Forced on the tiny model
-    (LLMBUILD_SMALL_MODEL_PARAMS=0), its decode nets give the very numbers the whole binary gives them; a
-    byte changed in a checked net's weights in the binary fails verify, naming the net."""
+    """At real size the head, lm_head's twin and the sampled layers are checked each in a job of its own, on
+    their own bmodels, as soon as they are combined; the final check finds the nets they ran in the binary
+    byte for byte, loads the binary where it fits a job and gathers them. Forced on the tiny model
+    (LLMBUILD_SMALL_MODEL_PARAMS=0), its decode nets give the very numbers the whole binary gives them and the
+    twin the token lm_head gives; a byte changed in a checked net's weights in the binary fails verify,
+    naming the net, and so does a twin whose weights are not lm_head's."""
     snakemake(build_root, "qwen2_tiny_bf16", *BMODEL)
     whole = json.loads((build_root / "qwen2_tiny_bf16" / "bmodel.json").read_text())
     monkeypatch.setenv("LLMBUILD_SMALL_MODEL_PARAMS", "0")
@@ -219,13 +233,21 @@ def test_a_real_size_model_is_checked_part_by_part_before_the_combine(build_root
     snakemake(build, "qwen2_tiny_bf16", *BMODEL)
     out = build / "qwen2_tiny_bf16"
     parts = sorted(p.stem for p in (out / "bmodel" / "checks").glob("*.json"))
-    assert parts[0] == "head" and all(p.startswith("layer_") for p in parts[1:]) and len(parts) > 2
+    layers = [p for p in parts if p.startswith("layer_")]
+    assert set(parts) - set(layers) == {"head", "lm_head"} and len(layers) > 1
     checks = json.loads((out / "bmodel.json").read_text())
-    assert checks["coverage"] == "decode of the sampled layers, the head's nets" and checks["end_to_end"] is None
+    assert checks["coverage"] == COVERAGE_AT_REAL_SIZE and checks["end_to_end"] is None
     decode = {n for n in checks["nets"] if n.startswith("block_cache_")}
-    assert decode == {f"block_cache_{p.removeprefix('layer_')}" for p in parts[1:]}
-    for net in decode | {"lm_head"}:
+    assert decode == {f"block_cache_{p.removeprefix('layer_')}" for p in layers}
+    for net in decode:
         assert checks["nets"][net] == whole["nets"][net], net
+    # lm_head by its twin without the top-1: the token lm_head itself picks, from lm_head's weight bytes, and
+    # the logits it picks from against the reference's
+    head, twin = whole["nets"]["lm_head"], checks["nets"]["lm_head"]
+    assert twin["run_as"] == "lm_head_logits" and twin["weights_equal_lm_head"] is True
+    assert {k: twin[k] for k in head} == head
+    assert twin["outputs"]["logits"]["cosine"] >= 0.9999
+    assert not list((out / "bmodel" / "nets").glob("*/*.bmodel"))  # the twin too: compiled, read, deleted
     assert "embedding_cache" in checks["nets"] and checks["binary_loaded"]  # run on the combined binary itself
     assert checks["parts_in_binary"] == {"nets": len(decode) + 3, "differing": []}  # + lm_head, the embeddings
     assert json.loads((out / "verify.json").read_text())["passed"]
@@ -235,6 +257,7 @@ def test_a_real_size_model_is_checked_part_by_part_before_the_combine(build_root
     from llmbuild.bmodel.combine import read_part
     from llmbuild.bmodel.flat_schema import load_schema
     from llmbuild.recipe.loader import load_recipe
+    from llmbuild.steps.bmodel import build_net
     from llmbuild.verify.bmodel_checks import check_bmodel
     from llmbuild.verify.verdict import verify
 
@@ -260,6 +283,27 @@ def test_a_real_size_model_is_checked_part_by_part_before_the_combine(build_root
     head.write_text(json.dumps(stale))
     with pytest.raises(LlmbuildError, match="head.json: no net_digests"):
         check_bmodel(recipe, None, load_binary=False)
+
+    # lm_head's twin answers for lm_head only with lm_head's weight bytes: one byte of lm_head's table changed
+    # in the head's bmodel, and the twin's check says so and verify names it
+    def part_check(part: str) -> dict:  # in a process of its own: the cmodel's threads outlive its runtime
+        result = llmbuild(build, "bmodel-check", "qwen2_tiny_bf16", "--part", part, env={"LLMBUILD_BMODEL": "1"})
+        assert result.returncode == 0, result.stderr
+        return json.loads((out / "bmodel" / "checks" / f"{part}.json").read_text())
+
+    part_check("head")  # head.json again, with its digests
+    build_net(recipe, "lm_head_logits")  # the build deleted it once its check had read it
+    head_part = out / "bmodel" / "head.bmodel"
+    part = read_part(load_schema(locate().bmodel_schema), head_part)
+    net = next(n for n in part.model["net"] if n["name"] == "lm_head")
+    coeff = net["parameter"][0]["coeff_mem"]["binary_coeff"]
+    data = bytearray(head_part.read_bytes())
+    data[part.data_start + coeff["start"] + coeff["size"] // 3] ^= 0x01
+    head_part.write_bytes(bytes(data))
+    assert part_check("lm_head")["nets"]["lm_head"]["weights_equal_lm_head"] is False
+    check_bmodel(recipe, None, load_binary=False)
+    with pytest.raises(LlmbuildError, match="its twin lm_head_logits, which the cmodel ran, holds other weight"):
+        verify(recipe)
 
 
 def test_internvl_vit_net_computes_transformers_image_features_on_the_cmodel(build_root):
@@ -344,7 +388,7 @@ def test_minicpmv_vit_net_alone_gives_transformers_image_features_on_the_cmodel(
     snakemake(build_root, f"{net_dir}/vit.bmodel", *BMODEL)
     done = subprocess.run([sys.executable, "-c", MINICPMV_VIT_SCRIPT, str(net_dir / "vit.bmodel"),
                            str(build_root / "minicpmv_tiny_f32" / "checkpoint" / "vlm")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, env=preload_env())
     assert done.returncode == 0, done.stderr[-2000:]
     (line,) = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]  # the cmodel prints too
     result = json.loads(line.removeprefix("RESULT "))
@@ -589,7 +633,7 @@ def test_gptqmodel_act_order_checkpoint_compiled_auto_picks_what_gptqmodel_dequa
               "    picks = BmodelLM(rt).teacher_forced(json.loads(sys.argv[2]), json.loads(sys.argv[3]))\n"
               "print('picks', json.dumps(picks), flush=True)\n")
     ran = subprocess.run([sys.executable, "-c", script, str(out / "gptq_act.bmodel"), json.dumps(prompt),
-                          json.dumps(want)], capture_output=True, text=True, timeout=900)
+                          json.dumps(want)], capture_output=True, text=True, timeout=900, env=preload_env())
     assert ran.returncode == 0, ran.stderr[-3000:]
     # (the simulator writes its own lines to stdout too)
     (line,) = [line for line in ran.stdout.splitlines() if line.startswith("picks ")]

@@ -36,6 +36,7 @@ from llmbuild.runtime.bmodel_cmodel import (
     find_toolchain_lib,
 )
 from llmbuild.runtime.bmodel_generate import MASK_BITS, MASK_VALUE
+from llmbuild.runtime.cmodel_yield import preload_env
 
 PROMPT = [3, 14, 15, 92, 65, 35, 89, 79]
 SECOND_TURN = [26, 53, 58, 97]
@@ -221,7 +222,7 @@ def run_cmodel(bmodel: Path, tmp: Path, *args: str) -> dict:
     report = tmp / "report.json"
     cmd = [sys.executable, "-m", "llmbuild.runtime.bmodel_generate", str(bmodel), "--lib", str(LIB),
            "--json", str(report), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=preload_env())
     assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}\n{proc.stdout[-3000:]}"
     return json.loads(report.read_text())
 

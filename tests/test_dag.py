@@ -112,7 +112,7 @@ def _digests_of(recipes: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> di
     # quantization.lm_head rounds the reference's lm_head as well as the binary's
     ("qwen2_tiny_w4_rtn", "quantization:\n  lm_head: w8\n",
      {"reference", "plan", "layer", "head", "check", "e2e", "bmodel_block", "bmodel_embedding",
-      "bmodel_embedding_cache", "bmodel_lm_head", "bmodel_check"}),
+      "bmodel_embedding_cache", "bmodel_lm_head", "bmodel_lm_head_logits", "bmodel_check"}),
     # a synthetic vision-language checkpoint is written from vision.config (the vision step then reruns
     # because prepare rewrote its input)
     ("internvl_tiny_f32", "vision:\n  config:\n    vision_config:\n      num_hidden_layers: 3\n", {"prepare"}),

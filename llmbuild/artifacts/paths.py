@@ -162,6 +162,9 @@ def write_json(path: Path, data: object) -> None:
 
 
 VIT_NET = "vit"  # the vision tower's net (steps/vision.py writes it, link puts it in the binary)
+# lm_head without its top-1, the same weights: what a real-size bmodel's check runs on the vendor's simulator
+# in lm_head's place (verify/bmodel_checks.py says why); compiled for the check, never combined.
+LM_HEAD_LOGITS_NET = "lm_head_logits"
 
 
 def vision_dir(paths: BuildPaths) -> Path:

@@ -18,7 +18,7 @@ import hashlib
 import json
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -124,10 +124,13 @@ def combine_stream(schema: Schema, parts: list[Path], output: Path) -> Path:
     return output
 
 
-def content_view(schema: Schema, path: Path) -> dict[str, Any]:
+def content_view(schema: Schema, path: Path, nets: Collection[str] | None = None) -> dict[str, Any]:
     """A bmodel's description with each binary range replaced by its size and the sha256 of its bytes: equal
-    for two files exactly when they hold the same nets, fields and data, wherever their builders put them."""
+    for two files exactly when they hold the same nets, fields and data, wherever their builders put them.
+    `nets`: only these nets' descriptions (and data) are read; the others are left out."""
     part = read_part(schema, path)
+    if nets is not None:
+        part.model["net"] = [n for n in part.model.get("net") or [] if n["name"] in nets]
     digests: dict[tuple[int, int], str] = {}  # a layer's weights are one range its nets share: read once
 
     def view(value: Any) -> Any:
@@ -145,11 +148,21 @@ def content_view(schema: Schema, path: Path) -> dict[str, Any]:
     return view(part.model)
 
 
-def net_digests(schema: Schema, path: Path) -> dict[str, str]:
-    """Each net of a bmodel by name: the sha256 of its description with its data ranges as their contents'
-    digests. A net combined into another file keeps its digest (its data moves, its bytes do not)."""
-    nets = content_view(schema, path).get("net") or []
+def net_digests(schema: Schema, path: Path, only: Collection[str] | None = None) -> dict[str, str]:
+    """Each net of a bmodel by name (`only` these): the sha256 of its description with its data ranges as
+    their contents' digests. A net combined into another file keeps its digest (its data moves, its bytes do
+    not)."""
+    nets = content_view(schema, path, only).get("net") or []
     return {net["name"]: hashlib.sha256(json.dumps(net, sort_keys=True).encode()).hexdigest() for net in nets}
+
+
+def net_weights(schema: Schema, path: Path, net: str) -> list[dict[str, Any]]:
+    """The weights (coefficient memory) of one net of a bmodel, per stage: its device address, the vendor's
+    check code, and its bytes' size and sha256."""
+    nets = content_view(schema, path, {net}).get("net") or []
+    if not nets:
+        raise LlmbuildError(f"{path}: no net {net!r}")
+    return [stage["coeff_mem"] for stage in nets[0]["parameter"]]
 
 
 def _aligned(n: int) -> int:

@@ -93,7 +93,7 @@ def vendor_weight_key(name: str) -> str:
 def export_net(module: ModuleOp, weights: Mapping[str, np.ndarray], weight_file: str,
                final_norm: FinalNorm | None = None, dynamic: DynamicPrefill | None = None,
                explicit_attention: bool = False, table_storage: str | None = None,
-               table_parts: int = 1) -> ir.VendorModule:
+               table_parts: int = 1, logits_net: str | None = None) -> ir.VendorModule:
     """`module`: one TopOp net as the layer or head step built it (canonicalized or not); `weights`: its
     TopOp weights by name (arrays, or RowReaders read when the net uses them); `weight_file`: the npz path
     the module names; `dynamic`: the history form of the block nets (else static nets with a mask input).
@@ -105,11 +105,15 @@ def export_net(module: ModuleOp, weights: Mapping[str, np.ndarray], weight_file:
     lm_head: 1.1 GB instead of 6.4). `table_parts`: that table as this many weights, each with its own op,
     joined by a Concat (lm_head's rows, the embedding's columns: the same values, the same gather and the same
     top-1), because the vendor's code generator holds about four copies of a table given as one weight and
-    three given in parts (steps/resources.py's `vocab_table_parts` decides)."""
+    three given in parts (steps/resources.py's `vocab_table_parts` decides). `logits_net`: lm_head exported as
+    the net of this name whose output is the logits, before the top-1 (the check's twin: the same ops and the
+    same weights up to the top-1)."""
     fn = next(op for op in module.ops if isinstance(op, FuncOp))
     net = module.attributes["top.net"].data  # type: ignore[attr-defined]
+    if logits_net is not None and net != "lm_head":
+        raise ExportError(f"net {logits_net}: exported from lm_head's TopOp net, not {net}'s")
     return NetExporter(net, weights, weight_file, final_norm, dynamic, explicit_attention,
-                       table_storage, table_parts).run(fn)
+                       table_storage, table_parts, logits_net).run(fn)
 
 
 class NetExporter:
@@ -119,15 +123,16 @@ class NetExporter:
 
     def __init__(self, net: str, weights: Mapping[str, np.ndarray], weight_file: str,
                  final_norm: FinalNorm | None, dynamic: DynamicPrefill | None, explicit_attention: bool,
-                 table_storage: str | None = None, table_parts: int = 1):
+                 table_storage: str | None = None, table_parts: int = 1, logits_net: str | None = None):
         self.net = net
+        self.logits_only = logits_net is not None
         self.table_storage = table_storage
         self.table_parts = table_parts
         self.explicit_attention = explicit_attention
         self.weights = weights
         self.final_norm = final_norm
         self.dynamic = dynamic
-        self.out = ir.VendorModule(net, weight_file)
+        self.out = ir.VendorModule(logits_net or net, weight_file)
         self.values: dict[SSAValue, ir.Value] = {}
         self.is_block = net.startswith("block")
         self.prefill = net.startswith(("block_", "block_kv_")) and not net.startswith("block_cache_")
@@ -466,7 +471,7 @@ class NetExporter:
     # -- outputs -------------------------------------------------------------------------------------
     def outputs(self, values: list[SSAValue]) -> None:
         outs = [self.operand(v) for v in values]
-        if self.net == "lm_head":
+        if self.net == "lm_head" and not self.logits_only:
             self.out.output(self.out.topk_indices(outs[0], "token_value", "token_id"))
             return
         if self.is_block:

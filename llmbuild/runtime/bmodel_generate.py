@@ -446,4 +446,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from llmbuild.runtime.cmodel_yield import reexec_with_yield
+
+    reexec_with_yield()  # the cmodel's polling engines yield: the same ids, sooner
     raise SystemExit(main())

@@ -32,7 +32,7 @@ from llmbuild import LlmbuildError
 from llmbuild.allocator import release_freed_memory
 from llmbuild.artifacts.head_weights import head_weights
 from llmbuild.artifacts.layer_weights import layer_weights, tensor_source
-from llmbuild.artifacts.paths import VIT_NET, BuildPaths, read_spec, shapes_of, vlm_dir
+from llmbuild.artifacts.paths import LM_HEAD_LOGITS_NET, VIT_NET, BuildPaths, read_spec, shapes_of, vlm_dir
 from llmbuild.bmodel.combine import combine_stream
 from llmbuild.bmodel.flat_schema import load_schema
 from llmbuild.bmodel.top_export import DynamicPrefill, FinalNorm, export_net
@@ -92,7 +92,7 @@ def net_options(recipe: Recipe, net: str, bits: int | None, group: int) -> NetOp
     mode = f"W{bits}{act}" if bits else act
     prefill = net.startswith(("block_", "block_kv_")) and not net.startswith("block_cache_")
     return NetOptions(chip=recipe.target.chip, mode=mode, q_group_size=group if bits else 0,
-                      io_alone=net.startswith("block_cache_"), quant_output=net != "lm_head",
+                      io_alone=net.startswith("block_cache_"), quant_output=net not in ("lm_head", LM_HEAD_LOGITS_NET),
                       quant_input=net != VIT_NET,
                       num_core=recipe.bmodel.cores, dynamic=prefill and recipe.bmodel.history)
 
@@ -126,14 +126,16 @@ def net_source(recipe: Recipe, paths: BuildPaths, spec: ModelSpec, net: str) -> 
         return NetSource(module, weights, final)
     if net == VIT_NET:
         return vit_source(recipe, paths)
-    if net in HEAD_NETS:
+    if net in HEAD_NETS or net == LM_HEAD_LOGITS_NET:
         # Only `embedding` reads a stage shape (the prefill length); the vendor's head nets take no RoPE table.
+        # lm_head's twin is lm_head's TopOp net; only its vendor form ends before the top-1 (build_net).
         prefill = recipe.stages.prefill_length if net == "embedding" else 1
-        module = head_net(spec, net, prefill, head_scheme(recipe.quantization))
+        module = head_net(spec, "lm_head" if net == LM_HEAD_LOGITS_NET else net, prefill,
+                          head_scheme(recipe.quantization))
         top_weights, _ = head_weights(recipe, paths, spec, None)  # large tables as RowReaders, read when used
         return NetSource(module, top_weights, None)
-    raise LlmbuildError(f"net {net!r}: expected block_I, block_kv_I, block_cache_I, {VIT_NET} or one of "
-                        f"{', '.join(HEAD_NETS)}")
+    raise LlmbuildError(f"net {net!r}: expected block_I, block_kv_I, block_cache_I, {VIT_NET}, "
+                        f"{LM_HEAD_LOGITS_NET} or one of {', '.join(HEAD_NETS)}")
 
 
 def vit_source(recipe: Recipe, paths: BuildPaths) -> NetSource:
@@ -184,7 +186,8 @@ def build_net(recipe: Recipe, net: str) -> None:
         act = activation_type(recipe)
         vendor = export_net(source.module, source.weights, weight_file, source.final_norm,
                             dynamic, explicit_attention=act == "f32", table_storage=None if act == "f32" else act,
-                            table_parts=vocab_table_parts(recipe, spec))
+                            table_parts=vocab_table_parts(recipe, spec),
+                            logits_net=net if net == LM_HEAD_LOGITS_NET else None)
     (out_dir / f"{net}.mlir").write_text(vendor.text())
     np.savez(out_dir / weight_file, **vendor.weights)
     bits, group = _quantized(source.module)

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from llmbuild.artifacts.paths import VIT_NET
+from llmbuild.artifacts.paths import LM_HEAD_LOGITS_NET, VIT_NET
 from llmbuild.quant.scheme import head_scheme, recipe_scheme
 from llmbuild.recipe.reads import covers
 from llmbuild.recipe_types import LIBRARY_METHODS, Recipe, builds_bmodel
@@ -165,19 +165,23 @@ STEPS: dict[str, Step] = {s.name: s for s in (
     _bmodel_net("bmodel_embedding", ("source", "stages.prefill_length", "target.chip", "bmodel.cores")),
     _bmodel_net("bmodel_embedding_cache", ("source", "target.chip", "bmodel.cores")),
     _bmodel_net("bmodel_lm_head", ("source", "target.chip", "bmodel.cores")),
+    # lm_head's twin without the top-1, which a real-size bmodel's check runs instead (the same reads).
+    _bmodel_net("bmodel_lm_head_logits", ("source", "target.chip", "bmodel.cores")),
     _bmodel_net("bmodel_vit", ("source", "quantization.mode", "target.chip", "vision.family", "vision.exporter",
                                "bmodel.cores"), when=_vit_bmodel, derived=()),
     # The combine in stages: a layer's nets (which they are: `bmodel.history`), the head's (with the vit net of a
     # vision-language model), then every part; each reads its parts' files, the nets' deleted once combined.
+    # A compile's priority: a part's cmodel check waits on its combine, which takes a second or two.
     Step("bmodel_combine_layer", "bmodel-combine", ("llmbuild.steps.bmodel",), ("bmodel.history",),
-         after=("bmodel_block",), temp_from=("bmodel_block",), when=builds_bmodel),
+         after=("bmodel_block",), temp_from=("bmodel_block",), priority=PRIORITY_COMPILE, when=builds_bmodel),
     Step("bmodel_combine_head", "bmodel-combine", ("llmbuild.steps.bmodel",), ("vision.family",),
-         after=_HEAD_NETS, temp_from=_HEAD_NETS, when=builds_bmodel),
+         after=_HEAD_NETS, temp_from=_HEAD_NETS, priority=PRIORITY_COMPILE, when=builds_bmodel),
     Step("bmodel_combine", "bmodel-combine", ("llmbuild.steps.bmodel",), (),
-         after=("bmodel_combine_layer", "bmodel_combine_head"), when=builds_bmodel),
+         after=("bmodel_combine_layer", "bmodel_combine_head"), priority=PRIORITY_COMPILE, when=builds_bmodel),
     Step("bmodel_check", "bmodel-check", ("llmbuild.verify.bmodel_checks",),
          ("source", "stages", "target.chip", "bmodel.history", "vision.family"), (STORAGE,),
-         after=("bmodel_combine_layer", "bmodel_combine_head", "bmodel_combine", "reference"),
+         after=("bmodel_combine_layer", "bmodel_combine_head", "bmodel_combine", "reference",
+                "bmodel_lm_head_logits"), temp_from=("bmodel_lm_head_logits",),
          priority=PRIORITY_DEVICE_CHECKS, when=builds_bmodel),
 )}
 
@@ -203,6 +207,8 @@ def net_step(net: str) -> str:
     """The descriptor of a bmodel net: `block_3`, `block_cache_3`, `block_kv_3` are blocks."""
     if net == VIT_NET:
         return "bmodel_vit"
+    if net == LM_HEAD_LOGITS_NET:
+        return "bmodel_lm_head_logits"
     if net.startswith("block_"):
         return "bmodel_block"
     return f"bmodel_{net}"

@@ -286,6 +286,8 @@ def bmodel_resources(recipe: Recipe, spec: ModelSpec, job: str, net: str = "") -
         # the binary it loads (the part's, or the whole one's) and the tiny recipes' activations.
         if net == "head":
             mb = CMODEL_BASE_MB + _stored_tables_bytes(size) / MB
+        elif net == "lm_head":
+            mb = CMODEL_BASE_MB + 2 * size.vocab_table / MB  # lm_head's twin: its table, 16-bit
         elif net.startswith("layer_"):
             mb = CMODEL_BASE_MB + _stored_layer_bytes(recipe, size) / MB
         else:

@@ -28,6 +28,7 @@ def checked_layers(spec: ModelSpec) -> list[int]:
 
 
 def check_parts(spec: ModelSpec) -> list[str]:
-    """The parts a real-size bmodel's checks run on before the combine: the head and each sampled layer; none
-    for a small model (checked whole, end to end)."""
-    return [] if is_small(spec) else ["head", *(f"layer_{i}" for i in checked_layers(spec))]
+    """The parts a real-size bmodel's checks run on before the combine: the head's embeddings, lm_head (by its
+    twin without the top-1, verify/bmodel_checks.py) and each sampled layer; none for a small model (checked
+    whole, end to end)."""
+    return [] if is_small(spec) else ["head", "lm_head", *(f"layer_{i}" for i in checked_layers(spec))]

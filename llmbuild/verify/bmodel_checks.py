@@ -7,15 +7,19 @@ already streamed (reference.safetensors), writing bmodel.json; `llmbuild verify`
   as the history, and in the history form its history-prefill net on a chunk after a history; `lm_head`
   on the last hidden state (the token id against the reference's top-1), the embedding nets against the
   table. Every net of a small model; at real size the decode net of the sampled layers (the first, middle
-  and last: the cmodel takes tens of seconds per decode block of a 1.5B) and the head's nets. A
+  and last: the cmodel takes tens of seconds per decode block of a 1.5B) and the head's nets, lm_head by
+  its twin `lm_head_logits` (lm_head without the top-1, compiled for the check: its logits against the
+  reference's, its weights lm_head's bytes), since the cmodel takes minutes over the vendor's top-1 of a
+  real vocabulary and seconds over the product before it (docs/bmodel.md has the figures). A
   vision-language recipe's `vit` net on the vision step's tile (MiniCPM-V: pieces of several grids) against
   transformers' image features.
 - End to end, for small models: the greedy ids LLM-TPU's runtime contract gives on the cmodel
   (runtime/bmodel_generate.py) against transformers' `generate` in the reference.
 - At real size each checked part runs in a job of its own as soon as it is combined (`--part head`,
-  `--part layer_I`: the head's bmodel, a sampled layer's), so the cmodel's minutes overlap the compile jobs
-  instead of following the final combine on one core. Each part records the digest of every net it ran
-  (bmodel/combine.py's `net_digests`: its description with its data ranges' sha256); the final check finds
+  `--part lm_head`, `--part layer_I`: the head's bmodel, lm_head's twin, a sampled layer's), so the
+  cmodel's minutes overlap the compile jobs instead of following the final combine on one core. Each part
+  records the digest of every net it ran (bmodel/combine.py's `net_digests`: its description with its data
+  ranges' sha256); the final check finds
   the same digests in the combined binary (verify fails on any other bytes), loads the binary into the
   cmodel where it fits a job (a 7B's 5.35 GB does not) and runs its `embedding_cache` net there (the binary
   as a board loads it), and gathers the parts' results.
@@ -29,26 +33,29 @@ from __future__ import annotations
 import json
 import time
 from functools import cached_property
+from pathlib import Path
 
 import numpy as np
 from safetensors import safe_open
 
 from llmbuild import LlmbuildError
 from llmbuild.artifacts.layer_weights import tensor_source
-from llmbuild.artifacts.paths import BuildPaths, read_spec, vlm_dir, write_json
-from llmbuild.bmodel.combine import net_digests
+from llmbuild.artifacts.paths import LM_HEAD_LOGITS_NET, BuildPaths, read_spec, vlm_dir, write_json
+from llmbuild.bmodel.combine import net_digests, net_weights
 from llmbuild.bmodel.flat_schema import load_schema
 from llmbuild.families.spec import ModelSpec
 from llmbuild.recipe_types import Recipe
 from llmbuild.runtime.bmodel_cmodel import CmodelRuntime
 from llmbuild.runtime.bmodel_generate import F32_MASK_VALUE, MASK_VALUE, BmodelLM
 from llmbuild.runtime.bmodel_run import quiet_simulator
+from llmbuild.runtime.cmodel_yield import engines_yield
 from llmbuild.vendor_toolchain import locate
 from llmbuild.verify.bmodel_check_policy import check_parts, checked_layers, is_small
 from llmbuild.verify.similarity import similarity
 from llmbuild.verify.vision_cases import vendor_cases
 
 E2E_TOKENS = 16
+COVERAGE_AT_REAL_SIZE = "decode of the sampled layers, the head's nets (lm_head by its twin without the top-1)"
 
 
 def check_bmodel(recipe: Recipe, part: str | None = None, load_binary: bool = True) -> dict:
@@ -63,8 +70,7 @@ def check_bmodel(recipe: Recipe, part: str | None = None, load_binary: bool = Tr
     if part is not None and part not in check_parts(spec):
         raise LlmbuildError(f"bmodel-check --part {part}: expected one of {', '.join(check_parts(spec)) or 'none'} "
                             "(a small model is checked whole)")
-    binary = paths.bmodel(recipe.name) if part is None else \
-        paths.bmodel_head if part == "head" else paths.bmodel_layer(int(part.removeprefix("layer_")))
+    binary = _part_binary(recipe, paths, part)
     nets: dict[str, dict] = {}
     e2e, launches, loaded = None, {}, small or load_binary
     if loaded:
@@ -73,9 +79,11 @@ def check_bmodel(recipe: Recipe, part: str | None = None, load_binary: bool = Tr
             rt.load(binary)
             checker = _NetChecks(recipe, paths, spec, ref, rt)
             if part == "head":
-                nets = checker.head()
+                nets = checker.embeddings()
                 if recipe.vision is not None:
                     nets["vit"] = _vit(recipe, paths, rt, small)
+            elif part == "lm_head":
+                nets = {"lm_head": checker.lm_head_logits()}
             elif part is not None:
                 layer = int(part.removeprefix("layer_"))
                 nets = {f"block_cache_{layer}": checker.decode(layer)}
@@ -91,14 +99,23 @@ def check_bmodel(recipe: Recipe, part: str | None = None, load_binary: bool = Tr
         "recipe": recipe.name,
         "binary": binary.name,
         "simulator": f"TPU-MLIR {chain.root.parent.name.removeprefix('tpu-mlir-') or ''} cmodel, {recipe.target.chip}",
-        "coverage": "every net" if small else "decode of the sampled layers, the head's nets",
+        "coverage": "every net" if small else COVERAGE_AT_REAL_SIZE,
         "binary_loaded": loaded,
         "nets": nets,
         "end_to_end": e2e,
         "launch_seconds": launches,
+        "engines_yield": engines_yield(),  # the launches' seconds depend on it, not the results
     }
     # A part's digests are what the final check finds in the binary: the bytes of the nets the part ran.
-    digests = net_digests(load_schema(chain.bmodel_schema), binary) if part is not None or check_parts(spec) else {}
+    schema = load_schema(chain.bmodel_schema)
+    if part == "lm_head":
+        # The twin answers for the head's lm_head net where its weights are that net's bytes (verify fails
+        # otherwise); the final check then finds that net in the binary.
+        nets["lm_head"]["weights_equal_lm_head"] = \
+            net_weights(schema, binary, LM_HEAD_LOGITS_NET) == net_weights(schema, paths.bmodel_head, "lm_head")
+        digests = net_digests(schema, paths.bmodel_head, {"lm_head"})
+    else:
+        digests = net_digests(schema, binary) if part is not None or check_parts(spec) else {}
     report["seconds"] = round(time.perf_counter() - started, 1)
     if part is not None:
         report["net_digests"] = {name: digests[name] for name in nets if name in digests}
@@ -108,6 +125,17 @@ def check_bmodel(recipe: Recipe, part: str | None = None, load_binary: bool = Tr
         _gather_parts(report, paths, spec, digests)
     write_json(paths.bmodel_checks, report)
     return report
+
+
+def _part_binary(recipe: Recipe, paths: BuildPaths, part: str | None) -> Path:
+    """The bmodel a check loads: the binary, or a part's (the head's, lm_head's twin, a layer's)."""
+    if part is None:
+        return paths.bmodel(recipe.name)
+    if part == "head":
+        return paths.bmodel_head
+    if part == "lm_head":
+        return paths.bmodel_net(LM_HEAD_LOGITS_NET)
+    return paths.bmodel_layer(int(part.removeprefix("layer_")))
 
 
 def _gather_parts(report: dict, paths: BuildPaths, spec: ModelSpec, in_binary: dict[str, str]) -> None:
@@ -136,13 +164,16 @@ class _NetChecks:
         self.ids = ref.get_tensor("ids").astype(np.int64)
         self.S, self.L = recipe.stages.seq_length, recipe.stages.prefill_length
         self.history = recipe.bmodel.history
-        # LLM-TPU reads the mask value off `embedding_cache`'s output type; a layer's own bmodel has no such
-        # net, and its decode net's mask input is of the same (activation) type.
-        nets = rt.net_names()
-        mask_dtype = rt.net_info("embedding_cache").outputs[0].dtype if "embedding_cache" in nets else \
-            rt.net_info(next(n for n in nets if n.startswith("block_cache_"))).inputs[2].dtype
-        self.mask_value = MASK_VALUE.get(mask_dtype, F32_MASK_VALUE)
         self.n = min(self.L, len(self.ids) - 1)  # prefill rows; the next row is the decode check's
+
+    @cached_property
+    def mask_value(self) -> float:
+        """LLM-TPU reads the mask value off `embedding_cache`'s output type; a layer's own bmodel has no such
+        net, and its decode net's mask input is of the same (activation) type."""
+        nets = self.rt.net_names()
+        mask_dtype = self.rt.net_info("embedding_cache").outputs[0].dtype if "embedding_cache" in nets else \
+            self.rt.net_info(next(n for n in nets if n.startswith("block_cache_"))).inputs[2].dtype
+        return MASK_VALUE.get(mask_dtype, F32_MASK_VALUE)
 
     def run(self) -> dict[str, dict]:
         """Every net of a small model."""
@@ -226,18 +257,38 @@ class _NetChecks:
         return self.compare(net, got, self.expected(layer, slice(a, a + c)))
 
     def head(self) -> dict[str, dict]:
-        out: dict[str, dict] = {}
-        last = self.spec.num_layers - 1
-        # The last row of the reference's sequence, whose logits the reference keeps.
-        hidden = self.final_norm(self.ref.get_tensor(f"layers.{last}.output")[-1:])
-        token = int(self.rt.launch("lm_head", [hidden.astype(np.float32)])[0].reshape(-1)[0])
+        return {"lm_head": self.lm_head(), **self.embeddings()}
+
+    def last_hidden(self) -> np.ndarray:
+        """lm_head's input: the last row of the reference's sequence (whose logits the reference keeps) after
+        the final norm."""
+        return self.final_norm(self.ref.get_tensor(f"layers.{self.spec.num_layers - 1}.output")[-1:]).astype(np.float32)
+
+    def lm_head(self, token: int | None = None) -> dict:
+        """The token lm_head picks against the reference's top-1."""
+        if token is None:
+            token = int(self.rt.launch("lm_head", [self.last_hidden()])[0].reshape(-1)[0])
         logits = self.ref.get_tensor("logits")
         first, second = np.argsort(logits)[::-1][:2]
-        out["lm_head"] = {"token": token, "reference_token": int(first),
-                          "reference_top2_gap": round(float(logits[first] - logits[second]), 6),
-                          "reference_logit_scale": round(float(np.max(np.abs(logits))), 6)}
-        # Against what transformers' own embedding gave (the first layer's input): the dequantized table where a
-        # quantized lm_head is tied to it.
+        return {"token": token, "reference_token": int(first),
+                "reference_top2_gap": round(float(logits[first] - logits[second]), 6),
+                "reference_logit_scale": round(float(np.max(np.abs(logits))), 6)}
+
+    def lm_head_logits(self) -> dict:
+        """lm_head's twin without the top-1: its logits against the reference's, and their top-1 as the token.
+        The vendor's top-1 over a real vocabulary is most of a real-size head's time on the cmodel; the twin
+        carries lm_head's very weights (the part check compares their bytes), and the top-1 itself runs in
+        every tiny recipe's check."""
+        logits = self.rt.launch(LM_HEAD_LOGITS_NET, [self.last_hidden()])[0].reshape(-1)
+        result = self.lm_head(int(np.argmax(logits)))
+        result["run_as"] = LM_HEAD_LOGITS_NET
+        result["outputs"] = {"logits": similarity(logits, self.ref.get_tensor("logits"))}
+        return result
+
+    def embeddings(self) -> dict[str, dict]:
+        """`embedding` and `embedding_cache` against what transformers' own embedding gave (the first layer's
+        input): the dequantized table where a quantized lm_head is tied to it."""
+        out: dict[str, dict] = {}
         ids, want = self.ids[:self.n], self.ref.get_tensor("layers.0.input")[:self.n]
         padded = np.zeros((1, self.L), np.int32)
         padded[0, :self.n] = ids

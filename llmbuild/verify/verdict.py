@@ -143,6 +143,9 @@ def _bmodel_verdict(recipe: Recipe, paths: BuildPaths, failures: list[str]) -> d
             failures.append(f"bmodel net vit: image features cosine {cos} on the {recipe.target.chip} cmodel, "
                             f"below vision.image_cosine {recipe.vision.image_cosine}")
     head = checks["nets"]["lm_head"]
+    if head.get("weights_equal_lm_head") is False:
+        failures.append(f"bmodel net lm_head: its twin {head['run_as']}, which the cmodel ran, holds other weight "
+                        "bytes than lm_head")
     allowance = (1.0 - v.tpu_euclid) * head.get("reference_logit_scale", 0.0)
     if head["token"] != head["reference_token"] and (v.exact_tokens or head["reference_top2_gap"] > allowance):
         failures.append(f"bmodel net lm_head: token {head['token']}, the reference's top-1 is "
