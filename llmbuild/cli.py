@@ -131,7 +131,7 @@ def cmd_bmodel_net(args: argparse.Namespace) -> None:
 
 
 def cmd_bmodel_combine(args: argparse.Namespace) -> None:
-    from llmbuild.steps.bmodel import combine_head, combine_layer, combine_model
+    from llmbuild.steps.bmodel_combine import combine_head, combine_layer, combine_model
 
     recipe = _recipe(args)
     if args.layer is not None:

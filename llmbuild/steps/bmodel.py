@@ -6,9 +6,7 @@
   bmodel/vit_export.py, a vision family's `vendor` part), compiled by TPU-MLIR's `tpuc-opt`
   (bmodel/vendor_compile.py) into `bmodel/nets/NET/NET.bmodel`; the vendor's intermediate files (float32
   npz, tpu modules) are deleted once the bmodel is written.
-- `llmbuild bmodel-combine RECIPE --layer I | --head | --model`: what `model_tool --combine` makes, written as
-  a stream (bmodel/combine.py), in stages: a layer's nets (one copy of its weights for its three stages), the
-  head nets, then every part into `<recipe>.bmodel`.
+- `llmbuild bmodel-combine RECIPE --layer I | --head | --model`: steps/bmodel_combine.py.
 
 Each net is a job of its own, so a change that touches one net recompiles that net, and the nets of a
 real-size model compile in parallel, each holding one layer's weights.
@@ -33,8 +31,6 @@ from llmbuild.allocator import release_freed_memory
 from llmbuild.artifacts.head_weights import head_weights
 from llmbuild.artifacts.layer_weights import layer_weights, tensor_source
 from llmbuild.artifacts.paths import LM_HEAD_LOGITS_NET, VIT_NET, BuildPaths, read_spec, shapes_of, vlm_dir
-from llmbuild.bmodel.combine import combine_stream
-from llmbuild.bmodel.flat_schema import load_schema
 from llmbuild.bmodel.top_export import DynamicPrefill, FinalNorm, export_net
 from llmbuild.bmodel.vendor_compile import NetOptions, compile_net
 from llmbuild.bmodel.vendor_ir import VendorModule
@@ -230,31 +226,4 @@ def _remove_intermediates(out_dir, net: str) -> None:
             shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
-def combine_layer(recipe: Recipe, layer: int) -> None:
-    paths = BuildPaths.of(recipe)
-    target = paths.bmodel_layer(layer)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    _combine([paths.bmodel_net(n) for n in layer_net_names(recipe, layer)], target)
-
-
-def combine_head(recipe: Recipe) -> None:
-    paths = BuildPaths.of(recipe)
-    _combine([paths.bmodel_net(n) for n in head_net_names(recipe)], paths.bmodel_head)
-
-
-def combine_model(recipe: Recipe) -> None:
-    paths = BuildPaths.of(recipe)
-    spec = read_spec(paths.spec)
-    parts = [paths.bmodel_head, *(paths.bmodel_layer(i) for i in range(spec.num_layers))]
-    _combine(parts, paths.bmodel(recipe.name))
-
-
-def _combine(parts: list[Path], target: Path) -> None:
-    """`model_tool --combine`'s result, as a stream (bmodel/combine.py): a 7B's final combine holds its
-    descriptions and one chunk, not twice the binary."""
-    combine_stream(load_schema(locate().bmodel_schema), parts, target)
-    print(f"{target.name}: {len(parts)} parts combined, {target.stat().st_size} bytes")
-
-
-__all__ = ["HEAD_NETS", "build_net", "combine_head", "combine_layer", "combine_model", "net_names",
-           "net_options"]
+__all__ = ["HEAD_NETS", "build_net", "net_names", "net_options"]

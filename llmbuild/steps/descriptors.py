@@ -172,11 +172,11 @@ STEPS: dict[str, Step] = {s.name: s for s in (
     # The combine in stages: a layer's nets (which they are: `bmodel.history`), the head's (with the vit net of a
     # vision-language model), then every part; each reads its parts' files, the nets' deleted once combined.
     # A compile's priority: a part's cmodel check waits on its combine, which takes a second or two.
-    Step("bmodel_combine_layer", "bmodel-combine", ("llmbuild.steps.bmodel",), ("bmodel.history",),
+    Step("bmodel_combine_layer", "bmodel-combine", ("llmbuild.steps.bmodel_combine",), ("bmodel.history",),
          after=("bmodel_block",), temp_from=("bmodel_block",), priority=PRIORITY_COMPILE, when=builds_bmodel),
-    Step("bmodel_combine_head", "bmodel-combine", ("llmbuild.steps.bmodel",), ("vision.family",),
+    Step("bmodel_combine_head", "bmodel-combine", ("llmbuild.steps.bmodel_combine",), ("vision.family",),
          after=_HEAD_NETS, temp_from=_HEAD_NETS, priority=PRIORITY_COMPILE, when=builds_bmodel),
-    Step("bmodel_combine", "bmodel-combine", ("llmbuild.steps.bmodel",), (),
+    Step("bmodel_combine", "bmodel-combine", ("llmbuild.steps.bmodel_combine",), (),
          after=("bmodel_combine_layer", "bmodel_combine_head"), priority=PRIORITY_COMPILE, when=builds_bmodel),
     Step("bmodel_check", "bmodel-check", ("llmbuild.verify.bmodel_checks",),
          ("source", "stages", "target.chip", "bmodel.history", "vision.family"), (STORAGE,),
