@@ -361,7 +361,8 @@ def build_rows(results: dict[str, list[Measured]]) -> tuple[list[str], list[list
             rows.append([case, "llmbuild" if ours else "llm_convert", _r(m.wall_s),
                          _r(m.binaries_s) if m.binaries_s else None, round(m.tree_peak_mib),
                          round(m.job_peak_mib), _r(m.scratch_peak_gib, 2), _r(m.binary_mib) if ours else None,
-                         _r(m.bmodel_mib if ours else m.binary_mib), f"{m.final_dir_gib * 1024 / binaries:.2f}x" if binaries else None,
+                         _r(m.bmodel_mib if ours else m.binary_mib),
+                         f"{m.final_dir_gib * 1024 / binaries:.2f}x" if binaries else None,
                          m.verified, run.get("first_token_s") and _r(run["first_token_s"], 2),
                          run.get("tokens_per_s"), run.get("peak_rss_mib") and round(run["peak_rss_mib"])])
         by = {m.tool: m for m in ms}
