@@ -148,21 +148,27 @@ def content_view(schema: Schema, path: Path, nets: Collection[str] | None = None
     return view(part.model)
 
 
-def net_digests(schema: Schema, path: Path, only: Collection[str] | None = None) -> dict[str, str]:
-    """Each net of a bmodel by name (`only` these): the sha256 of its description with its data ranges as
-    their contents' digests. A net combined into another file keeps its digest (its data moves, its bytes do
-    not)."""
-    nets = content_view(schema, path, only).get("net") or []
-    return {net["name"]: hashlib.sha256(json.dumps(net, sort_keys=True).encode()).hexdigest() for net in nets}
+def net_views(schema: Schema, path: Path, only: Collection[str] | None = None) -> dict[str, dict[str, Any]]:
+    """Each net of a bmodel by name (`only` these), as `content_view` shows it: what `net_digest` and
+    `coeff_memories` read, so a net's data is hashed once for both."""
+    return {net["name"]: net for net in content_view(schema, path, only).get("net") or []}
 
 
-def net_weights(schema: Schema, path: Path, net: str) -> list[dict[str, Any]]:
-    """The weights (coefficient memory) of one net of a bmodel, per stage: its device address, the vendor's
-    check code, and its bytes' size and sha256."""
-    nets = content_view(schema, path, {net}).get("net") or []
-    if not nets:
-        raise LlmbuildError(f"{path}: no net {net!r}")
-    return [stage["coeff_mem"] for stage in nets[0]["parameter"]]
+def net_digest(view: dict[str, Any]) -> str:
+    """The sha256 of a net's description with its data ranges as their contents' digests. A net combined
+    into another file keeps its digest (its data moves, its bytes do not)."""
+    return hashlib.sha256(json.dumps(view, sort_keys=True).encode()).hexdigest()
+
+
+def net_digests(schema: Schema, path: Path) -> dict[str, str]:
+    """Each net of a bmodel by name: its `net_digest`."""
+    return {name: net_digest(view) for name, view in net_views(schema, path).items()}
+
+
+def coeff_memories(view: dict[str, Any]) -> list[dict[str, Any]]:
+    """The weights (coefficient memory) of a net, per stage: its device address, the vendor's check code, and
+    its bytes' size and sha256."""
+    return [stage["coeff_mem"] for stage in view["parameter"]]
 
 
 def _aligned(n: int) -> int:

@@ -6,8 +6,8 @@ of them take turns with the one engine that has work, so a net's launch spends m
 (from the C source beside it, with the system's `gcc`, once per source into a user cache folder) replaces
 `pthread_mutex_unlock` with one that calls `sched_yield()` afterwards in those threads only. It must be in
 `LD_PRELOAD` when the process starts, so a command that runs the cmodel re-executes itself with it
-(`reexec_with_yield`). The simulation is the same instruction for instruction: the same bits, sooner (that
-1.5B block: 13.5 s -> 5.3 s alone on two cores, and a neighbouring job keeps its core).
+(`reexec_with_yield`). The simulation is the same instruction for instruction: the same bits, sooner, and a
+neighbouring job keeps its core (docs/bmodel.md has the figures).
 
 `LLMBUILD_CMODEL_YIELD=0` turns it off. Without `gcc` the cmodel runs as it is, slower.
 
@@ -27,6 +27,7 @@ from pathlib import Path
 
 ENV = "LLMBUILD_CMODEL_YIELD"  # "0": off; "1" once set by the re-execution (so it happens once)
 _SOURCE = "cmodel_yield.c"
+_PREFIX = "cmodel-yield-"  # the compiled library's file name: the prefix, then the source's digest
 
 
 def _cache_dir() -> Path:
@@ -40,7 +41,7 @@ def library() -> Path | None:
     if os.environ.get(ENV) == "0" or not sys.platform.startswith("linux"):
         return None
     source = resources.files("llmbuild.runtime").joinpath(_SOURCE).read_bytes()
-    target = _cache_dir() / f"cmodel-yield-{hashlib.sha256(source).hexdigest()[:16]}.so"
+    target = _cache_dir() / f"{_PREFIX}{hashlib.sha256(source).hexdigest()[:16]}.so"
     if target.is_file():
         return target
     gcc = shutil.which("gcc")
@@ -71,7 +72,7 @@ def preload_env(env: dict[str, str] | None = None) -> dict[str, str]:
 
 def engines_yield() -> bool:
     """Whether this process runs the cmodel with the library preloaded."""
-    return os.environ.get(ENV) == "1" and any(Path(p).name.startswith("cmodel-yield-")
+    return os.environ.get(ENV) == "1" and any(Path(p).name.startswith(_PREFIX)
                                                for p in os.environ.get("LD_PRELOAD", "").split(":"))
 
 

@@ -19,10 +19,9 @@ already streamed (reference.safetensors), writing bmodel.json; `llmbuild verify`
   `--part lm_head`, `--part layer_I`: the head's bmodel, lm_head's twin, a sampled layer's), so the
   cmodel's minutes overlap the compile jobs instead of following the final combine on one core. Each part
   records the digest of every net it ran (bmodel/combine.py's `net_digests`: its description with its data
-  ranges' sha256); the final check finds
-  the same digests in the combined binary (verify fails on any other bytes), loads the binary into the
-  cmodel where it fits a job (a 7B's 5.35 GB does not) and runs its `embedding_cache` net there (the binary
-  as a board loads it), and gathers the parts' results.
+  ranges' sha256); the final check finds the same digests in the combined binary (verify fails on any other
+  bytes), loads the binary into the cmodel where it fits a job (a 7B's 5.35 GB does not) and runs its
+  `embedding_cache` net there (the binary as a board loads it), and gathers the parts' results.
 
 The vendor's last block also applies the model's final norm (bmodel/top_export.py), so the last layer's
 output is compared with the reference's output after that norm, computed here in float64.
@@ -41,8 +40,8 @@ from safetensors import safe_open
 from llmbuild import LlmbuildError
 from llmbuild.artifacts.layer_weights import tensor_source
 from llmbuild.artifacts.paths import LM_HEAD_LOGITS_NET, BuildPaths, read_spec, vlm_dir, write_json
-from llmbuild.bmodel.combine import net_digests, net_weights
-from llmbuild.bmodel.flat_schema import load_schema
+from llmbuild.bmodel.combine import coeff_memories, net_digest, net_digests, net_views
+from llmbuild.bmodel.flat_schema import Schema, load_schema
 from llmbuild.families.spec import ModelSpec
 from llmbuild.recipe_types import Recipe
 from llmbuild.runtime.bmodel_cmodel import CmodelRuntime
@@ -111,9 +110,10 @@ def check_bmodel(recipe: Recipe, part: str | None = None, load_binary: bool = Tr
     if part == "lm_head":
         # The twin answers for the head's lm_head net where its weights are that net's bytes (verify fails
         # otherwise); the final check then finds that net in the binary.
-        nets["lm_head"]["weights_equal_lm_head"] = \
-            net_weights(schema, binary, LM_HEAD_LOGITS_NET) == net_weights(schema, paths.bmodel_head, "lm_head")
-        digests = net_digests(schema, paths.bmodel_head, {"lm_head"})
+        twin = _one_net(schema, binary, LM_HEAD_LOGITS_NET)
+        head = _one_net(schema, paths.bmodel_head, "lm_head")
+        nets["lm_head"]["weights_equal_lm_head"] = coeff_memories(twin) == coeff_memories(head)
+        digests = {"lm_head": net_digest(head)}
     else:
         digests = net_digests(schema, binary) if part is not None or check_parts(spec) else {}
     report["seconds"] = round(time.perf_counter() - started, 1)
@@ -125,6 +125,14 @@ def check_bmodel(recipe: Recipe, part: str | None = None, load_binary: bool = Tr
         _gather_parts(report, paths, spec, digests)
     write_json(paths.bmodel_checks, report)
     return report
+
+
+def _one_net(schema: Schema, path: Path, net: str) -> dict:
+    """One net of a bmodel as `net_views` shows it; a file without it is one line naming both."""
+    view = net_views(schema, path, {net}).get(net)
+    if view is None:
+        raise LlmbuildError(f"{path}: no net {net!r}")
+    return view
 
 
 def _part_binary(recipe: Recipe, paths: BuildPaths, part: str | None) -> Path:
@@ -264,15 +272,10 @@ class _NetChecks:
         the final norm."""
         return self.final_norm(self.ref.get_tensor(f"layers.{self.spec.num_layers - 1}.output")[-1:]).astype(np.float32)
 
-    def lm_head(self, token: int | None = None) -> dict:
+    def lm_head(self) -> dict:
         """The token lm_head picks against the reference's top-1."""
-        if token is None:
-            token = int(self.rt.launch("lm_head", [self.last_hidden()])[0].reshape(-1)[0])
-        logits = self.ref.get_tensor("logits")
-        first, second = np.argsort(logits)[::-1][:2]
-        return {"token": token, "reference_token": int(first),
-                "reference_top2_gap": round(float(logits[first] - logits[second]), 6),
-                "reference_logit_scale": round(float(np.max(np.abs(logits))), 6)}
+        token = int(self.rt.launch("lm_head", [self.last_hidden()])[0].reshape(-1)[0])
+        return _token_against(token, self.ref.get_tensor("logits"))
 
     def lm_head_logits(self) -> dict:
         """lm_head's twin without the top-1: its logits against the reference's, and their top-1 as the token.
@@ -280,10 +283,9 @@ class _NetChecks:
         carries lm_head's very weights (the part check compares their bytes), and the top-1 itself runs in
         every tiny recipe's check."""
         logits = self.rt.launch(LM_HEAD_LOGITS_NET, [self.last_hidden()])[0].reshape(-1)
-        result = self.lm_head(int(np.argmax(logits)))
-        result["run_as"] = LM_HEAD_LOGITS_NET
-        result["outputs"] = {"logits": similarity(logits, self.ref.get_tensor("logits"))}
-        return result
+        reference = self.ref.get_tensor("logits")
+        return {**_token_against(int(np.argmax(logits)), reference), "run_as": LM_HEAD_LOGITS_NET,
+                "outputs": {"logits": similarity(logits, reference)}}
 
     def embeddings(self) -> dict[str, dict]:
         """`embedding` and `embedding_cache` against what transformers' own embedding gave (the first layer's
@@ -302,6 +304,14 @@ class _NetChecks:
         ids, want = self.ids[:self.n], self.ref.get_tensor("layers.0.input")[:self.n]
         one = self.rt.launch("embedding_cache", [np.array([[ids[-1]]], np.int32)])[0].reshape(1, -1)
         return {"outputs": {"hidden_states": similarity(one, want[-1:])}}
+
+
+def _token_against(token: int, logits: np.ndarray) -> dict:
+    """A picked token beside the reference's top-1, with the gap and scale verify's near-tie rule reads."""
+    first, second = np.argsort(logits)[::-1][:2]
+    return {"token": token, "reference_token": int(first),
+            "reference_top2_gap": round(float(logits[first] - logits[second]), 6),
+            "reference_logit_scale": round(float(np.max(np.abs(logits))), 6)}
 
 
 def _vit(recipe: Recipe, paths: BuildPaths, rt: CmodelRuntime, small: bool = True) -> dict:
