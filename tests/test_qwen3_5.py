@@ -7,6 +7,7 @@ against transformers' reference functions for the gated delta rule and the causa
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -501,3 +502,41 @@ def test_the_generator_writes_qwen3_5_2b_s_layout(tmp_path: Path) -> None:
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
     spec = get_family("qwen3_5").spec_from_hf_config(json.loads((directory / "config.json").read_text()))
     assert spec.layer_types == ("linear", "linear", "linear", "full") and spec.num_layers == 4
+
+
+def test_the_vision_language_upload_s_language_model_builds_from_its_layout(tmp_path: Path) -> None:
+    """Qwen3.5's published uploads are the whole vision-language model (`qwen3_5`: its language model's
+    config under `text_config`, its tensors under `model.language_model.`, the vision tower beside them).
+    `llmbuild compile` of that layout builds the language model, verified, and its greedy ids equal
+    transformers' `Qwen3_5ForConditionalGeneration.generate` on the same prompt."""
+    from helpers import llmbuild
+    from transformers import AutoModelForCausalLM, Qwen3_5Config, Qwen3_5ForConditionalGeneration
+
+    mc = _make_checkpoint()
+    shipped = json.loads((mc.CONFIGS / mc.ALL_MODELS["qwen3_5_2b"].config_file).read_text())
+    small = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 2, "num_key_value_heads": 1,
+             "head_dim": 32, "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16,
+             "linear_value_head_dim": 16, "layer_types": shipped["layer_types"][:4]}
+    text_dir, _ = mc.make_checkpoint("qwen3_5_2b", tmp_path / "text", layers=4, vocab_size=1024, overrides=small)
+    text = AutoModelForCausalLM.from_pretrained(text_dir, dtype=torch.float32)
+    whole = Qwen3_5ForConditionalGeneration(Qwen3_5Config(
+        text_config=text.config.to_dict(), tie_word_embeddings=text.config.tie_word_embeddings,
+        vision_config={"depth": 1, "hidden_size": 32, "num_heads": 2, "intermediate_size": 64, "out_hidden_size": 64}))
+    whole.model.language_model.load_state_dict(text.model.state_dict())
+    whole.lm_head.load_state_dict(text.lm_head.state_dict())
+    upload = tmp_path / "Qwen3.5-tiny"
+    whole.save_pretrained(upload)
+    for f in text_dir.iterdir():
+        if f.name.startswith(("tokenizer", "generation")):
+            shutil.copy(f, upload / f.name)
+    stored = json.loads((upload / "config.json").read_text())
+    assert stored["model_type"] == "qwen3_5" and "text_config" in stored
+
+    out = tmp_path / "qwen3_5_vl"
+    r = llmbuild(tmp_path, "compile", str(upload), "--quantize", "f32", "--seq-length", "256", "-o", str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads((out / "verify.json").read_text())["passed"]
+    e2e = json.loads((out / "e2e.json").read_text())
+    with torch.no_grad():
+        ids = whole.generate(torch.tensor([e2e["prompt_ids"]]), max_new_tokens=len(e2e["ids"]), do_sample=False)
+    assert e2e["ids"] == ids[0, len(e2e["prompt_ids"]):].tolist() and len(e2e["ids"]) >= 8

@@ -109,8 +109,16 @@ class Family:
     # float32 roundings a layer's recurrent state takes per token (the default tolerances' error budget,
     # recipe/tolerances.py): a state carried through every token of the sequence adds them on its path.
     recurrence_roundings_per_token: int = 0
+    # Where a published upload of this family stores its language model under another prefix than
+    # `model.` (a whole vision-language model's): that prefix -> the prefix of its lm_head.
+    text_prefixes: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     # ---- HF config.json -------------------------------------------------------------------------
+
+    def text_config(self, cfg: Mapping[str, Any]) -> dict[str, Any]:
+        """The language model's fields of a config.json this family reads: the config itself, unless the
+        family publishes a whole model whose language part is nested (Qwen3.5's `qwen3_5`)."""
+        return dict(cfg)
 
     def spec_from_hf_config(self, cfg: Mapping[str, Any], *, origin: str = "config.json") -> ModelSpec:
         """The ModelSpec a HF config describes; LlmbuildError naming `origin` and the field at fault."""

@@ -86,11 +86,32 @@ def get_family(name: str) -> Family:
     return family
 
 
-def family_for_hf_model_type(model_type: str, origin: str = "") -> str:
-    """The text family's name for a config.json `model_type`; `origin` (the file) starts the error message."""
+@cache
+def text_tensor_prefixes() -> dict[str, str]:
+    """Every registered family's prefixes of a language model stored under another name than `model.` (a
+    vision-language upload's) -> the prefix its lm_head is stored under; longest first, so a prefix is tried
+    before any prefix of it."""
+    found: dict[str, str] = {}
+    for name in known_families():
+        found.update(get_family(name).text_prefixes)
+    for name in known_families(VISION_LANGUAGE):
+        found.update(getattr(family_part(name, "family"), "TEXT_PREFIXES", {}))
+    return dict(sorted(found.items(), key=lambda item: (-len(item[0]), item[0])))
+
+
+def text_family_for_hf_model_type(model_type: object) -> str | None:
+    """The text family that reads a config.json of this `model_type`, or None."""
     for name in known_families():
         if model_type in get_family(name).hf_model_types:
             return name
+    return None
+
+
+def family_for_hf_model_type(model_type: str, origin: str = "") -> str:
+    """The text family's name for a config.json `model_type`; `origin` (the file) starts the error message."""
+    name = text_family_for_hf_model_type(model_type)
+    if name is not None:
+        return name
     known = sorted(t for n in known_families() for t in get_family(n).hf_model_types)
     where = f"{origin}: model_type: " if origin else ""
     raise ConfigFieldError(f"{where}unsupported model_type {model_type!r}: expected one of {', '.join(known)}",

@@ -7,6 +7,7 @@ exactly one tensor, and bf16 (which numpy has no dtype for) is widened to float3
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ from llmbuild.families.registry import (
     family_for_hf_model_type,
     family_part,
     get_family,
+    text_family_for_hf_model_type,
+    text_tensor_prefixes,
     vision_family_for_hf_model_type,
 )
 from llmbuild.families.spec import ModelSpec
@@ -48,32 +51,42 @@ def has_hf_weights(directory: Path) -> bool:
     return (directory / SINGLE_FILE).is_file() or (directory / INDEX_FILE).is_file()
 
 
-# A vision-language checkpoint names its language model under one of these (transformers' native InternVL
-# saves `language_model.model.*` and `language_model.lm_head.*`; its modules are `model.language_model.*`;
-# MiniCPM-V 2.6 saves `llm.model.*` and `llm.lm_head.*`).
-VLM_TEXT_PREFIXES = ("language_model.model.", "model.language_model.", "language_model.", "llm.model.", "llm.")
-# The stored prefix of the decoder's tensors -> that of lm_head, to name a missing tensor as the file would.
-_HEAD_PREFIX = {"language_model.model.": "language_model.", "model.language_model.": "", "llm.model.": "llm.",
-                "model.": ""}
+# The stored prefix of the decoder's tensors -> that of lm_head, to name a missing tensor as the file would:
+# `model.` for a text model, and each family's other layouts (its folder's `TEXT_PREFIXES`).
+def _head_prefix(prefix: str) -> str:
+    return text_tensor_prefixes().get(prefix, "")
 
 
 def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
     """The language model's fields of a config.json: a vision-language family's reading of its own (its
-    folder's `family.text_config`: InternVL's `text_config` in either layout, MiniCPM-V's top level); any
-    other config as it is (the same object: a vision-language model of no registered family is then refused
-    by its model_type)."""
+    folder's `family.text_config`: InternVL's `text_config` in either layout, MiniCPM-V's top level), or a
+    text family's whose published whole model nests its language part (Qwen3.5's); any other config as it
+    is (the same object: a vision-language model of no registered family is then refused by its model_type)."""
     family = vision_family_for_hf_model_type(cfg.get("model_type"))
     if family is not None:
         return family_part(family, "family").text_config(cfg)
+    text = text_family_for_hf_model_type(cfg.get("model_type"))
+    if text is not None:
+        own = get_family(text).text_config(cfg)
+        return cfg if own == cfg else own
     return cfg
 
 
 def canonical_name(hf_name: str) -> str:
-    """A language model tensor's name without its checkpoint prefix (`model.`, or a vision-language model's)."""
-    for prefix in VLM_TEXT_PREFIXES:
+    """A language model tensor's name without its checkpoint prefix (`model.`, or a vision-language model's
+    decoder or lm_head prefix: the registered families' `TEXT_PREFIXES`)."""
+    for prefix in _stored_prefixes():
         if hf_name.startswith(prefix):
             return hf_name[len(prefix):]
     return hf_name.removeprefix("model.")
+
+
+@cache
+def _stored_prefixes() -> tuple[str, ...]:
+    """The decoder and lm_head prefixes of every registered layout, longest first (`language_model.model.`
+    is tried before `language_model.`, which names the original InternVL's lm_head)."""
+    found = {p for pair in text_tensor_prefixes().items() for p in pair if p}
+    return tuple(sorted(found, key=lambda p: (-len(p), p)))
 
 
 class HFSource:
@@ -151,7 +164,7 @@ class HFSource:
                 prefix = entry.hf_name[: len(entry.hf_name) - len(canonical)]
                 break
         if name.startswith("lm_head."):
-            return _HEAD_PREFIX.get(prefix, "") + name
+            return _head_prefix(prefix) + name
         return prefix + name
 
     def _words(self, entry: _Entry) -> np.ndarray:

@@ -310,8 +310,9 @@ def layer_count(r: Recipe | str) -> int:
         return int(src.config["num_hidden_layers"])
     if src.kind == "hf":
         assert src.path is not None
-        cfg = json.loads((Path(src.path) / "config.json").read_text())
-        cfg = cfg.get("text_config", cfg.get("llm_config", cfg))  # a native or an original InternVL config
+        from llmbuild.frontend.hf import text_config  # a vision-language config's language part, its family's
+
+        cfg = text_config(json.loads((Path(src.path) / "config.json").read_text()))
         return int(cfg["num_hidden_layers"])
     from llmbuild.frontend.gguf_source import gguf_metadata
     from llmbuild.frontend.sources import gguf_file

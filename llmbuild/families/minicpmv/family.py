@@ -25,6 +25,8 @@ from llmbuild.families.minicpmv.inputs import MEAN, STD, max_patches
 
 # config.json model_type values of this family (its vision.family is "minicpmv").
 HF_MODEL_TYPES = ("minicpmv",)
+# Where its checkpoint stores the language model -> the prefix of lm_head (frontend/hf.py reads them).
+TEXT_PREFIXES = {"llm.model.": "llm."}
 
 # None: the vendor's .bmodel is built (its `vit` net: vendor.py, with the inputs LLM-TPU's runtime feeds).
 NO_VENDOR_EXPORT = None

@@ -21,6 +21,8 @@ from typing import Any
 from llmbuild import LlmbuildError
 
 HF_MODEL_TYPES = ("minicpmv4_6",)
+# Where MiniCPMV4_6ForConditionalGeneration stores the language model -> lm_head's prefix (frontend/hf.py).
+TEXT_PREFIXES = {"model.language_model.": ""}
 # Why the vendor's .bmodel cannot be built (recipe/cross_rules.py refuses bmodel.build with it).
 NO_VENDOR_EXPORT = ("a MiniCPM-V 4.6 recipe (its language model is Qwen3.5's, whose linear-attention layers have no "
                     "export to the vendor's top dialect)")

@@ -53,10 +53,16 @@ def _one_centred(name: str) -> bool:
 class Qwen35Family(Family):
     # ---- config.json ------------------------------------------------------------------------------
 
-    def spec_from_hf_config(self, cfg: Mapping[str, Any], *, origin: str = "config.json") -> ModelSpec:
+    def text_config(self, cfg: Mapping[str, Any]) -> dict[str, Any]:
+        """The whole model's config (`qwen3_5`, the vision-language upload) -> its `text_config`, with the
+        tying and token ids it sets at the top level; a `qwen3_5_text` config as it is."""
         text = cfg.get("text_config")
-        if cfg.get("model_type") == "qwen3_5" and isinstance(text, dict):  # the whole model: its language part
-            cfg = {**{k: cfg[k] for k in ("tie_word_embeddings", "bos_token_id", "eos_token_id") if k in cfg}, **text}
+        if cfg.get("model_type") != "qwen3_5" or not isinstance(text, dict):
+            return dict(cfg)
+        return {**{k: cfg[k] for k in ("tie_word_embeddings", "bos_token_id", "eos_token_id") if k in cfg}, **text}
+
+    def spec_from_hf_config(self, cfg: Mapping[str, Any], *, origin: str = "config.json") -> ModelSpec:
+        cfg = self.text_config(cfg)
         rope = dict(cfg.get("rope_parameters") or {})
         partial = rope.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 0.25))
         plain = {k: v for k, v in cfg.items() if k not in ("layer_types", "partial_rotary_factor")}
@@ -200,6 +206,7 @@ def _layer_kinds(cfg: Mapping[str, Any], layers: int, origin: str) -> tuple[str,
 FAMILY = Qwen35Family(
     name=NAME,
     hf_model_types=("qwen3_5_text", "qwen3_5"),
+    text_prefixes={"model.language_model.": ""},  # Qwen3_5ForConditionalGeneration's files
     gguf_architectures=(),
     hf_class="Qwen3_5ForCausalLM",
     qkv_bias=False,
