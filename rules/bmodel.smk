@@ -10,7 +10,7 @@ wildcard_constraints:
 def _bmodel_params(step):
     return {
         "recipe_digest": lambda w: dag.digest(w.recipe, step),
-        "code": dag.code_digest(step),
+        "code": lambda w: dag.code_digest(step, w.recipe),
         "toolchain": dag.TOOLCHAIN_VERSION,  # a new TPU-MLIR recompiles every net
     }
 
@@ -27,7 +27,7 @@ rule bmodel_net:
     params:
         # Per net: an edit recompiles the nets that read the field it changes (steps/descriptors.py).
         recipe_digest=lambda w: dag.bmodel_net_digest(w.recipe, w.net),
-        code=lambda w: dag.code_digest(dag.net_step(w.net)),
+        code=lambda w: dag.code_digest(dag.net_step(w.net), w.recipe),
         toolchain=dag.TOOLCHAIN_VERSION,
     priority: dag.priority("bmodel_block")
     resources:

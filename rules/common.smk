@@ -51,7 +51,7 @@ def params_for(step):
     """Rerun a step exactly when the recipe fields it reads, or the llmbuild code it runs, change."""
     return {
         "recipe_digest": lambda w: dag.digest(w.recipe, step),
-        "code": dag.code_digest(step),
+        "code": lambda w: dag.code_digest(step, w.recipe),
     }
 
 

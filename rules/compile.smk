@@ -30,7 +30,7 @@ for _recipe in RECIPES:
                                                                                   "rounded_scales.safetensors"))],
             params:
                 recipe_digest=dag.digest(_recipe, "layer"),
-                code=dag.code_digest("layer"),
+                code=dag.code_digest("layer", _recipe),
                 layers=" ".join(str(i) for i in _layers),
                 recipe=_recipe,
             priority: dag.priority("layer")

@@ -13,7 +13,7 @@ rule quantize:
                       subcategory="quantization"),
     params:
         recipe_digest=lambda w: dag.digest(w.recipe, "quantize"),
-        code=dag.code_digest("quantize"),
+        code=lambda w: dag.code_digest("quantize", w.recipe),
     threads: 2
     resources:
         # A cluster profile sends it to a larger node: calibration holds the float model and activations.

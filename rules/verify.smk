@@ -21,7 +21,7 @@ for _recipe in RECIPES:
             priority: dag.check_priority(_recipe, _layers)
             params:
                 recipe_digest=dag.digest(_recipe, "check"),
-                code=dag.code_digest("check"),
+                code=dag.code_digest("check", _recipe),
                 layers=" ".join(str(i) for i in _layers),
                 recipe=_recipe,
             resources:

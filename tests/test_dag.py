@@ -125,3 +125,31 @@ def test_a_recipe_edit_changes_the_digest_of_every_step_that_reads_it(
     (recipes / f"{name}_edited.yaml").write_text(f"base: {name}\n{edit}")
     after = _digests_of(recipes, monkeypatch, f"{name}_edited")
     assert {s for s in before if after[s] != before[s]} == reruns
+
+
+def test_an_edit_inside_a_family_s_folder_reruns_that_family_s_recipes_only(package_copy: Path) -> None:
+    """The registry imports a family's folder by name, which no import statement shows: the steps that use
+    it take the folders of the recipe's families. Qwen3.5's mixer is reached only that way."""
+    recipes = ("qwen3_5_tiny_f32", "minicpmv4_6_tiny_f32", "qwen2_tiny_f32", "internvl_tiny_f32")
+
+    def digests() -> dict[tuple[str, str], str]:
+        dag._digest_of.cache_clear()
+        dag.import_closure.cache_clear()
+        return {(r, s): dag.code_digest(s, r) for r in recipes for s in ("layer", "reference", "verify")}
+
+    before = digests()
+    _append(package_copy / "families" / "qwen3_5" / "mixers.py", "\n# changed\n")
+    after = digests()
+    changed = {key for key in before if after[key] != before[key]}
+    # MiniCPM-V 4.6's language model is Qwen3.5's; the recipe loader, in every step, reads the family
+    assert changed == {(r, s) for r in recipes[:2] for s in ("layer", "reference", "verify")}
+    assert "families/qwen3_5/mixers.py" not in dag.import_closure((*STEPS["layer"].entry, "llmbuild.recipe"))
+
+
+def test_a_role_a_step_asks_the_registry_for_is_in_its_closure() -> None:
+    """The vision step asks for a vision family's `model` role (the tower's export), prepare does not: an
+    edit of InternVL's model.py reruns the one, not the other."""
+    packages = dag.family_packages("internvl_tiny_f32")
+    vision = dag._with_family_roles((*STEPS["vision"].entry, "llmbuild.recipe"), packages)
+    prepare = dag._with_family_roles((*STEPS["prepare"].entry, "llmbuild.recipe"), packages)
+    assert "families/internvl/model.py" in vision and "families/internvl/model.py" not in prepare

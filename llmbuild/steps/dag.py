@@ -53,7 +53,7 @@ def when_vision(name: str, *patterns: str) -> list[str]:
     return [p.replace("{recipe}", name) for p in patterns]
 
 
-def code_digest(step: str | None = None) -> str:
+def code_digest(step: str | None = None, recipe_name: str | None = None) -> str:
     """sha256 over the llmbuild sources a step runs (its descriptor's entry modules and their import closure)
     and the data it reads; for an unknown step, over the whole package.
 
@@ -61,12 +61,52 @@ def code_digest(step: str | None = None) -> str:
     reads weights; an edit of a pass reruns the compile steps, not prepare, the reference or the quantize
     step's minutes of calibration. (Snakemake's ancient() would stop such cascades, but in 9.27 it also masks
     the steps after it.) The recipe loader is in every step's closure: the typed values a step reads
-    (defaults included) come from it."""
+    (defaults included) come from it.
+
+    A step that looks families up in the registry runs modules no `import` statement names (the registry
+    imports a family's modules by name): its closure takes, of `recipe_name`'s families (its architecture's
+    and its vision family's; every registered family's when no recipe is named), the modules of the roles
+    its code asks for (`family_part(..., "verify")` and the like; `family` always), so an edit inside a
+    family's folder reruns the steps of that family's recipes that use it, and no other."""
     if step not in STEPS:
         return _digest_of(("",))
     entry = (*STEPS[step].entry, "llmbuild.recipe")
-    files = sorted({*import_closure(entry), *STEPS[step].data})
+    closure = import_closure(entry)
+    if REGISTRY_FILE in closure:
+        closure = _with_family_roles(entry, family_packages(recipe_name))
+    files = sorted({*closure, *STEPS[step].data})
     return _digest_of(tuple(files))
+
+
+REGISTRY_FILE = "families/registry.py"
+_ROLE = re.compile(r"""family_part(?:_if_any)?\([^()]*?,\s*["'](\w+)["']\)""")
+
+
+@cache
+def _with_family_roles(entry: tuple[str, ...], packages: tuple[str, ...]) -> frozenset[str]:
+    """The import closure of `entry` plus, for each family package, the role modules the closure asks the
+    registry for, to a fixed point (a role module may ask for another role)."""
+    roles = {"family"}
+    while True:
+        closure = import_closure((*entry, *(f"{p}.{role}" for p in packages for role in sorted(roles))))
+        asked = {role for path in closure for role in _ROLE.findall((PACKAGE_DIR / path).read_text())}
+        if asked <= roles:
+            return closure
+        roles |= asked
+
+
+@cache
+def family_packages(recipe_name: str | None) -> tuple[str, ...]:
+    """The packages (folders) of the families a recipe's steps reach through the registry; every
+    registered family's for None."""
+    from llmbuild.families.registry import FAMILIES
+
+    if recipe_name is None:
+        names = sorted(FAMILIES)
+    else:
+        r = recipe(recipe_name)
+        names = [r.architecture, *([r.vision.family] if r.vision is not None else [])]
+    return tuple(FAMILIES[n].folder for n in names if n in FAMILIES)
 
 
 @cache
