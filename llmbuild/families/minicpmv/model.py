@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from llmbuild import LlmbuildError
+from llmbuild.families import siglip
 from llmbuild.families.minicpmv.family import RESAMPLER, STATIC_INPUTS, VPM, read_config, resampler_heads, vit_geometry
 from llmbuild.families.minicpmv.inputs import slice_inputs
 from llmbuild.numerics.sincos import sincos_2d
@@ -65,23 +65,10 @@ def build_modules(cfg: dict[str, Any]) -> tuple[Any, Any]:
 
 def load_vision(model_dir: Path) -> tuple[Any, Any, dict[str, Any]]:
     """(tower, resampler, config) with the checkpoint's `vpm.*` and `resampler.*` tensors, float32."""
-    import torch
-    from safetensors import safe_open
 
     cfg = read_config(model_dir)
     tower, resampler = build_modules(cfg)
-    states: dict[str, dict[str, Any]] = {VPM: {}, RESAMPLER: {}}
-    for path in sorted(Path(model_dir).glob("*.safetensors")):
-        with safe_open(str(path), framework="pt") as f:
-            for key in f.keys():  # noqa: SIM118 - a safetensors handle is not a dict
-                for prefix, state in states.items():
-                    if key.startswith(prefix):
-                        state[key.removeprefix(prefix)] = f.get_tensor(key).to(torch.float32)
-    for prefix, module in ((VPM, tower), (RESAMPLER, resampler)):
-        missing, _ = module.load_state_dict(states[prefix], strict=False)
-        if missing:
-            more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-            raise LlmbuildError(f"{model_dir}: missing vision tensor {prefix}{missing[0]}{more}")
+    siglip.load_prefixed(model_dir, {VPM: tower, RESAMPLER: resampler})
     return tower, resampler, cfg
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from llmbuild import LlmbuildError
+from llmbuild.families import siglip
 from llmbuild.families.minicpmv4_6.family import ROWS_DIVISOR, read_config, vit_geometry
 from llmbuild.families.minicpmv4_6.inputs import INPUTS, slice_inputs
 
@@ -25,9 +25,7 @@ TOWER, MERGER = "model.vision_tower.", "model.merger."
 
 def load_vision(model_dir: Path) -> tuple[Any, Any, dict[str, Any]]:
     """(transformers' tower, its merger, config) with the checkpoint's tensors, float32, eager attention."""
-    import torch
     import transformers
-    from safetensors import safe_open
     from transformers.models.minicpmv4_6 import modeling_minicpmv4_6 as native
 
     cfg = read_config(model_dir)
@@ -36,18 +34,7 @@ def load_vision(model_dir: Path) -> tuple[Any, Any, dict[str, Any]]:
     config.vision_config._attn_implementation = "eager"
     tower = native.MiniCPMV4_6VisionModel(config.vision_config).eval()
     merger = native.MiniCPMV4_6Merger(config).eval()
-    states: dict[str, dict[str, Any]] = {TOWER: {}, MERGER: {}}
-    for path in sorted(Path(model_dir).glob("*.safetensors")):
-        with safe_open(str(path), framework="pt") as f:
-            for key in f.keys():  # noqa: SIM118 - a safetensors handle is not a dict
-                for prefix, state in states.items():
-                    if key.startswith(prefix):
-                        state[key.removeprefix(prefix)] = f.get_tensor(key).to(torch.float32)
-    for prefix, module in ((TOWER, tower), (MERGER, merger)):
-        missing, _ = module.load_state_dict(states[prefix], strict=False)
-        if missing:
-            more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-            raise LlmbuildError(f"{model_dir}: missing vision tensor {prefix}{missing[0]}{more}")
+    siglip.load_prefixed(model_dir, {TOWER: tower, MERGER: merger})
     return tower, merger, cfg
 
 

@@ -1,0 +1,95 @@
+"""What MiniCPM-V 2.6 and 4.6 share of their vision path, both a SigLIP tower as transformers stores it (2.6
+under `vpm.`, 4.6 under `model.vision_tower.`): the tower's tensor shapes from a `vision_config`, the check of
+a directory's vision tensors against the shapes its config.json implies (at prepare, in one line naming the
+file and the tensor), and loading the stored tensors of a few prefixes into torch modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from llmbuild import LlmbuildError
+
+NORMS = ("weight", "bias")
+Shapes = dict[str, tuple[int, ...]]
+
+
+def linear_shapes(name: str, out: int, inp: int) -> Shapes:
+    return {f"{name}.weight": (out, inp), f"{name}.bias": (out,)}
+
+
+def attention_shapes(prefix: str, width: int) -> Shapes:
+    shapes: Shapes = {}
+    for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
+        shapes |= linear_shapes(f"{prefix}self_attn.{proj}", width, width)
+    return shapes
+
+
+def tower_shapes(prefix: str, vc: Mapping[str, Any]) -> Shapes:
+    """The SigLIP tower's tensors under `prefix`: patch and position embeddings, every encoder layer, the
+    post-layernorm."""
+    width, mlp = int(vc["hidden_size"]), int(vc["intermediate_size"])
+    patch, channels = int(vc.get("patch_size", 14)), int(vc.get("num_channels", 3))
+    side = int(vc.get("image_size", 224)) // patch
+    shapes: Shapes = {
+        f"{prefix}embeddings.patch_embedding.weight": (width, channels, patch, patch),
+        f"{prefix}embeddings.patch_embedding.bias": (width,),
+        f"{prefix}embeddings.position_embedding.weight": (side * side, width),
+        **{f"{prefix}post_layernorm.{k}": (width,) for k in NORMS},
+    }
+    for i in range(int(vc["num_hidden_layers"])):
+        layer = f"{prefix}encoder.layers.{i}."
+        shapes |= attention_shapes(layer, width)
+        shapes |= {f"{layer}{norm}.{k}": (width,) for norm in ("layer_norm1", "layer_norm2") for k in NORMS}
+        shapes |= linear_shapes(f"{layer}mlp.fc1", mlp, width) | linear_shapes(f"{layer}mlp.fc2", width, mlp)
+    return shapes
+
+
+def check_vision_tensors(directory: Path, cfg: dict[str, Any], entries: Iterable[Any],
+                         expected_shapes: Callable[[dict[str, Any]], Shapes], needs: str) -> None:
+    """Every tensor `expected_shapes(cfg)` names is stored, at its shape, in a float type; else one
+    LlmbuildError naming the file and the tensor. `entries`: the checkpoint files' tensors
+    (hf.HFSource.entries(): hf_name, shape, dtype, file); `needs`: which fields of config.json
+    imply them, said in the message."""
+    from llmbuild.frontend.hf import INDEX_FILE, SINGLE_FILE
+
+    directory = Path(directory)
+    try:
+        expected = expected_shapes(cfg)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise LlmbuildError(f"{directory / 'config.json'}: vision_config: expected integer hidden_size, "
+                            "intermediate_size, num_hidden_layers (and patch_size, image_size), got "
+                            f"{type(exc).__name__}: {exc}") from None
+    stored = {entry.hf_name: entry for entry in entries}
+    listing = directory / INDEX_FILE if (directory / INDEX_FILE).is_file() else directory / SINGLE_FILE
+    for name, shape in expected.items():
+        entry = stored.get(name)
+        if entry is None:
+            raise LlmbuildError(f"{listing}: missing tensor {name!r} ({needs})")
+        if tuple(entry.shape) != tuple(shape):
+            raise LlmbuildError(f"{entry.file}: tensor {name!r} has shape {list(entry.shape)}, expected "
+                                f"{list(shape)} from config.json")
+        if not entry.dtype.startswith(("F", "BF")):
+            raise LlmbuildError(f"{entry.file}: tensor {name!r} has dtype {entry.dtype}, expected a float type")
+
+
+def load_prefixed(model_dir: Path, modules: Mapping[str, Any]) -> None:
+    """Load each torch module of `modules` (stored prefix -> module) with the directory's tensors under its
+    prefix, as float32; LlmbuildError naming the first missing tensor."""
+    import torch
+    from safetensors import safe_open
+
+    states: dict[str, dict[str, Any]] = {prefix: {} for prefix in modules}
+    for path in sorted(Path(model_dir).glob("*.safetensors")):
+        with safe_open(str(path), framework="pt") as f:
+            for key in f.keys():  # noqa: SIM118 - a safetensors handle is not a dict
+                for prefix, state in states.items():
+                    if key.startswith(prefix):
+                        state[key.removeprefix(prefix)] = f.get_tensor(key).to(torch.float32)
+    for prefix, module in modules.items():
+        missing, _ = module.load_state_dict(states[prefix], strict=False)
+        if missing:
+            more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+            raise LlmbuildError(f"{model_dir}: missing vision tensor {prefix}{missing[0]}{more}")
