@@ -13,6 +13,10 @@ that times llmbuild and torch.
 
     python benchmarks/llama_cpp_gguf.py convert CHECKPOINT_DIR OUT.gguf
     python benchmarks/llama_cpp_gguf.py quantize IN.gguf OUT.gguf q4_0
+
+A checkpoint benchmarks/make_checkpoint.py generated carries a stand-in tokenizer whose BPE pre-tokenizer the
+converter does not recognize: it is converted with that pre-tokenizer written as llama.cpp's "default" (the
+benchmarks give llama.cpp token ids, never text).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ CONVERTER_DIR = Path(sys.prefix) / "share" / "llama-cpp-python"
 # llama_ftype values (llama.h) of the files llama.cpp's quantizer makes here.
 FTYPES = {"q4_0": 2, "q8_0": 7, "bf16": 32}
 CONVERTER_GPTQ_BITS = (2, 4, 8)  # what the converter's GPTQ dequantizer implements
+STANDIN_STAMP = "random_checkpoint.json"  # make_checkpoint.py's stamp: random weights, a stand-in tokenizer
 
 
 def missing() -> str | None:
@@ -77,8 +82,12 @@ def convert(checkpoint: Path, out: Path, outtype: str = "bf16") -> Path:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_suffix(".partial")
-    cmd = [sys.executable, str(CONVERTER_DIR / "convert_hf_to_gguf.py"), str(checkpoint), "--outfile", str(partial),
-           "--outtype", outtype]
+    args = [str(checkpoint), "--outfile", str(partial), "--outtype", outtype]
+    # A generated checkpoint's stand-in tokenizer (benchmarks/make_checkpoint.py) has a pre-tokenizer whose
+    # hash the converter does not know; the benchmarks feed llama.cpp token ids, so its tokenizer plays no part.
+    standin = (checkpoint / STANDIN_STAMP).is_file()
+    cmd = ([sys.executable, __file__, "convert-standin", *args] if standin
+           else [sys.executable, str(CONVERTER_DIR / "convert_hf_to_gguf.py"), *args])
     _run(cmd, f"converting {checkpoint.name} to {outtype} GGUF")
     partial.replace(out)
     return out
@@ -161,7 +170,31 @@ def _quantize_here(src: Path, out: Path, kind: str) -> None:
         sys.exit(f"{src}: llama_model_quantize returned {status}")
 
 
+def _convert_standin(args: list[str]) -> None:
+    """The converter on a generated checkpoint: a BPE pre-tokenizer it does not recognize is written as
+    llama.cpp's "default" instead of refused (only the tokenizer's pre-split rules depend on it)."""
+    import runpy
+
+    sys.path[:0] = [str(CONVERTER_DIR), str(CONVERTER_DIR / "gguf-py")]
+    from conversion import base  # the converter's own package, beside it
+
+    recognized = base.TextModel.get_vocab_base_pre
+
+    def lenient(self, tokenizer):  # noqa: ANN001, ANN202 - the converter's signature
+        try:
+            return recognized(self, tokenizer)
+        except NotImplementedError:
+            return "default"
+
+    base.TextModel.get_vocab_base_pre = lenient
+    sys.argv = [str(CONVERTER_DIR / "convert_hf_to_gguf.py"), *args]
+    runpy.run_path(sys.argv[0], run_name="__main__")
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["convert-standin"]:
+        _convert_standin(sys.argv[2:])
+        return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="verb", required=True)
     c = sub.add_parser("convert")
