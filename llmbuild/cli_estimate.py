@@ -57,6 +57,8 @@ def estimate_command(args: argparse.Namespace) -> None:
         seq = args.seq_length or recipe.stages.seq_length
         prefill = args.prefill_length or min(recipe.stages.prefill_length, seq)
         limit = args.device_memory_bytes or recipe.target.device_memory_bytes
+        # The recipe's lm_head as it builds it (estimate_recipe's), unless another mode is asked for.
+        lm_head = recipe.quantization.lm_head if args.quantize is None else "schedule"
     else:
         if args.seq_length is None:
             raise LlmbuildError("estimate: --config needs --seq-length")
@@ -67,9 +69,10 @@ def estimate_command(args: argparse.Namespace) -> None:
         seq = args.seq_length
         prefill = args.prefill_length or seq
         limit = args.device_memory_bytes
+        lm_head = "schedule"
     # The chosen schedule in full, and every schedule's headline numbers beside it.
     others = {name: estimate(spec, mode, group, chip, seq, prefill, args.position, schedule=name,
-                             device_memory_bytes=limit) for name in SCHEDULES}
+                             device_memory_bytes=limit, lm_head=lm_head) for name in SCHEDULES}
     est = others[args.schedule]
     vision = _vision(recipe if args.recipe is not None else None, mode, chip)
     if args.json:
