@@ -430,3 +430,21 @@ def test_quantized_linear_validates_shapes() -> None:
     with pytest.raises(LlmbuildError, match=r"scale has shape \[2, 3\], expected \[2, 2\]"):
         QuantizedLinear(q=np.zeros((2, 64), np.uint8), scale=np.ones((2, 3), np.float32),
                         zero=np.zeros((2, 2), np.float32), group_size=32, bits=4)  # fmt: skip
+
+
+@pytest.mark.parametrize("bits", [2, 4, 8])
+@pytest.mark.parametrize("order", [None, "awq"])
+def test_unpacking_along_columns_gives_each_word_s_fields_in_order(bits: int, order: str | None) -> None:
+    """Every field of every word, at column c * pf + order[p], negative words included (the 4-bit path
+    reads the words' bytes instead of shifting them: the same fields)."""
+    from llmbuild.quant.readers import AWQ_ORDER, unpack_along_cols
+
+    pf = 32 // bits
+    perm = None if order is None else (AWQ_ORDER if bits == 4 else tuple(reversed(range(pf))))
+    words = np.random.default_rng(bits).integers(-(2**31), 2**31, size=(5, 7), dtype=np.int64).astype(np.int32)
+    got = unpack_along_cols(words, bits, perm)
+    as_u32 = words.view(np.uint32).astype(np.uint64)
+    for p in range(pf):
+        column = p if perm is None else perm[p]
+        want = (as_u32 >> np.uint64(p * bits)) & np.uint64((1 << bits) - 1)
+        np.testing.assert_array_equal(got[:, column::pf], want.astype(np.uint8))

@@ -19,6 +19,7 @@ pf = 32 / bits values per int32 word):
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -83,6 +84,20 @@ def unpack_along_cols(words: np.ndarray, bits: int, order: tuple[int, ...] | Non
     """int32 [R, C] -> uint8 [R, C * pf]: column c * pf + order[p] is field p of word column c."""
     pf = 32 // bits
     w = _as_words(words)
+    if bits == 4 and sys.byteorder == "little":
+        # Byte b of a little-endian word holds fields 2b (low nibble) and 2b + 1 (high nibble): two passes
+        # over the bytes instead of eight over the words (the streamed reference unpacks a 7B's every
+        # projection for every token it generates).
+        octets = w.view(np.uint8).reshape(w.shape[0], w.shape[1], 4)
+        out = np.empty((w.shape[0], w.shape[1], pf), dtype=np.uint8)
+        if order is None:
+            pairs = out.reshape(w.shape[0], w.shape[1], 4, 2)
+            np.bitwise_and(octets, np.uint8(15), out=pairs[..., 0])
+            np.right_shift(octets, np.uint8(4), out=pairs[..., 1])
+        else:
+            out[..., list(order[0::2])] = octets & np.uint8(15)
+            out[..., list(order[1::2])] = octets >> np.uint8(4)
+        return out.reshape(w.shape[0], w.shape[1] * pf)
     out = np.empty((w.shape[0], w.shape[1], pf), dtype=np.uint8)
     scratch = np.empty_like(w)
     for p in range(pf):
