@@ -217,3 +217,39 @@ def stored_weight(rng: np.random.Generator, n: int, k: int, storage: str) -> tup
         return values, values
     raw = encode(values, storage)
     return raw, decode(raw, storage)
+
+
+def build_in_process(recipe_name: str, build: Path, recipes: Path) -> Path:
+    """A shipped recipe built by the library steps the rules run (prepare, plan, layers, head, the vit net of
+    a vision-language recipe, link), in this process and without the vendor's bmodel: its build directory."""
+    import os
+
+    from llmbuild.artifacts.paths import BuildPaths, read_spec
+    from llmbuild.recipe import load_recipe
+    from llmbuild.steps.head import build_head
+    from llmbuild.steps.layer import build_layer
+    from llmbuild.steps.link import link
+    from llmbuild.steps.plan import plan
+    from llmbuild.steps.prepare import prepare
+    from llmbuild.steps.vision import build_vision
+
+    saved = {k: os.environ.get(k) for k in ("LLMBUILD_BUILD_DIR", "LLMBUILD_BMODEL")}
+    os.environ.update(LLMBUILD_BUILD_DIR=str(build), LLMBUILD_BMODEL="0")
+    try:
+        recipe = load_recipe(recipe_name, recipes)
+        prepare(recipe)
+        plan(recipe)
+        paths = BuildPaths.of(recipe)
+        for layer in range(read_spec(paths.spec).num_layers):
+            build_layer(recipe, layer)
+        build_head(recipe)
+        if recipe.vision is not None:
+            build_vision(recipe)
+        link(recipe)
+        return paths.root
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

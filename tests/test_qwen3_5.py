@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -141,28 +140,11 @@ def test_causal_conv1d_matches_torch_s_convolution() -> None:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The shipped recipe built by the library steps the rules run (prepare, plan, layers, head, link)."""
-    from llmbuild.artifacts.paths import BuildPaths, read_spec
-    from llmbuild.recipe import load_recipe
-    from llmbuild.steps.head import build_head
-    from llmbuild.steps.layer import build_layer
-    from llmbuild.steps.link import link
-    from llmbuild.steps.plan import plan
-    from llmbuild.steps.prepare import prepare
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The shipped recipe built by the library steps the rules run, in this process."""
+    from helpers import build_in_process
 
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("LLMBUILD_BUILD_DIR", str(tmp_path_factory.mktemp("qwen3_5") / "build"))
-        mp.setenv("LLMBUILD_BMODEL", "0")
-        recipe = load_recipe(RECIPE, RECIPES)
-        prepare(recipe)
-        plan(recipe)
-        paths = BuildPaths.of(recipe)
-        for layer in range(read_spec(paths.spec).num_layers):
-            build_layer(recipe, layer)
-        build_head(recipe)
-        link(recipe)
-        yield paths.root
+    return build_in_process(RECIPE, tmp_path_factory.mktemp("qwen3_5") / "build", RECIPES)
 
 
 @pytest.fixture(scope="module")
