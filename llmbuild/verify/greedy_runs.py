@@ -27,6 +27,21 @@ def teacher_forced(model: CompiledModel, prompt: list[int], expected: list[int])
     return logits
 
 
+def free_parting(ids: list[int], expected: list[int], logits: list[np.ndarray], ref_logits: np.ndarray) -> dict:
+    """`parting` for two free-running greedy runs (an image prompt's, where nothing is teacher-forced): where
+    they first part and both top-2 gaps there, the last step at which both saw the same tokens."""
+    parted = first_difference(ids, expected)
+    both = parted is not None and parted < min(len(logits), len(ref_logits))  # not where one run ended
+    return {"first_difference": parted, "top2_gap_at_difference": _gap(logits[parted]) if both else None,
+            "reference_top2_gap_at_difference": _gap(ref_logits[parted]) if both else None}
+
+
+def _gap(row: np.ndarray) -> float:
+    """The top-2 logit gap of one step."""
+    top2 = np.sort(np.asarray(row, np.float32))[-2:]
+    return round(float(top2[1] - top2[0]), 6)
+
+
 def parting(ids: list[int], expected: list[int], logits: list[np.ndarray], ref_logits: np.ndarray) -> dict:
     """Where the binary's choice first differs from the reference's, and both runs' top-2 logit gaps
     there (a near-tie explains a parting; a wide gap is a bug)."""
@@ -35,10 +50,6 @@ def parting(ids: list[int], expected: list[int], logits: list[np.ndarray], ref_l
         return {"first_difference": None, "top2_gap_at_difference": None, "reference_top2_gap_at_difference": None,
                 "steps_differing": 0}
 
-    def gap(row: np.ndarray) -> float:
-        top2 = np.sort(np.asarray(row, np.float32))[-2:]
-        return round(float(top2[1] - top2[0]), 6)
-
-    return {"first_difference": parted, "top2_gap_at_difference": gap(logits[parted]),
-            "reference_top2_gap_at_difference": gap(ref_logits[parted]),
+    return {"first_difference": parted, "top2_gap_at_difference": _gap(logits[parted]),
+            "reference_top2_gap_at_difference": _gap(ref_logits[parted]),
             "steps_differing": sum(a != b for a, b in zip(ids, expected, strict=True))}

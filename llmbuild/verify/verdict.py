@@ -79,8 +79,9 @@ def verify(recipe: Recipe) -> dict:
     image = e2e.get("image")
     if image is not None:
         if v.exact_tokens and not image["tokens_equal"]:
+            gap = image.get("reference_top2_gap_at_difference")
             failures.append(f"end to end with an image: greedy ids part from transformers at step "
-                            f"{image['first_difference']}")
+                            f"{image['first_difference']}" + ("" if gap is None else f" (reference top-2 gap {gap})"))
         if not image["first_logits"]["cosine"] >= v.logits_cosine:  # NaN fails too
             failures.append(f"end to end with an image: first-step logits cosine {image['first_logits']['cosine']} "
                             f"< {v.logits_cosine}")
@@ -111,7 +112,9 @@ def verify(recipe: Recipe) -> dict:
     if bmodel is not None:
         report["bmodel"] = bmodel
     if image is not None:
-        report["end_to_end_image"] = {k: image[k] for k in ("tokens_equal", "first_difference", "first_logits")}
+        shown = ("tokens_equal", "first_difference", "top2_gap_at_difference", "reference_top2_gap_at_difference",
+                 "first_logits")
+        report["end_to_end_image"] = {k: image[k] for k in shown if k in image}
     if failures:
         write_json(paths.root / "verify.failed.json", report)
         raise LlmbuildError(f"{recipe.name}: verification failed: {failures[0]}"

@@ -55,7 +55,7 @@ def vendor_vision_cases(vlm: Path, seed: int, net_shapes: dict[str, tuple[int, .
 def image_e2e(recipe: Recipe, paths: BuildPaths, model: Any, text_ids: list[int], eos: tuple[int, ...]) -> dict:
     from llmbuild.families.internvl.stream import image_generate
     from llmbuild.verify.check_image import test_image
-    from llmbuild.verify.greedy_runs import first_difference
+    from llmbuild.verify.greedy_runs import free_parting
     from llmbuild.verify.reference import reference_weights
 
     meta = model.vision.meta
@@ -67,5 +67,5 @@ def image_e2e(recipe: Recipe, paths: BuildPaths, model: Any, text_ids: list[int]
     expected, reference_logits = image_generate(reference_weights(recipe, paths), vlm_dir(recipe, paths), prompt,
                                                 pixels, recipe.verify.max_new_tokens, eos)
     return {"prompt_ids": prompt, "ids": ids, "reference_ids": expected, "tokens_equal": ids == expected,
-            "first_difference": first_difference(ids, expected), "first_logits": similarity(logits[0],
-                                                                                           reference_logits[0])}
+            **free_parting(ids, expected, logits, reference_logits),
+            "first_logits": similarity(logits[0], reference_logits[0])}

@@ -26,7 +26,7 @@ def image_e2e(recipe: Recipe, paths: BuildPaths, model: Any, text_ids: list[int]
                        eos: tuple[int, ...]) -> dict:
     from llmbuild.families.minicpmv.stream import streamed_image_generate
     from llmbuild.verify.check_image import test_image
-    from llmbuild.verify.greedy_runs import first_difference
+    from llmbuild.verify.greedy_runs import free_parting
     from llmbuild.verify.reference import reference_weights
 
     vision = model.vision
@@ -40,7 +40,7 @@ def image_e2e(recipe: Recipe, paths: BuildPaths, model: Any, text_ids: list[int]
                                                          prompt, list(sliced.pieces),
                                                          int(vision.meta["image_token_id"]), steps, eos)
     return {"prompt_ids": prompt, "ids": ids, "reference_ids": expected, "tokens_equal": ids == expected,
-            "first_difference": first_difference(ids, expected),
+            **free_parting(ids, expected, logits, reference_logits),
             "first_logits": similarity(logits[0], reference_logits[0]),
             "slices": len(sliced.pieces) - 1, "grid": list(sliced.grid) if sliced.grid else None}
 
