@@ -47,14 +47,12 @@ def tower_shapes(prefix: str, vc: Mapping[str, Any]) -> Shapes:
     return shapes
 
 
-def check_vision_tensors(directory: Path, cfg: dict[str, Any], entries: Iterable[Any],
+def check_vision_tensors(directory: Path, listing: Path, cfg: dict[str, Any], entries: Iterable[Any],
                          expected_shapes: Callable[[dict[str, Any]], Shapes], needs: str) -> None:
     """Every tensor `expected_shapes(cfg)` names is stored, at its shape, in a float type; else one
-    LlmbuildError naming the file and the tensor. `entries`: the checkpoint files' tensors
-    (hf.HFSource.entries(): hf_name, shape, dtype, file); `needs`: which fields of config.json
-    imply them, said in the message."""
-    from llmbuild.frontend.hf import INDEX_FILE, SINGLE_FILE
-
+    LlmbuildError naming the file and the tensor. `listing`: the file that lists the checkpoint's tensors
+    (its index, or its one safetensors file); `entries`: its tensors (hf.HFSource.entries(): hf_name, shape,
+    dtype, file); `needs`: which fields of config.json imply them, said in the message."""
     directory = Path(directory)
     try:
         expected = expected_shapes(cfg)
@@ -63,7 +61,6 @@ def check_vision_tensors(directory: Path, cfg: dict[str, Any], entries: Iterable
                             "intermediate_size, num_hidden_layers (and patch_size, image_size), got "
                             f"{type(exc).__name__}: {exc}") from None
     stored = {entry.hf_name: entry for entry in entries}
-    listing = directory / INDEX_FILE if (directory / INDEX_FILE).is_file() else directory / SINGLE_FILE
     for name, shape in expected.items():
         entry = stored.get(name)
         if entry is None:

@@ -51,6 +51,11 @@ def has_hf_weights(directory: Path) -> bool:
     return (directory / SINGLE_FILE).is_file() or (directory / INDEX_FILE).is_file()
 
 
+def weights_listing(directory: Path) -> Path:
+    """The file that lists a checkpoint directory's tensors: its index, else its one safetensors file."""
+    return directory / INDEX_FILE if (directory / INDEX_FILE).is_file() else directory / SINGLE_FILE
+
+
 # The stored prefix of the decoder's tensors -> that of lm_head, to name a missing tensor as the file would:
 # `model.` for a text model, and each family's other layouts (its folder's `TEXT_PREFIXES`).
 def _head_prefix(prefix: str) -> str:

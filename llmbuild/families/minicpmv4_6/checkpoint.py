@@ -37,6 +37,9 @@ def expected_vision_shapes(cfg: dict[str, Any]) -> dict[str, tuple[int, ...]]:
 def check_vision_tensors(directory: Path, entries: Iterable[Any]) -> None:
     """`entries`: the checkpoint files' tensors (hf.HFSource.entries(): hf_name, shape, dtype, file)."""
     from llmbuild.families.minicpmv4_6.family import read_config
+    from llmbuild.frontend.hf import weights_listing
 
-    siglip.check_vision_tensors(directory, read_config(directory), entries, expected_vision_shapes,
+    directory = Path(directory)
+    siglip.check_vision_tensors(directory, weights_listing(directory), read_config(directory), entries,
+                                expected_vision_shapes,
                                 "config.json's vision_config needs it")
