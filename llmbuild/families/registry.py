@@ -89,14 +89,13 @@ def get_family(name: str) -> Family:
 @cache
 def text_tensor_prefixes() -> dict[str, str]:
     """Every registered family's prefixes of a language model stored under another name than `model.` (a
-    vision-language upload's) -> the prefix its lm_head is stored under; longest first, so a prefix is tried
-    before any prefix of it."""
+    vision-language upload's) -> the prefix its lm_head is stored under."""
     found: dict[str, str] = {}
     for name in known_families():
         found.update(get_family(name).text_prefixes)
     for name in known_families(VISION_LANGUAGE):
         found.update(getattr(family_part(name, "family"), "TEXT_PREFIXES", {}))
-    return dict(sorted(found.items(), key=lambda item: (-len(item[0]), item[0])))
+    return found
 
 
 def text_family_for_hf_model_type(model_type: object) -> str | None:

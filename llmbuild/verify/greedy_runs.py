@@ -45,11 +45,6 @@ def _gap(row: np.ndarray) -> float:
 def parting(ids: list[int], expected: list[int], logits: list[np.ndarray], ref_logits: np.ndarray) -> dict:
     """Where the binary's choice first differs from the reference's, and both runs' top-2 logit gaps
     there (a near-tie explains a parting; a wide gap is a bug)."""
-    parted = first_difference(ids, expected)
-    if parted is None:
-        return {"first_difference": None, "top2_gap_at_difference": None, "reference_top2_gap_at_difference": None,
-                "steps_differing": 0}
-
-    return {"first_difference": parted, "top2_gap_at_difference": _gap(logits[parted]),
-            "reference_top2_gap_at_difference": _gap(ref_logits[parted]),
-            "steps_differing": sum(a != b for a, b in zip(ids, expected, strict=True))}
+    found = free_parting(ids, expected, logits, ref_logits)
+    differing = 0 if found["first_difference"] is None else sum(a != b for a, b in zip(ids, expected, strict=True))
+    return {**found, "steps_differing": differing}

@@ -33,10 +33,10 @@ IMAGE_TOKENS = ("<img>", "</img>", "<IMG_CONTEXT>")
 # ImageNet's mean and deviation, which InternVL normalizes a tile with after a bicubic resize.
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
-# Fields a native config.json sets at the top level for its language model too.
 # Where its checkpoints store the language model (the original layout; transformers' native one) -> the prefix
 # of lm_head (frontend/hf.py reads every registered family's).
 TEXT_PREFIXES = {"language_model.model.": "language_model.", "model.language_model.": ""}
+# Fields a native config.json sets at the top level for its language model too.
 TEXT_INHERITED = ("bos_token_id", "eos_token_id", "pad_token_id", "tie_word_embeddings", "torch_dtype")
 
 

@@ -65,7 +65,6 @@ def build_modules(cfg: dict[str, Any]) -> tuple[Any, Any]:
 
 def load_vision(model_dir: Path) -> tuple[Any, Any, dict[str, Any]]:
     """(tower, resampler, config) with the checkpoint's `vpm.*` and `resampler.*` tensors, float32."""
-
     cfg = read_config(model_dir)
     tower, resampler = build_modules(cfg)
     siglip.load_prefixed(model_dir, {VPM: tower, RESAMPLER: resampler})
