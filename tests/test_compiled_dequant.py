@@ -67,6 +67,30 @@ def test_only_large_4bit_weights_use_it() -> None:
     assert not compiled_dequant.wanted(big, {**ATTRS, "q_group_size": 64}, np.dtype(np.float16))
 
 
+def test_once_loaded_it_dequantizes_small_whole_weights_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A whole weight below the threshold (the host's cache of attention projections) takes the kernel
+    once a large weight loaded it, with numpy's bits; never a weight it cannot take."""
+    attrs = {**ATTRS, "q_group_size": 64}
+    assert compiled_dequant.kernel() is not None
+    assert compiled_dequant.ready(attrs, np.dtype(np.float32))
+    assert not compiled_dequant.ready({"packed": True, "q_group_size": 64}, np.dtype(np.float32))
+    assert not compiled_dequant.ready(attrs, np.dtype(np.float16))
+    rng = np.random.default_rng(5)
+    packed = rng.integers(0, 256, (48, 96), dtype=np.uint8)
+    scale = (rng.random((48, 3)) * 0.02).astype(np.float32)
+    zero = rng.integers(0, 16, (48, 3)).astype(np.float32)
+    calls = []
+    monkeypatch.setattr(compiled_dequant, "dequantize_into",
+                        lambda *a: calls.append(1) or _compiled_into(*a))
+    bits = dequantize.dequantize_bf16_bits(attrs, packed, scale, zero)
+    assert calls, "the loaded kernel was not used for a small weight"
+    want = _numpy_passes(packed, scale, zero, 64)
+    assert np.array_equal(bits, (want.view(np.uint32) >> 16).astype(np.uint16))
+
+
+_compiled_into = compiled_dequant.dequantize_into
+
+
 @pytest.mark.parametrize(("workers", "chunk_rows", "rows"), [("1", 1024, 1), ("2", 1024, 1), ("3", 48, 1),
                                                             ("2", 1024, 5), ("3", 48, 3)])
 def test_a_product_over_a_large_stored_weight_has_the_bits_of_the_numpy_path(

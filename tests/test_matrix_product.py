@@ -23,9 +23,10 @@ def _bits(a: np.ndarray) -> np.ndarray:
 
 @needs_kernel
 @pytest.mark.parametrize("storage", ["f32", "bf16", "f16"])
-@pytest.mark.parametrize(("m", "n", "k"), [(2, 1, 64), (3, 7, 128), (4, 9, 192), (5, 33, 576), (9, 64, 1536),
-                                           (40, 17, 640)])
+@pytest.mark.parametrize(("m", "n", "k"), [(2, 1, 64), (3, 7, 128), (4, 9, 192), (5, 33, 576), (6, 5, 64),
+                                           (7, 11, 128), (9, 64, 1536), (19, 13, 256), (40, 17, 640)])
 def test_the_kernel_has_the_bits_of_the_reference(storage: str, m: int, n: int, k: int) -> None:
+    """Every row count's blocks: of four, then one of three, two or one (6, 7 and 19 rows take each)."""
     rng = np.random.default_rng(m * n * k)
     stored, values = stored_weight(rng, n, k, storage)
     x = rng.standard_normal((m, k)).astype(np.float32)

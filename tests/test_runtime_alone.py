@@ -1,5 +1,5 @@
 """The runtime stands without the compiler: in a fresh virtual environment holding only the runtime's
-dependencies (numpy, PyYAML, Jinja2, tokenizers, numba; no xDSL, torch, transformers, Snakemake, safetensors or
+dependencies (numpy, PyYAML, Jinja2, tokenizers, llvmlite; no xDSL, torch, transformers, Snakemake, safetensors or
 gguf), `llmbuild run` on a binary built here gives the same tokens as in the full environment."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from helpers import ROOT
 
 # The runtime's dependencies (pyproject.toml `dependencies`) as installed here: import names and the
 # shared-library folders beside them.
-RUNTIME_PACKAGES = ("numpy", "numpy.libs", "yaml", "_yaml", "jinja2", "markupsafe", "tokenizers", "numba", "llvmlite")
+RUNTIME_PACKAGES = ("numpy", "numpy.libs", "yaml", "_yaml", "jinja2", "markupsafe", "tokenizers", "llvmlite")
 COMPILER_PACKAGES = ("xdsl", "torch", "transformers", "snakemake", "safetensors", "gguf")
 
 

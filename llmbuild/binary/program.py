@@ -226,6 +226,29 @@ def _r_instrs(r: _Reader, net: str) -> list[Instr]:
     return out
 
 
+def _r_tensors(r: _Reader, n: int, label: str) -> list[TensorDesc]:
+    """The tensor table: a layer's prefill net holds some two thousand (its groups' tiles), so each entry
+    is read by one struct of its rank (the header, the shape and the address together) without `take`."""
+    out, data, pos, end = [], r.data, r.pos, r.end
+    by_rank: dict[int, struct.Struct] = {}
+    for _ in range(n):
+        if pos + 2 > end:
+            raise LlmbuildError("program truncated")
+        dt, rank = data[pos], data[pos + 1]
+        s = by_rank.get(rank)
+        if s is None:
+            s = by_rank[rank] = struct.Struct(f"<{rank}IQi")
+        if pos + 2 + s.size > end:
+            raise LlmbuildError("program truncated")
+        if dt >= len(DTYPES):
+            raise LlmbuildError(f"program {label}: unknown dtype code {dt}")
+        *shape, addr, buffer = s.unpack_from(data, pos + 2)
+        out.append(TensorDesc(DTYPES[dt], tuple(shape), addr, buffer))
+        pos += 2 + s.size
+    r.pos = pos
+    return out
+
+
 def decode_header(data: bytes | memoryview) -> tuple[str, str, int, int]:
     """(net, stage, layer, activation bytes) of a program section, without decoding its instructions (the
     linker orders and sizes the nets from these, and decodes each program only to time it)."""
@@ -260,13 +283,7 @@ def _decode(data: bytes | memoryview, commands: bool = True) -> Program:
     label = one_line(net)  # messages stay one printable line
     layer, act, lmem, n = r.take("iQQI")
     prog = Program(net, stage, layer, act, lmem_bytes=lmem)
-    for _ in range(n):
-        dt, rank = r.take("BB")
-        if dt >= len(DTYPES):
-            raise LlmbuildError(f"program {label}: unknown dtype code {dt}")
-        shape = r.take(f"{rank}I")
-        addr, buffer = r.take("Qi")
-        prog.tensors.append(TensorDesc(DTYPES[dt], tuple(shape), addr, buffer))
+    prog.tensors = _r_tensors(r, n, label)
     for table in (prog.inputs, prog.outputs):
         (k,) = r.take("I")
         for _ in range(k):

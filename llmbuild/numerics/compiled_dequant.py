@@ -1,46 +1,69 @@
-"""The 4-bit dequantizer of A16MatMul compiled to one loop (numba), with the bits of numpy's passes.
+"""The 4-bit dequantizer of A16MatMul compiled to one loop (LLVM IR, as the products are), with the bits of
+numpy's passes.
 
 A 7B w4 binary on the host dequantizes, for every token, each projection its cache does not hold: some
 5G weights. `dequantize._dequantize_block` does it in eight numpy passes (unpack the nibbles, widen, subtract
 the zero point, multiply by the scale, then five integer passes that round to bf16), each reading and
-writing the whole block. Compiled, the same arithmetic is one pass over the packed bytes and one over the
-result while it is in the cache (its figures when introduced: the history of docs/performance.md).
+writing the whole block. Compiled, the same arithmetic is one pass over the packed bytes: sixteen levels
+at a time widened, offset, scaled and rounded in a vector register, then stored.
 
-Same bits: for every weight, float32(level) - float32(zero), times the float32 scale, in float32 (numba
-without fastmath neither contracts nor reorders), then round-to-nearest-even on the bit pattern with a NaN
-made the canonical bf16 NaN, as `formats.round_bf16_inplace` does. tests/test_compiled_dequant.py compares
-the two bit for bit, non-finite scales included.
+Same bits: for every weight, float32(level) - float32(zero), times the float32 scale, in float32 (no
+fast-math flag: LLVM neither contracts nor reorders), then round-to-nearest-even on the bit pattern with a
+NaN made the canonical bf16 NaN, as `formats.round_bf16_inplace` does. tests/test_compiled_dequant.py
+compares the two bit for bit, non-finite scales included.
 
-Costs: importing numba takes about 0.5 s and loading the cached machine code a little more, so only a
-weight of `MIN_WEIGHTS` or more uses the kernel, and a process that meets none (SmolLM2's build) never
-imports numba. Without numba (an interpreter it has no wheel for) the numpy passes run: slower, same bits.
+Which weights take it: a group of a multiple of 16. Only a weight of `MIN_WEIGHTS` or more makes the host
+path leave it quantized and dequantize it as products read it (`wanted`); a whole weight dequantized once
+(`dequantize.dequantize_bf16_bits`, the host's cache of smaller projections) takes it at any size (`ready`).
+Its machine code is compiled once per process with the products' (kernel_cache.py keeps it between
+processes). Where llvmlite cannot build it, the numpy passes run: slower, same bits.
 """
 
 from __future__ import annotations
 
+import ctypes
 import threading
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-# The smallest weight (elements) worth the import: a 1.5B model's MLP projections (1536 x 8960) and up.
+from llmbuild.numerics.levels_product import round_bf16_ir, splat
+
+# The smallest weight (elements) the host path leaves quantized, dequantizing it block by block as each
+# product reads it: a 1.5B model's MLP projections (1536 x 8960) and up.
 MIN_WEIGHTS = 1 << 23
+_VECTOR = 16  # levels per step: one <16 x float> register
 
 _lock = threading.Lock()
 _loaded = False
 _kernel: Callable[..., None] | None = None
 
 
+def takes(attrs: dict[str, Any], scale_dtype: np.dtype) -> bool:
+    """Whether the kernel computes a weight quantized under `attrs` (packed 4-bit levels, bf16 rounding,
+    float32 scales, a group of a multiple of 16)."""
+    group = int(attrs.get("q_group_size") or 0)
+    return (bool(attrs.get("packed")) and attrs.get("dequant_dtype") == "bf16" and scale_dtype == np.float32
+            and group > 0 and group % _VECTOR == 0)
+
+
 def wanted(weights: int, attrs: dict[str, Any], scale_dtype: np.dtype) -> bool:
-    """Whether a weight of `weights` elements dequantized under `attrs` goes through the compiled kernel."""
-    return (weights >= MIN_WEIGHTS and bool(attrs.get("packed")) and attrs.get("dequant_dtype") == "bf16"
-            and scale_dtype == np.float32 and kernel() is not None)
+    """Whether a weight of `weights` elements is left quantized and dequantized as products read it."""
+    return weights >= MIN_WEIGHTS and takes(attrs, scale_dtype) and kernel() is not None
+
+
+def ready(attrs: dict[str, Any], scale_dtype: np.dtype) -> bool:
+    """Whether a whole weight quantized under `attrs`, of any size, is dequantized by the kernel (a 1.5B
+    model's attention projections into the host's cache: a seventh of numpy's passes' time)."""
+    return takes(attrs, scale_dtype) and kernel() is not None
 
 
 def kernel() -> Callable[..., None] | None:
-    """The compiled dequantizer, `(packed u8 [r, K/2], scale f32 [r, K/g], zero f32 [r, K/g], g, out f32
-    [r, K])`, compiled (or loaded from numba's cache) on first use; None without numba."""
+    """The compiled dequantizer, `(packed*, scale*, zero*, groups_per_row, group, out*, rows, K)` over
+    C-contiguous packed u8 [rows, K/2], scale and zero f32 [rows, K/g] and out f32 [rows, K], compiled on
+    first use; None where it cannot be built."""
     global _loaded, _kernel
     if not _loaded:
         with _lock:
@@ -53,44 +76,91 @@ def kernel() -> Callable[..., None] | None:
 def dequantize_into(packed: np.ndarray, scale: np.ndarray, zero: np.ndarray, group: int, out: np.ndarray) -> None:
     """`out` [r, K] = bf16((level - zero) * scale), the levels two to a byte (even k in the low nibble)."""
     run = kernel()
-    assert run is not None, "compiled_dequant.dequantize_into without numba (check wanted() first)"
+    assert run is not None and group % _VECTOR == 0, "compiled_dequant.dequantize_into: check takes() first"
     target = out if out.flags.c_contiguous and out.dtype == np.float32 else np.empty(out.shape, np.float32)
-    run(np.ascontiguousarray(packed, dtype=np.uint8), np.ascontiguousarray(scale, dtype=np.float32),
-        np.ascontiguousarray(zero, dtype=np.float32), group, target)
+    rows, k = target.shape
+    if rows == 0:
+        return
+    packed = np.ascontiguousarray(packed, dtype=np.uint8)
+    scale = np.ascontiguousarray(scale, dtype=np.float32)
+    zero = np.ascontiguousarray(zero, dtype=np.float32)
+    run(packed.ctypes.data, scale.ctypes.data, zero.ctypes.data, k // group, group, target.ctypes.data, rows, k)
     if target is not out:
         out[...] = target
 
 
 def _compile() -> Callable[..., None] | None:
+    from llmbuild.numerics import vector_product
+
     try:
-        import numba
-    except ImportError:
+        engine = vector_product.compile_ir(_ir())
+    except Exception as error:  # an llvmlite without these APIs, an unknown CPU: numpy has the same bits
+        warnings.warn(f"llmbuild: the compiled dequantizer is unavailable ({error}); 4-bit weights are "
+                      "dequantized by numpy, slower, with the same results", RuntimeWarning, stacklevel=3)
         return None
+    vector_product.keep(engine)
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    # ctypes releases the GIL for the call: the product's threads dequantize side by side.
+    signature = ctypes.CFUNCTYPE(None, ptr, ptr, ptr, i64, i64, ptr, i64, i64)
+    return signature(engine.get_function_address("dequantize_w4_bf16"))
 
-    # nogil: the decode step's threads run it side by side (numerics/parallel.py); cache: machine code is
-    # written beside this file (or numba's user cache) once, not compiled in every build step.
-    @numba.njit(nogil=True, cache=True, boundscheck=False)
-    def dequantize(packed: Any, scale: Any, zero: Any, group: int, out: Any) -> None:  # pragma: no cover (compiled)
-        rows, k = out.shape
-        for r in range(rows):
-            values, levels = out[r], packed[r]
-            # Three simple loops over the row, each of which LLVM vectorizes: the levels widened, (level -
-            # zero) * scale a group at a time (a slice indexed from 0: indexing the row from the group's
-            # offset instead left that loop scalar, 3x slower), then the rounding of the bit patterns.
-            for j in range(k // 2):
-                byte = levels[j]
-                values[2 * j] = np.float32(byte & np.uint8(15))
-                values[2 * j + 1] = np.float32(byte >> np.uint8(4))
-            for g in range(k // group):
-                s, z = scale[r, g], zero[r, g]
-                block = values[g * group : (g + 1) * group]
-                for i in range(group):
-                    block[i] = (block[i] - z) * s
-            bits = values.view(np.uint32)
-            for c in range(k):
-                b = bits[c]
-                rounded = (b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
-                nan = (b & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
-                bits[c] = np.uint32(0x7FC00000) if nan else np.uint32(rounded)
 
-    return dequantize
+def _ir() -> str:
+    """Per row, per 16 levels (8 bytes): the nibbles widened in k order, minus the group's zero, times its
+    scale, rounded to bf16, stored."""
+    interleave = ", ".join(f"i32 {i}, i32 {i + 8}" for i in range(8))
+    block = "\n".join([
+        "  %kh = lshr i64 %k, 1",
+        "  %lp = getelementptr i8, ptr %lrow, i64 %kh",
+        "  %lb = load <8 x i8>, ptr %lp, align 1",
+        f"  %lo4 = and <8 x i8> %lb, {splat(8, 'i8', '15')}",
+        f"  %hi4 = lshr <8 x i8> %lb, {splat(8, 'i8', '4')}",
+        f"  %q = shufflevector <8 x i8> %lo4, <8 x i8> %hi4, <16 x i32> <{interleave}>",
+        "  %g = udiv i64 %k, %group",
+        "  %sp = getelementptr float, ptr %srow, i64 %g",
+        "  %s = load float, ptr %sp, align 4",
+        "  %zp = getelementptr float, ptr %zrow, i64 %g",
+        "  %z = load float, ptr %zp, align 4",
+        "  %s1 = insertelement <16 x float> poison, float %s, i64 0",
+        "  %ss = shufflevector <16 x float> %s1, <16 x float> poison, <16 x i32> zeroinitializer",
+        "  %z1 = insertelement <16 x float> poison, float %z, i64 0",
+        "  %zs = shufflevector <16 x float> %z1, <16 x float> poison, <16 x i32> zeroinitializer",
+        "  %qf = uitofp <16 x i8> %q to <16 x float>",
+        "  %d = fsub <16 x float> %qf, %zs",
+        "  %v = fmul <16 x float> %d, %ss",
+        *round_bf16_ir(16, "%v", "%wv"),
+        "  %op = getelementptr float, ptr %orow, i64 %k",
+        "  store <16 x float> %wv, ptr %op, align 4",
+    ])
+    return f"""
+define void @dequantize_w4_bf16(ptr noalias nocapture readonly %l, ptr noalias nocapture readonly %sc,
+                                ptr noalias nocapture readonly %ze, i64 %groups, i64 %group,
+                                ptr noalias nocapture %out, i64 %rows, i64 %K) {{
+entry:
+  %none = icmp sle i64 %rows, 0
+  br i1 %none, label %done, label %row
+row:
+  %ri = phi i64 [ 0, %entry ], [ %ri1, %rowend ]
+  %half = lshr i64 %K, 1
+  %loff = mul i64 %ri, %half
+  %lrow = getelementptr i8, ptr %l, i64 %loff
+  %goff = mul i64 %ri, %groups
+  %srow = getelementptr float, ptr %sc, i64 %goff
+  %zrow = getelementptr float, ptr %ze, i64 %goff
+  %ooff = mul i64 %ri, %K
+  %orow = getelementptr float, ptr %out, i64 %ooff
+  br label %kloop
+kloop:
+  %k = phi i64 [ 0, %row ], [ %knext, %kloop ]
+{block}
+  %knext = add i64 %k, {_VECTOR}
+  %more = icmp slt i64 %knext, %K
+  br i1 %more, label %kloop, label %rowend
+rowend:
+  %ri1 = add i64 %ri, 1
+  %again = icmp slt i64 %ri1, %rows
+  br i1 %again, label %row, label %done
+done:
+  ret void
+}}
+"""

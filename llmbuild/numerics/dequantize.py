@@ -70,7 +70,7 @@ def dequantize_values(attrs: dict[str, Any], weight: np.ndarray, scale: np.ndarr
     scale = np.asarray(scale)
     n, k = weight.shape[0], weight.shape[1] * (2 if attrs.get("packed") else 1)
     if compiled is None:
-        compiled = compiled_dequant.wanted(n * k, attrs, scale.dtype)
+        compiled = compiled_dequant.wanted(n * k, attrs, scale.dtype) or compiled_dequant.ready(attrs, scale.dtype)
     bf16 = attrs.get("dequant_dtype") == "bf16" and scale.dtype == np.float32  # rounded block by block
     rounded_after = bool(attrs.get("dequant_dtype")) and not bf16
     direct = into is not None and into.dtype == scale.dtype and not rounded_after
@@ -92,7 +92,7 @@ def dequantize_bf16_bits(attrs: dict[str, Any], weight: np.ndarray, scale: np.nd
     n, k = weight.shape[0], weight.shape[1] * (2 if attrs.get("packed") else 1)
     out = np.empty((n, k), dtype=np.uint16)
     block = np.empty(max(1, CACHE_BLOCK // k) * k, dtype=np.float32)
-    compiled = compiled_dequant.wanted(n * k, attrs, scale.dtype)
+    compiled = compiled_dequant.wanted(n * k, attrs, scale.dtype) or compiled_dequant.ready(attrs, scale.dtype)
     for lo, hi in _row_blocks(n, k):
         values = block[: (hi - lo) * k].reshape(hi - lo, k)
         _dequantize_block(attrs, weight, scale, zp, lo, hi, values, True, compiled)

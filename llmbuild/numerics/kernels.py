@@ -22,7 +22,7 @@ from llmbuild.numerics.dequantize import DequantizedRows, dequantize, dequantize
 from llmbuild.numerics.formats import mask_value
 from llmbuild.numerics.parallel import tile_map
 from llmbuild.numerics.stored import RowReader, Weight, is_lazy, take_rows
-from llmbuild.numerics.weight_product import tiled_product
+from llmbuild.numerics.weight_product import plus_bias, tiled_product
 from llmbuild.op_defs import OPS, Kernel, OpDef, spec_kernels
 from llmbuild.op_defs.active import ACTIVATIONS, erf, gelu, gelu_tanh, silu
 from llmbuild.op_defs.gated_delta_rule import head_block
@@ -78,9 +78,12 @@ def on_real_rows(compute: Callable[..., np.ndarray], xs: Sequence[np.ndarray], c
 
 @kernel("MatMul")
 def matmul(attrs: dict[str, Any], x: np.ndarray, right: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
-    y = tiled_product(attrs, x, right) if attrs["right_transpose"] else x @ right
-    if bias is not None:
-        y = y + bias
+    if attrs["right_transpose"]:
+        y = plus_bias(attrs, tiled_product(attrs, x, right), bias)
+    elif bias is not None:
+        y = x @ right + bias
+    else:
+        y = x @ right
     if attrs.get("do_relu"):
         y = np.maximum(y, 0)
     return y
@@ -97,7 +100,7 @@ def a16_matmul(
         # copy=False: the cached dequantized weight is already in x's dtype on both executors; a plain
         # astype copied the whole matrix on every call (what made the host's w4 decode slower than bf16).
         y = tiled_product(attrs, x, dequantize(attrs, weight, scale, zp).astype(x.dtype, copy=False))
-    return y if bias is None else y + bias
+    return plus_bias(attrs, y, bias)
 
 
 @kernel("A16Gather")

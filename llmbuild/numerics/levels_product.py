@@ -109,7 +109,7 @@ def _has_avx512() -> bool:
     return bool(llvm.get_host_cpu_features().get("avx512f"))
 
 
-def _splat(width: int, element: str, value: str) -> str:
+def splat(width: int, element: str, value: str) -> str:
     return "<" + ", ".join([f"{element} {value}"] * width) + ">"
 
 
@@ -121,8 +121,8 @@ def _levels(bits: int) -> list[str]:
     return ["  %kh = lshr i64 %k, 1",
             "  %lp = getelementptr i8, ptr %lrow, i64 %kh",
             "  %lb = load <32 x i8>, ptr %lp, align 1",
-            f"  %lo4 = and <32 x i8> %lb, {_splat(32, 'i8', '15')}",
-            f"  %hi4 = lshr <32 x i8> %lb, {_splat(32, 'i8', '4')}",
+            f"  %lo4 = and <32 x i8> %lb, {splat(32, 'i8', '15')}",
+            f"  %hi4 = lshr <32 x i8> %lb, {splat(32, 'i8', '4')}",
             f"  %q = shufflevector <32 x i8> %lo4, <32 x i8> %hi4, <64 x i32> <{interleave}>"]
 
 
@@ -133,7 +133,7 @@ def _table(rounded: bool) -> list[str]:
     lines = _scale_and_zero(16) + [f"  %td = fsub <16 x float> {iota}, %zs"]
     if not rounded:
         return [*lines, "  %wt = fmul <16 x float> %td, %ss"]
-    return [*lines, "  %tv = fmul <16 x float> %td, %ss", *_round_bf16(16, "%tv", "%wt")]
+    return [*lines, "  %tv = fmul <16 x float> %td, %ss", *round_bf16_ir(16, "%tv", "%wt")]
 
 
 def _looked_up() -> list[str]:
@@ -160,9 +160,9 @@ def _scale_and_zero(width: int) -> list[str]:
             f"  %zs = shufflevector <{width} x float> %z1, <{width} x float> poison, <{width} x i32> zeroinitializer"]
 
 
-def _round_bf16(width: int, value: str, out: str) -> list[str]:
+def round_bf16_ir(width: int, value: str, out: str) -> list[str]:
     """IR rounding the <width x float> `value` to bf16 (nearest even; NaN to the canonical NaN) as `out`."""
-    i32 = lambda v: _splat(width, "i32", v)  # noqa: E731
+    i32 = lambda v: splat(width, "i32", v)  # noqa: E731
     t = f"<{width} x i32>"
     return [f"  %b = bitcast <{width} x float> {value} to {t}",
             f"  %odd0 = lshr {t} %b, {i32('16')}",
@@ -181,7 +181,7 @@ def _dequantized(rounded: bool) -> list[str]:
     lines = [*_scale_and_zero(64), "  %qf = uitofp <64 x i8> %q to <64 x float>", "  %d = fsub <64 x float> %qf, %zs"]
     if not rounded:
         return [*lines, "  %wv = fmul <64 x float> %d, %ss"]
-    return [*lines, "  %v = fmul <64 x float> %d, %ss", *_round_bf16(64, "%v", "%wv")]
+    return [*lines, "  %v = fmul <64 x float> %d, %ss", *round_bf16_ir(64, "%v", "%wv")]
 
 
 def _ir(bits: int, rounded: bool, lookup: bool) -> str:

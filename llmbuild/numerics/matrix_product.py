@@ -168,10 +168,25 @@ def _row_pass(storage: str, rows: int, tag: str, start: str, exit_label: str) ->
   br i1 %{tag}again, label %{tag}blk, label %{exit_label}"""
 
 
+def _tail_passes(storage: str) -> str:
+    """The passes of one chunk: blocks of ROWS rows, then one block of each smaller size the rows left
+    need (3 rows left: one block of three; 2: of two; then single rows). A prefill of 19 rows passes the
+    weight five times instead of seven (four blocks of four and three single rows): each pass reads the
+    chunk's weight rows again, and a row's sum is the same whichever block holds it."""
+    sizes = list(range(ROWS, 0, -1))
+    tags = ["b", *(f"r{size}" for size in sizes[1:-1]), "t"]
+    passes, start = [], "[ 0, %chunk ]"
+    for i, (size, tag) in enumerate(zip(sizes, tags, strict=True)):
+        exit_label = "chunkend" if size == 1 else f"{tags[i + 1]}pre"
+        passes.append(_row_pass(storage, size, tag, start, exit_label))
+        start = f"[ %{tag}m0, %{tag}pre ], [ %{tag}mnext, %{tag}blkend ]"
+    return "\n".join(passes)
+
+
 def _ir(storage: str) -> str:
-    """Weight rows in chunks of CHUNK; per chunk, blocks of ROWS rows of x (then the rows left one at a
-    time, the same pass with blocks of one), each against every weight row of the chunk: a block of x stays
-    in the L1 cache while the chunk's rows pass it, and the chunk stays in L2 while the blocks pass it."""
+    """Weight rows in chunks of CHUNK; per chunk, blocks of ROWS rows of x (then the rows left in blocks of
+    fewer, `_tail_passes`), each against every weight row of the chunk: a block of x stays in the L1 cache
+    while the chunk's rows pass it, and the chunk stays in L2 while the blocks pass it."""
     return f"""
 define void @rows_product_{storage}(ptr noalias nocapture readonly %x, i64 %xs, i64 %M,
                                     ptr noalias nocapture readonly %w, i64 %ws, ptr noalias nocapture %y,
@@ -185,8 +200,7 @@ chunk:
   %short = icmp slt i64 %hi, %n0c
   %n0e = select i1 %short, i64 %hi, i64 %n0c
   br label %bpre
-{_row_pass(storage, ROWS, "b", "[ 0, %chunk ]", "tpre")}
-{_row_pass(storage, 1, "t", "[ %bm0, %bpre ], [ %bmnext, %bblkend ]", "chunkend")}
+{_tail_passes(storage)}
 chunkend:
   %more = icmp slt i64 %n0e, %hi
   br i1 %more, label %chunk, label %done

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from llmbuild.numerics import kernel_cache
 from llmbuild.numerics.formats import bf16_bits_to_f32
 from llmbuild.numerics.parallel import row_spans
 
@@ -137,20 +138,26 @@ def kernel(storage: str) -> Callable[..., None] | None:
 
 def compile_ir(ir: str) -> Any:
     """An execution engine holding the machine code of LLVM IR `ir`, compiled for this CPU at -O3 with no
-    fast-math flag (so LLVM neither reassociates nor contracts the arithmetic); raises when it cannot."""
+    fast-math flag (so LLVM neither reassociates nor contracts the arithmetic), or that machine code as an
+    earlier process compiled it (kernel_cache.py); raises when it cannot."""
+    import llvmlite
     import llvmlite.binding as llvm
 
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     target = llvm.Target.from_default_triple()
-    machine = target.create_target_machine(cpu=llvm.get_host_cpu_name(),
-                                           features=llvm.get_host_cpu_features().flatten(), opt=3,
-                                           codemodel="jitdefault")
+    cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+    machine = target.create_target_machine(cpu=cpu, features=features, opt=3, codemodel="jitdefault")
     module = llvm.parse_assembly(ir)
     module.verify()
-    builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=3))
-    builder.getModulePassManager().run(module, builder)
+    name = kernel_cache.key(ir, cpu, features, f"{llvmlite.__version__} {llvm.llvm_version_info}")
+    cached = kernel_cache.load(name)
+    if cached is None:  # with an object, MCJIT generates no code: the module only names the functions
+        builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=3))
+        builder.getModulePassManager().run(module, builder)
     engine = llvm.create_mcjit_compiler(module, machine)
+    engine.set_object_cache(notify_func=lambda _module, data: kernel_cache.store(name, data),
+                            getbuffer_func=lambda _module: cached)
     engine.finalize_object()
     return engine
 

@@ -39,7 +39,7 @@ from llmbuild.numerics.formats import STORAGE, compute_dtype, decode, round_to
 from llmbuild.numerics.kernels import KERNELS, ROW_LOCAL, ROW_SKIPPING, on_real_rows
 from llmbuild.numerics.parallel import one_thread
 from llmbuild.numerics.stored import StoredTensor, materialize
-from llmbuild.numerics.weight_product import tiled_product
+from llmbuild.numerics.weight_product import plus_bias, tiled_product
 from llmbuild.runtime.weight_image import FlatImage, WeightImage
 
 Getter = Callable[[], Any]
@@ -290,8 +290,7 @@ def _with_weight(weight: np.ndarray) -> Callable[..., np.ndarray]:
     (the same arithmetic on the same values, so the same bits)."""
 
     def a16(attrs: dict[str, Any], x: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
-        y = tiled_product(attrs, x, weight)
-        return y if bias is None else y + bias
+        return plus_bias(attrs, tiled_product(attrs, x, weight), bias)
 
     return a16
 
