@@ -87,6 +87,21 @@ def test_host_path_decodes_each_weight_once(runtime_build: Path) -> None:
     assert sum(1 for address, _, _ in weights if address == embedding) == 1
 
 
+@pytest.mark.parametrize("recipe", ["qwen2_tiny_f32", "smollm2_135m_bf16"])
+def test_released_weights_are_decoded_again_with_the_same_bits(runtime_build: Path, recipe: str) -> None:
+    """What the image check does before its reference: the decoded weights given back, the next run the
+    same (logits bit for bit)."""
+    host = CompiledModel(_binary(runtime_build, recipe), faithful=False)
+    ids, logits = host.generate(TINY_PROMPT, 4)
+    assert host.device._weights or host.device._dequantized
+    host.release_weights()
+    assert not host.device._weights and not host.device._dequantized and host.device.cached_bytes == 0
+    host.reset()
+    again, logits_again = host.generate(TINY_PROMPT, 4)
+    assert again == ids
+    assert all(np.array_equal(a.view(np.uint32), b.view(np.uint32)) for a, b in zip(logits, logits_again, strict=True))
+
+
 def test_faithful_and_host_sessions_agree(runtime_build: Path) -> None:
     from llmbuild.runtime.session import Session
 

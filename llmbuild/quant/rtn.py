@@ -18,6 +18,7 @@ import numpy as np
 
 from llmbuild import LlmbuildError
 from llmbuild.numerics.formats import CACHE_BLOCK
+from llmbuild.quant import rtn_kernel
 from llmbuild.quant.linear import QuantizedLinear
 
 DEFAULT_GROUP_SIZE = 64
@@ -71,6 +72,10 @@ def rtn_quantize(
     g = k if group_size in (None, -1) else int(group_size)
     if g <= 0 or k % g:
         raise LlmbuildError(f"rtn: group_size {group_size} does not divide in_features {k}")
+    if rtn_kernel.takes(w, g):  # compiled, the same levels (rtn_kernel.py); None: a weight not finite
+        compiled = rtn_kernel.rtn4(w, g)
+        if compiled is not None:
+            return QuantizedLinear(q=compiled[0], scale=compiled[1], zero=compiled[2], group_size=g, bits=4, bias=b)
     q = np.empty((n, k), dtype=np.uint8)
     scale = np.empty((n, k // g), dtype=np.float32)
     zp = np.empty((n, k // g), dtype=np.float32)

@@ -232,6 +232,16 @@ class CompiledModel:
             self._vision = VisionNet(self.container, meta, self.faithful, lmem)
         return self._vision
 
+    def release_weights(self) -> None:
+        """Give back what the host path keeps decoded (a caller about to need the memory: the image check
+        before it runs its streamed reference in the same process); a later run decodes them again."""
+        from llmbuild.numerics import buffer_pool
+
+        release = getattr(self.device, "release_weights", None)
+        if release is not None:
+            release()
+            buffer_pool.clear()  # the pool would keep them for reuse: the memory is wanted elsewhere
+
     # ---- one chunk / one token ----------------------------------------------------------------
 
     def reset(self) -> None:

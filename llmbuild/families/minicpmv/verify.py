@@ -36,6 +36,7 @@ def image_e2e(recipe: Recipe, paths: BuildPaths, model: Any, text_ids: list[int]
     model.reset()
     steps = recipe.verify.max_new_tokens
     ids, logits = model.generate(prompt, steps, eos, images=[sliced])
+    model.release_weights()  # the reference below runs in this process
     expected, reference_logits = streamed_image_generate(reference_weights(recipe, paths), vlm_dir(recipe, paths),
                                                          prompt, list(sliced.pieces),
                                                          int(vision.meta["image_token_id"]), steps, eos)

@@ -67,6 +67,7 @@ def image_e2e(recipe: Recipe, paths: BuildPaths, model: Any, text_ids: list[int]
     model.reset()
     steps = recipe.verify.max_new_tokens
     ids, logits = model.generate(prompt, steps, eos, images=[sliced])
+    model.release_weights()  # the reference below runs in this process
     expected, reference_logits = native_generate(native_model(vlm_dir(recipe, paths)), prompt, list(sliced.pieces),
                                                  steps, eos)
     return {"prompt_ids": prompt, "ids": ids, "reference_ids": expected, "tokens_equal": ids == expected,
