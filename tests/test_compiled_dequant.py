@@ -1,5 +1,5 @@
-"""The compiled 4-bit dequantizer gives the bits of numpy's passes (dequantize._dequantize_block), and the
-kernels use it for large weights only."""
+"""The compiled dequantizer gives the bits of numpy's passes (dequantize._dequantize_block), levels two to a
+byte or one; the host path leaves only large 4-bit weights quantized, and whole weights of any size use it."""
 
 from __future__ import annotations
 
@@ -13,24 +13,32 @@ from llmbuild.numerics.stored import StoredTensor
 ATTRS = {"packed": True, "dequant_dtype": "bf16"}
 
 
-def _numpy_passes(packed: np.ndarray, scale: np.ndarray, zero: np.ndarray, group: int) -> np.ndarray:
-    out = np.empty((packed.shape[0], packed.shape[1] * 2), dtype=np.float32)
-    dequantize._dequantize_block({**ATTRS, "q_group_size": group}, packed, scale, zero, 0, packed.shape[0], out, True)
+def _numpy_passes(packed: np.ndarray, scale: np.ndarray, zero: np.ndarray, group: int, two: bool = True,
+                  rounded: bool = True) -> np.ndarray:
+    out = np.empty((packed.shape[0], packed.shape[1] * (2 if two else 1)), dtype=np.float32)
+    attrs = {**ATTRS, "q_group_size": group, "packed": two}
+    dequantize._dequantize_block(attrs, packed, scale, zero, 0, packed.shape[0], out, rounded)
     return out
 
 
-def _compiled(packed: np.ndarray, scale: np.ndarray, zero: np.ndarray, group: int) -> np.ndarray:
-    out = np.full((packed.shape[0], packed.shape[1] * 2), np.nan, dtype=np.float32)
-    compiled_dequant.dequantize_into(packed, scale, zero, group, out)
+def _compiled(packed: np.ndarray, scale: np.ndarray, zero: np.ndarray, group: int, two: bool = True,
+              rounded: bool = True) -> np.ndarray:
+    out = np.full((packed.shape[0], packed.shape[1] * (2 if two else 1)), np.nan, dtype=np.float32)
+    compiled_dequant.dequantize_into(packed, scale, zero, group, out, rounded)
     return out
 
 
-@pytest.mark.parametrize("group", [32, 64, 128])
+@pytest.mark.parametrize("group", [16, 32, 64, 128])
 @pytest.mark.parametrize("zero_dtype", [np.uint8, np.float32])
-def test_the_compiled_kernel_gives_the_bits_of_the_numpy_passes(group: int, zero_dtype: type) -> None:
+@pytest.mark.parametrize("two", [True, False], ids=["two-a-byte", "one-a-byte"])
+@pytest.mark.parametrize("rounded", [True, False], ids=["bf16", "f32"])
+def test_the_compiled_kernel_gives_the_bits_of_the_numpy_passes(group: int, zero_dtype: type, two: bool,
+                                                                 rounded: bool) -> None:
+    """Levels two to a byte (the binary's 4-bit weights) and one (TopOp's levels, 8-bit weights), rounded to
+    bf16 (the device's dequantizer) or not (TopOp's float reference)."""
     rng = np.random.default_rng(group)
     rows, k = 9, 4 * group
-    packed = rng.integers(0, 256, size=(rows, k // 2), dtype=np.uint8)
+    packed = rng.integers(0, 256, size=(rows, k // 2 if two else k), dtype=np.uint8)
     # Scales of every magnitude (a bf16 checkpoint's, arbitrary float32 ones, subnormal, near overflow) so
     # that rounding to bf16 meets ties, carries into the exponent and overflow to infinity.
     scale = np.concatenate([
@@ -39,9 +47,10 @@ def test_the_compiled_kernel_gives_the_bits_of_the_numpy_passes(group: int, zero
         np.full((3, k // group), 3.0e37, dtype=np.float32) * rng.random((3, k // group)).astype(np.float32),
     ])
     zero = rng.integers(0, 16, size=(rows, k // group)).astype(zero_dtype)
+    packed[-1, 0], zero[-1, 0], scale[-1, 0] = 0xFF if two else 15, 0, 3.0e37  # 15 x 3e37: past float32's top
     with np.errstate(over="ignore"):
-        want = _numpy_passes(packed, scale, zero, group)
-    got = _compiled(packed, scale, zero, group)
+        want = _numpy_passes(packed, scale, zero, group, two, rounded)
+    got = _compiled(packed, scale, zero, group, two, rounded)
     assert np.array_equal(want.view(np.uint32), got.view(np.uint32))
     assert np.isinf(got).any()  # the overflow rows did reach infinity: that path was compared too
 
@@ -73,7 +82,10 @@ def test_once_loaded_it_dequantizes_small_whole_weights_too(monkeypatch: pytest.
     attrs = {**ATTRS, "q_group_size": 64}
     assert compiled_dequant.kernel() is not None
     assert compiled_dequant.ready(attrs, np.dtype(np.float32))
-    assert not compiled_dequant.ready({"packed": True, "q_group_size": 64}, np.dtype(np.float32))
+    assert compiled_dequant.ready({"dequant_dtype": "bf16", "q_group_size": 64}, np.dtype(np.float32))  # a byte each
+    assert compiled_dequant.ready({"q_group_size": 64}, np.dtype(np.float32))  # TopOp's, not rounded
+    assert not compiled_dequant.ready({"dequant_dtype": "f16", "q_group_size": 64}, np.dtype(np.float32))
+    assert not compiled_dequant.ready({**ATTRS, "q_group_size": 8}, np.dtype(np.float32))
     assert not compiled_dequant.ready(attrs, np.dtype(np.float16))
     rng = np.random.default_rng(5)
     packed = rng.integers(0, 256, (48, 96), dtype=np.uint8)

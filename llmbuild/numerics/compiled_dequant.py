@@ -12,9 +12,11 @@ fast-math flag: LLVM neither contracts nor reorders), then round-to-nearest-even
 NaN made the canonical bf16 NaN, as `formats.round_bf16_inplace` does. tests/test_compiled_dequant.py
 compares the two bit for bit, non-finite scales included.
 
-Which weights take it: a group of a multiple of 16. Only a weight of `MIN_WEIGHTS` or more makes the host
-path leave it quantized and dequantize it as products read it (`wanted`); a whole weight dequantized once
-(`dequantize.dequantize_bf16_bits`, the host's cache of smaller projections) takes it at any size (`ready`).
+Which weights take it: bf16 rounding, float32 scales, a group of a multiple of 16, levels two to a byte (the
+binary's 4-bit weights) or one (TopOp's levels, 8-bit weights). Only a 4-bit weight of `MIN_WEIGHTS` or more
+makes the host path leave it quantized and dequantize it as products read it (`wanted`); a whole weight
+dequantized once (the host's cache of smaller projections, the TopOp interpreter in a build's checks) takes
+it at any size (`ready`).
 Its machine code is compiled once per process with the products' (kernel_cache.py keeps it between
 processes). Where llvmlite cannot build it, the numpy passes run: slower, same bits.
 """
@@ -38,32 +40,34 @@ _VECTOR = 16  # levels per step: one <16 x float> register
 
 _lock = threading.Lock()
 _loaded = False
-_kernel: Callable[..., None] | None = None
+_kernel: dict[tuple[bool, bool], Callable[..., None]] | None = None
 
 
 def takes(attrs: dict[str, Any], scale_dtype: np.dtype) -> bool:
-    """Whether the kernel computes a weight quantized under `attrs` (packed 4-bit levels, bf16 rounding,
-    float32 scales, a group of a multiple of 16)."""
+    """Whether the kernel computes a weight quantized under `attrs` (levels two to a byte or one, bf16
+    rounding, float32 scales, a group of a multiple of 16)."""
     group = int(attrs.get("q_group_size") or 0)
-    return (bool(attrs.get("packed")) and attrs.get("dequant_dtype") == "bf16" and scale_dtype == np.float32
-            and group > 0 and group % _VECTOR == 0)
+    return (attrs.get("dequant_dtype") in ("bf16", None) and scale_dtype == np.float32 and group > 0
+            and group % _VECTOR == 0)
 
 
 def wanted(weights: int, attrs: dict[str, Any], scale_dtype: np.dtype) -> bool:
-    """Whether a weight of `weights` elements is left quantized and dequantized as products read it."""
-    return weights >= MIN_WEIGHTS and takes(attrs, scale_dtype) and kernel() is not None
+    """Whether a 4-bit weight of `weights` elements is left quantized and dequantized as products read it."""
+    return (weights >= MIN_WEIGHTS and bool(attrs.get("packed")) and attrs.get("dequant_dtype") == "bf16"
+            and takes(attrs, scale_dtype) and kernel() is not None)
 
 
 def ready(attrs: dict[str, Any], scale_dtype: np.dtype) -> bool:
-    """Whether a whole weight quantized under `attrs`, of any size, is dequantized by the kernel (a 1.5B
-    model's attention projections into the host's cache: a seventh of numpy's passes' time)."""
+    """Whether a whole weight quantized under `attrs`, of any size, is dequantized by the kernel: a 1.5B
+    model's attention projections into the host's cache (a seventh of numpy's passes' time), the TopOp
+    interpreter's levels (one to a byte) in a build's checks."""
     return takes(attrs, scale_dtype) and kernel() is not None
 
 
-def kernel() -> Callable[..., None] | None:
-    """The compiled dequantizer, `(packed*, scale*, zero*, groups_per_row, group, out*, rows, K)` over
-    C-contiguous packed u8 [rows, K/2], scale and zero f32 [rows, K/g] and out f32 [rows, K], compiled on
-    first use; None where it cannot be built."""
+def kernel() -> dict[tuple[bool, bool], Callable[..., None]] | None:
+    """The compiled dequantizers by (levels two to a byte, rounded to bf16), each `(levels*, scale*, zero*,
+    groups_per_row, group, out*, rows, K)` over C-contiguous u8 levels [rows, K/2] or [rows, K], scale and
+    zero f32 [rows, K/g] and out f32 [rows, K], compiled on first use; None where they cannot be built."""
     global _loaded, _kernel
     if not _loaded:
         with _lock:
@@ -73,15 +77,21 @@ def kernel() -> Callable[..., None] | None:
     return _kernel
 
 
-def dequantize_into(packed: np.ndarray, scale: np.ndarray, zero: np.ndarray, group: int, out: np.ndarray) -> None:
-    """`out` [r, K] = bf16((level - zero) * scale), the levels two to a byte (even k in the low nibble)."""
-    run = kernel()
-    assert run is not None and group % _VECTOR == 0, "compiled_dequant.dequantize_into: check takes() first"
+def dequantize_into(levels: np.ndarray, scale: np.ndarray, zero: np.ndarray, group: int, out: np.ndarray,
+                    rounded: bool = True) -> None:
+    """`out` [r, K] = (level - zero) * scale, rounded to bf16 when `rounded` (a bf16 `dequant_dtype`), the
+    levels two to a byte (even k in the low nibble; `levels` [r, K/2]) or one ([r, K])."""
+    kernels = kernel()
+    k = out.shape[1]
+    two = levels.shape[1] * 2 == k
+    assert kernels is not None and group % _VECTOR == 0 and (two or levels.shape[1] == k), \
+        "compiled_dequant.dequantize_into: check takes() first"
     target = out if out.flags.c_contiguous and out.dtype == np.float32 else np.empty(out.shape, np.float32)
-    rows, k = target.shape
+    rows = target.shape[0]
     if rows == 0:
         return
-    packed = np.ascontiguousarray(packed, dtype=np.uint8)
+    run = kernels[two, rounded]
+    packed = np.ascontiguousarray(levels, dtype=np.uint8)
     scale = np.ascontiguousarray(scale, dtype=np.float32)
     zero = np.ascontiguousarray(zero, dtype=np.float32)
     run(packed.ctypes.data, scale.ctypes.data, zero.ctypes.data, k // group, group, target.ctypes.data, rows, k)
@@ -89,11 +99,11 @@ def dequantize_into(packed: np.ndarray, scale: np.ndarray, zero: np.ndarray, gro
         out[...] = target
 
 
-def _compile() -> Callable[..., None] | None:
+def _compile() -> dict[tuple[bool, bool], Callable[..., None]] | None:
     from llmbuild.numerics import vector_product
 
     try:
-        engine = vector_product.compile_ir(_ir())
+        engine = vector_product.compile_ir("".join(_ir(*kind) for kind in _KINDS))
     except Exception as error:  # an llvmlite without these APIs, an unknown CPU: numpy has the same bits
         warnings.warn(f"llmbuild: the compiled dequantizer is unavailable ({error}); 4-bit weights are "
                       "dequantized by numpy, slower, with the same results", RuntimeWarning, stacklevel=3)
@@ -102,20 +112,30 @@ def _compile() -> Callable[..., None] | None:
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     # ctypes releases the GIL for the call: the product's threads dequantize side by side.
     signature = ctypes.CFUNCTYPE(None, ptr, ptr, ptr, i64, i64, ptr, i64, i64)
-    return signature(engine.get_function_address("dequantize_w4_bf16"))
+    return {kind: signature(engine.get_function_address(_name(*kind))) for kind in _KINDS}
 
 
-def _ir() -> str:
-    """Per row, per 16 levels (8 bytes): the nibbles widened in k order, minus the group's zero, times its
-    scale, rounded to bf16, stored."""
+_KINDS = [(two, rounded) for two in (True, False) for rounded in (True, False)]
+
+
+def _name(two: bool, rounded: bool) -> str:
+    return f"dequantize_{'w4' if two else 'u8'}{'_bf16' if rounded else ''}"
+
+
+def _ir(two: bool, rounded: bool) -> str:
+    """Per row, per 16 levels (8 bytes of nibbles widened in k order, or 16 bytes): minus the group's zero,
+    times its scale, rounded to bf16, stored."""
     interleave = ", ".join(f"i32 {i}, i32 {i + 8}" for i in range(8))
-    block = "\n".join([
+    levels = [
         "  %kh = lshr i64 %k, 1",
         "  %lp = getelementptr i8, ptr %lrow, i64 %kh",
         "  %lb = load <8 x i8>, ptr %lp, align 1",
         f"  %lo4 = and <8 x i8> %lb, {splat(8, 'i8', '15')}",
         f"  %hi4 = lshr <8 x i8> %lb, {splat(8, 'i8', '4')}",
         f"  %q = shufflevector <8 x i8> %lo4, <8 x i8> %hi4, <16 x i32> <{interleave}>",
+    ] if two else ["  %lp = getelementptr i8, ptr %lrow, i64 %k", "  %q = load <16 x i8>, ptr %lp, align 1"]
+    block = "\n".join([
+        *levels,
         "  %g = udiv i64 %k, %group",
         "  %sp = getelementptr float, ptr %srow, i64 %g",
         "  %s = load float, ptr %sp, align 4",
@@ -128,21 +148,21 @@ def _ir() -> str:
         "  %qf = uitofp <16 x i8> %q to <16 x float>",
         "  %d = fsub <16 x float> %qf, %zs",
         "  %v = fmul <16 x float> %d, %ss",
-        *round_bf16_ir(16, "%v", "%wv"),
+        *(round_bf16_ir(16, "%v", "%wv") if rounded else []),
         "  %op = getelementptr float, ptr %orow, i64 %k",
-        "  store <16 x float> %wv, ptr %op, align 4",
+        f"  store <16 x float> {'%wv' if rounded else '%v'}, ptr %op, align 4",
     ])
     return f"""
-define void @dequantize_w4_bf16(ptr noalias nocapture readonly %l, ptr noalias nocapture readonly %sc,
+define void @{_name(two, rounded)}(ptr noalias nocapture readonly %l, ptr noalias nocapture readonly %sc,
                                 ptr noalias nocapture readonly %ze, i64 %groups, i64 %group,
                                 ptr noalias nocapture %out, i64 %rows, i64 %K) {{
 entry:
+  %half = lshr i64 %K, 1
   %none = icmp sle i64 %rows, 0
   br i1 %none, label %done, label %row
 row:
   %ri = phi i64 [ 0, %entry ], [ %ri1, %rowend ]
-  %half = lshr i64 %K, 1
-  %loff = mul i64 %ri, %half
+  %loff = mul i64 %ri, {"%half" if two else "%K"}
   %lrow = getelementptr i8, ptr %l, i64 %loff
   %goff = mul i64 %ri, %groups
   %srow = getelementptr float, ptr %sc, i64 %goff

@@ -109,7 +109,7 @@ def _dequantize_block(attrs: dict[str, Any], weight: np.ndarray, scale: np.ndarr
                       hi: int, out: np.ndarray, bf16: bool, compiled: bool = False) -> None:
     k, g = out.shape[1], attrs["q_group_size"]
     if compiled:  # the same arithmetic in one compiled loop (the caller checked compiled_dequant.wanted)
-        compiled_dequant.dequantize_into(weight[lo:hi], scale[lo:hi], np.asarray(zp[lo:hi]), g, out)
+        compiled_dequant.dequantize_into(weight[lo:hi], scale[lo:hi], np.asarray(zp[lo:hi]), g, out, bf16)
         return
     levels = unpack_nibbles(weight[lo:hi]) if attrs.get("packed") else np.asarray(weight[lo:hi])
     w = out.reshape(hi - lo, k // g, g)
