@@ -24,13 +24,13 @@ processes). Where llvmlite cannot build it, the numpy passes run: slower, same b
 from __future__ import annotations
 
 import ctypes
-import threading
 import warnings
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from llmbuild.numerics import vector_product
 from llmbuild.numerics.levels_product import round_bf16_ir, splat
 
 # The smallest weight (elements) the host path leaves quantized, dequantizing it block by block as each
@@ -38,9 +38,6 @@ from llmbuild.numerics.levels_product import round_bf16_ir, splat
 MIN_WEIGHTS = 1 << 23
 _VECTOR = 16  # levels per step: one <16 x float> register
 
-_lock = threading.Lock()
-_loaded = False
-_kernel: dict[tuple[bool, bool], Callable[..., None]] | None = None
 
 
 def takes(attrs: dict[str, Any], scale_dtype: np.dtype) -> bool:
@@ -64,33 +61,27 @@ def ready(attrs: dict[str, Any], scale_dtype: np.dtype) -> bool:
     return takes(attrs, scale_dtype) and kernel() is not None
 
 
-def kernel() -> dict[tuple[bool, bool], Callable[..., None]] | None:
-    """The compiled dequantizers by (levels two to a byte, rounded to bf16), each `(levels*, scale*, zero*,
-    groups_per_row, group, out*, rows, K)` over C-contiguous u8 levels [rows, K/2] or [rows, K], scale and
-    zero f32 [rows, K/g] and out f32 [rows, K], compiled on first use; None where they cannot be built."""
-    global _loaded, _kernel
-    if not _loaded:
-        with _lock:
-            if not _loaded:
-                _kernel = _compile()
-                _loaded = True
-    return _kernel
+def kernel(two: bool = True, rounded: bool = True) -> Callable[..., None] | None:
+    """The compiled dequantizer for levels two to a byte or one, rounded to bf16 or not: `(levels*, scale*,
+    zero*, groups_per_row, group, out*, rows, K)` over C-contiguous u8 levels [rows, K/2] or [rows, K], scale
+    and zero f32 [rows, K/g] and out f32 [rows, K], compiled (with the others) on first use; None where it
+    cannot be built."""
+    return _KERNELS.get((two, rounded))
 
 
 def dequantize_into(levels: np.ndarray, scale: np.ndarray, zero: np.ndarray, group: int, out: np.ndarray,
                     rounded: bool = True) -> None:
     """`out` [r, K] = (level - zero) * scale, rounded to bf16 when `rounded` (a bf16 `dequant_dtype`), the
     levels two to a byte (even k in the low nibble; `levels` [r, K/2]) or one ([r, K])."""
-    kernels = kernel()
     k = out.shape[1]
     two = levels.shape[1] * 2 == k
-    assert kernels is not None and group % _VECTOR == 0 and (two or levels.shape[1] == k), \
+    run = kernel(two, rounded)
+    assert run is not None and group % _VECTOR == 0 and (two or levels.shape[1] == k), \
         "compiled_dequant.dequantize_into: check takes() first"
     target = out if out.flags.c_contiguous and out.dtype == np.float32 else np.empty(out.shape, np.float32)
     rows = target.shape[0]
     if rows == 0:
         return
-    run = kernels[two, rounded]
     packed = np.ascontiguousarray(levels, dtype=np.uint8)
     scale = np.ascontiguousarray(scale, dtype=np.float32)
     zero = np.ascontiguousarray(zero, dtype=np.float32)
@@ -99,15 +90,13 @@ def dequantize_into(levels: np.ndarray, scale: np.ndarray, zero: np.ndarray, gro
         out[...] = target
 
 
-def _compile() -> dict[tuple[bool, bool], Callable[..., None]] | None:
-    from llmbuild.numerics import vector_product
-
+def _compile() -> dict[tuple[bool, bool], Callable[..., None] | None]:
     try:
         engine = vector_product.compile_ir("".join(_ir(*kind) for kind in _KINDS))
     except Exception as error:  # an llvmlite without these APIs, an unknown CPU: numpy has the same bits
         warnings.warn(f"llmbuild: the compiled dequantizer is unavailable ({error}); 4-bit weights are "
                       "dequantized by numpy, slower, with the same results", RuntimeWarning, stacklevel=3)
-        return None
+        return dict.fromkeys(_KINDS)
     vector_product.keep(engine)
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     # ctypes releases the GIL for the call: the product's threads dequantize side by side.
@@ -184,3 +173,6 @@ done:
   ret void
 }}
 """
+
+
+_KERNELS = vector_product.CompiledKernels(_compile)

@@ -15,16 +15,14 @@ infinity is rounded by numpy's passes instead (the kernel reports it), which def
 from __future__ import annotations
 
 import ctypes
-import threading
 import warnings
 from collections.abc import Callable
 
 import numpy as np
 
+from llmbuild.numerics import vector_product
+
 _VECTOR = 16
-_lock = threading.Lock()
-_loaded = False
-_kernel: Callable[..., int] | None = None
 
 
 def takes(weight: np.ndarray, group: int) -> bool:
@@ -50,28 +48,20 @@ def rtn4(weight: np.ndarray, group: int) -> tuple[np.ndarray, np.ndarray, np.nda
 
 
 def _compiled() -> Callable[..., int] | None:
-    global _loaded, _kernel
-    if not _loaded:
-        with _lock:
-            if not _loaded:
-                _kernel = _compile()
-                _loaded = True
-    return _kernel
+    return _KERNELS.get("rtn4")
 
 
-def _compile() -> Callable[..., int] | None:
-    from llmbuild.numerics import vector_product
-
+def _compile() -> dict[str, Callable[..., int] | None]:
     try:
         engine = vector_product.compile_ir(_ir())
     except Exception as error:  # an llvmlite without these APIs: numpy's passes give the same levels
         warnings.warn(f"llmbuild: the compiled round-to-nearest is unavailable ({error}); numpy rounds, slower, "
                       "with the same levels", RuntimeWarning, stacklevel=3)
-        return None
+        return {"rtn4": None}
     vector_product.keep(engine)
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     signature = ctypes.CFUNCTYPE(i64, ptr, i64, i64, i64, ptr, ptr, ptr)
-    return signature(engine.get_function_address("rtn4_rows"))
+    return {"rtn4": signature(engine.get_function_address("rtn4_rows"))}
 
 
 def _splat(value: str, element: str = "float") -> str:
@@ -190,3 +180,6 @@ bad:
   ret i64 1
 }}
 """
+
+
+_KERNELS = vector_product.CompiledKernels(_compile)
