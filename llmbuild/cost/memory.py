@@ -155,12 +155,9 @@ def _block_values(spec: ModelSpec, act_dtype: str, stage: str, seq_length: int,
         ([q_in, "cos", "sin"], "q_rope", n * nh * d * b),
         ([k_in, "cos", "sin"], None, 0),  # k_rope: bound to present_k
     ]
-    keys_in = []
-    if stage != "prefill":
-        rows = (seq_length + n) * kvh * d * b
-        ops += [([], "k_concat", rows), ([], "v_concat", rows)]
-        keys_in = ["k_concat", "v_concat"]
+    history, keys_in = history_values(stage, seq_length, n, kvh * d * b)
     ops += [
+        *history,
         (["q_rope", *keys_in], "attn", n * nh * d * b),
         (["attn"], "o", n * H * b),
         (["o"], "h", n * H * b),
@@ -173,6 +170,15 @@ def _block_values(spec: ModelSpec, act_dtype: str, stage: str, seq_length: int,
         (["h", "down"], None, 0),  # the new hidden state: bound to IO
     ]
     return [(i, reads, value, size) for i, (reads, value, size) in enumerate(ops)]
+
+
+def history_values(stage: str, seq_length: int, n: int, row_bytes: int) -> tuple[list, list[str]]:
+    """A full-attention layer's K and V joined to the history (the stages that read one): their entries in
+    a block's value list, and their names for the attention that reads them."""
+    if stage == "prefill":
+        return [], []
+    rows = (seq_length + n) * row_bytes
+    return [([], "k_concat", rows), ([], "v_concat", rows)], ["k_concat", "v_concat"]
 
 
 def block_activation_peak(spec: ModelSpec, act_dtype: str, stage: str, seq_length: int, prefill_length: int) -> int:

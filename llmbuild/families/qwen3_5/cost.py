@@ -8,6 +8,7 @@ and the recurrent matrix in place (`kv_bytes`), and the runtime's copy of the ne
 
 from __future__ import annotations
 
+from llmbuild.cost.memory import history_values
 from llmbuild.cost.ops import ADD_OPS, RMSNORM_OPS, ROPE_OPS, SILU_MUL_OPS, SOFTMAX_OPS, Attention, Op, _linear, _norm
 from llmbuild.cost.weight_formats import WeightFormat
 from llmbuild.families.spec import LinearAttention, ModelSpec
@@ -187,12 +188,9 @@ def _attention_values(spec: ModelSpec, stage: str, n: int, b: int, seq_length: i
             ]
     else:
         ops += [(["qn", "cos", "sin"], "q_rope", n * nh * d * b), (["kn", "cos", "sin"], None, 0)]
-    keys_in = []
-    if stage != "prefill":
-        rows = (seq_length + n) * kvh * d * b
-        ops += [([], "k_concat", rows), ([], "v_concat", rows)]
-        keys_in = ["k_concat", "v_concat"]
+    history, keys_in = history_values(stage, seq_length, n, kvh * d * b)
     ops += [
+        *history,
         (["q_rope", *keys_in], "attn", n * nh * d * b),
         (["gate_half"], "gate_sigmoid", n * nh * d * b),
         (["attn", "gate_sigmoid"], "attn_gated", n * nh * d * b),
