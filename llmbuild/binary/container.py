@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmbuild import LlmbuildError, one_line
+from llmbuild.binary import verified_stamp
 
 MAGIC = b"LLMBUILD"
 VERSION = 2  # 2: the header's last field checksums the header and the section table
@@ -105,7 +106,8 @@ class Container:
             raise
 
     def _open(self, path: Path) -> None:
-        size = os.fstat(self._file.fileno()).st_size
+        self._stat = os.fstat(self._file.fileno())
+        size = self._stat.st_size
         self._map = None
         if size < HEADER.size:
             raise LlmbuildError(f"{path}: not an llmbuild file (too short)")
@@ -135,8 +137,10 @@ class Container:
             if name in self.entries:
                 raise LlmbuildError(f"{path}: section {name} appears twice")
             self.entries[name] = SectionEntry(name, offset, length, sha)
-        if self._verify:
+        self._checksum = checksum
+        if self._verify and not verified_stamp.stamped(path, self._stat, checksum):
             self.verify()
+            verified_stamp.stamp(path, self._stat, checksum)
 
     def close(self) -> None:
         # The map stays alive while numpy arrays or memoryviews still point into it; then the GC frees it.
