@@ -137,7 +137,6 @@ class Container:
             if name in self.entries:
                 raise LlmbuildError(f"{path}: section {name} appears twice")
             self.entries[name] = SectionEntry(name, offset, length, sha)
-        self._checksum = checksum
         if self._verify and not verified_stamp.stamped(path, self._stat, checksum):
             self.verify()
             verified_stamp.stamp(path, self._stat, checksum)

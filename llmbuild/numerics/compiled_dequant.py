@@ -24,14 +24,13 @@ processes). Where llvmlite cannot build it, the numpy passes run: slower, same b
 from __future__ import annotations
 
 import ctypes
-import warnings
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from llmbuild.numerics import vector_product
-from llmbuild.numerics.levels_product import round_bf16_ir, splat
+from llmbuild.numerics.levels_product import dequantized_ir, levels_ir
 
 # The smallest weight (elements) the host path leaves quantized, dequantizing it block by block as each
 # product reads it: a 1.5B model's MLP projections (1536 x 8960) and up.
@@ -91,17 +90,11 @@ def dequantize_into(levels: np.ndarray, scale: np.ndarray, zero: np.ndarray, gro
 
 
 def _compile() -> dict[tuple[bool, bool], Callable[..., None] | None]:
-    try:
-        engine = vector_product.compile_ir("".join(_ir(*kind) for kind in _KINDS))
-    except Exception as error:  # an llvmlite without these APIs, an unknown CPU: numpy has the same bits
-        warnings.warn(f"llmbuild: the compiled dequantizer is unavailable ({error}); 4-bit weights are "
-                      "dequantized by numpy, slower, with the same results", RuntimeWarning, stacklevel=3)
-        return dict.fromkeys(_KINDS)
-    vector_product.keep(engine)
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    # ctypes releases the GIL for the call: the product's threads dequantize side by side.
-    signature = ctypes.CFUNCTYPE(None, ptr, ptr, ptr, i64, i64, ptr, i64, i64)
-    return {kind: signature(engine.get_function_address(_name(*kind))) for kind in _KINDS}
+    return vector_product.compile_functions(
+        "".join(_ir(*kind) for kind in _KINDS), {kind: _name(*kind) for kind in _KINDS},
+        ctypes.CFUNCTYPE(None, ptr, ptr, ptr, i64, i64, ptr, i64, i64),
+        "the compiled dequantizer", "4-bit weights are dequantized by numpy, slower, with the same results")
 
 
 _KINDS = [(two, rounded) for two in (True, False) for rounded in (True, False)]
@@ -114,32 +107,11 @@ def _name(two: bool, rounded: bool) -> str:
 def _ir(two: bool, rounded: bool) -> str:
     """Per row, per 16 levels (8 bytes of nibbles widened in k order, or 16 bytes): minus the group's zero,
     times its scale, rounded to bf16, stored."""
-    interleave = ", ".join(f"i32 {i}, i32 {i + 8}" for i in range(8))
-    levels = [
-        "  %kh = lshr i64 %k, 1",
-        "  %lp = getelementptr i8, ptr %lrow, i64 %kh",
-        "  %lb = load <8 x i8>, ptr %lp, align 1",
-        f"  %lo4 = and <8 x i8> %lb, {splat(8, 'i8', '15')}",
-        f"  %hi4 = lshr <8 x i8> %lb, {splat(8, 'i8', '4')}",
-        f"  %q = shufflevector <8 x i8> %lo4, <8 x i8> %hi4, <16 x i32> <{interleave}>",
-    ] if two else ["  %lp = getelementptr i8, ptr %lrow, i64 %k", "  %q = load <16 x i8>, ptr %lp, align 1"]
     block = "\n".join([
-        *levels,
-        "  %g = udiv i64 %k, %group",
-        "  %sp = getelementptr float, ptr %srow, i64 %g",
-        "  %s = load float, ptr %sp, align 4",
-        "  %zp = getelementptr float, ptr %zrow, i64 %g",
-        "  %z = load float, ptr %zp, align 4",
-        "  %s1 = insertelement <16 x float> poison, float %s, i64 0",
-        "  %ss = shufflevector <16 x float> %s1, <16 x float> poison, <16 x i32> zeroinitializer",
-        "  %z1 = insertelement <16 x float> poison, float %z, i64 0",
-        "  %zs = shufflevector <16 x float> %z1, <16 x float> poison, <16 x i32> zeroinitializer",
-        "  %qf = uitofp <16 x i8> %q to <16 x float>",
-        "  %d = fsub <16 x float> %qf, %zs",
-        "  %v = fmul <16 x float> %d, %ss",
-        *(round_bf16_ir(16, "%v", "%wv") if rounded else []),
+        *levels_ir(4 if two else 8, _VECTOR),
+        *dequantized_ir(rounded, _VECTOR),  # levels_product's arithmetic, 16 lanes at a time
         "  %op = getelementptr float, ptr %orow, i64 %k",
-        f"  store <16 x float> {'%wv' if rounded else '%v'}, ptr %op, align 4",
+        f"  store <{_VECTOR} x float> %wv, ptr %op, align 4",
     ])
     return f"""
 define void @{_name(two, rounded)}(ptr noalias nocapture readonly %l, ptr noalias nocapture readonly %sc,

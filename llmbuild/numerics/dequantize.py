@@ -65,12 +65,12 @@ def dequantize_values(attrs: dict[str, Any], weight: np.ndarray, scale: np.ndarr
     the device's dequantizer does. Into one array, in row blocks that stay in the L2 cache (twice as fast
     as whole-matrix passes: a 7B projection is 68M values). `into`: a buffer of the result's shape to
     write it to as well, computed there directly when it has the scale's type and nothing is rounded
-    after the blocks. `compiled`: whether the compiled kernel dequantizes (compiled_dequant.py; the
-    default decides by this weight's size; a caller reading a large weight in slices decides once)."""
+    after the blocks. `compiled`: whether the compiled kernel dequantizes (compiled_dequant.py; by
+    default whenever it takes the weight; a caller reading a large weight in slices decides once)."""
     scale = np.asarray(scale)
     n, k = weight.shape[0], weight.shape[1] * (2 if attrs.get("packed") else 1)
     if compiled is None:
-        compiled = compiled_dequant.wanted(n * k, attrs, scale.dtype) or compiled_dequant.ready(attrs, scale.dtype)
+        compiled = compiled_dequant.ready(attrs, scale.dtype)
     bf16 = attrs.get("dequant_dtype") == "bf16" and scale.dtype == np.float32  # rounded block by block
     rounded_after = bool(attrs.get("dequant_dtype")) and not bf16
     direct = into is not None and into.dtype == scale.dtype and not rounded_after
@@ -92,7 +92,7 @@ def dequantize_bf16_bits(attrs: dict[str, Any], weight: np.ndarray, scale: np.nd
     n, k = weight.shape[0], weight.shape[1] * (2 if attrs.get("packed") else 1)
     out = np.empty((n, k), dtype=np.uint16)
     block = np.empty(max(1, CACHE_BLOCK // k) * k, dtype=np.float32)
-    compiled = compiled_dequant.wanted(n * k, attrs, scale.dtype) or compiled_dequant.ready(attrs, scale.dtype)
+    compiled = compiled_dequant.ready(attrs, scale.dtype)
     for lo, hi in _row_blocks(n, k):
         values = block[: (hi - lo) * k].reshape(hi - lo, k)
         _dequantize_block(attrs, weight, scale, zp, lo, hi, values, True, compiled)
@@ -108,7 +108,7 @@ def _row_blocks(n: int, k: int) -> list[tuple[int, int]]:
 def _dequantize_block(attrs: dict[str, Any], weight: np.ndarray, scale: np.ndarray, zp: np.ndarray, lo: int,
                       hi: int, out: np.ndarray, bf16: bool, compiled: bool = False) -> None:
     k, g = out.shape[1], attrs["q_group_size"]
-    if compiled:  # the same arithmetic in one compiled loop (the caller checked compiled_dequant.wanted)
+    if compiled:  # the same arithmetic in one compiled loop (the caller checked compiled_dequant.ready)
         compiled_dequant.dequantize_into(weight[lo:hi], scale[lo:hi], np.asarray(zp[lo:hi]), g, out, bf16)
         return
     levels = unpack_nibbles(weight[lo:hi]) if attrs.get("packed") else np.asarray(weight[lo:hi])

@@ -16,7 +16,6 @@ bf16 or none; the levels two to a byte (even k in the low nibble) or one to a by
 from __future__ import annotations
 
 import ctypes
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -83,19 +82,14 @@ def _name(bits: int, rounded: bool, lookup: bool) -> str:
 
 def _compile() -> dict[tuple[int, bool, bool], Callable[..., None] | None]:
     kinds = [kind for kind in _KINDS if _has_avx512() or not kind[2]]
-    try:
-        ir = "\n".join(_ir(*kind) for kind in kinds)
-        if any(kind[2] for kind in kinds):
-            ir += "\ndeclare <16 x float> @llvm.x86.avx512.permvar.sf.512(<16 x float>, <16 x i32>)\n"
-        engine = vector_product.compile_ir(ir)
-    except Exception as error:
-        warnings.warn(f"llmbuild: the compiled 4/8-bit product is unavailable ({error}); decode dequantizes "
-                      "blocks first, slower, with the same results", RuntimeWarning, stacklevel=3)
-        return dict.fromkeys(_KINDS)
-    vector_product.keep(engine)
+    ir = "\n".join(_ir(*kind) for kind in kinds)
+    if any(kind[2] for kind in kinds):
+        ir += "\ndeclare <16 x float> @llvm.x86.avx512.permvar.sf.512(<16 x float>, <16 x i32>)\n"
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    signature = ctypes.CFUNCTYPE(None, ptr, ptr, i64, ptr, ptr, i64, i64, ptr, i64, i64, i64)
-    return {kind: signature(engine.get_function_address(_name(*kind))) for kind in kinds}
+    return vector_product.compile_functions(
+        ir, {kind: _name(*kind) for kind in kinds},
+        ctypes.CFUNCTYPE(None, ptr, ptr, i64, ptr, ptr, i64, i64, ptr, i64, i64, i64),
+        "the compiled 4/8-bit product", "decode dequantizes blocks first, slower, with the same results")
 
 
 _KERNELS = vector_product.CompiledKernels(_compile)
@@ -113,17 +107,19 @@ def splat(width: int, element: str, value: str) -> str:
     return "<" + ", ".join([f"{element} {value}"] * width) + ">"
 
 
-def _levels(bits: int) -> list[str]:
-    """IR loading the 64 levels of the block at k (row %lrow) as %q, <64 x i8> in k order."""
+def levels_ir(bits: int, width: int = LANES) -> list[str]:
+    """IR loading the `width` levels of the block at k (row %lrow) as %q, <width x i8> in k order: 4-bit
+    levels two to a byte (even k in the low nibble), 8-bit ones a byte each."""
     if bits == 8:
-        return ["  %lp = getelementptr i8, ptr %lrow, i64 %k", "  %q = load <64 x i8>, ptr %lp, align 1"]
-    interleave = ", ".join(f"i32 {i}, i32 {i + 32}" for i in range(32))
+        return ["  %lp = getelementptr i8, ptr %lrow, i64 %k", f"  %q = load <{width} x i8>, ptr %lp, align 1"]
+    half = width // 2
+    interleave = ", ".join(f"i32 {i}, i32 {i + half}" for i in range(half))
     return ["  %kh = lshr i64 %k, 1",
             "  %lp = getelementptr i8, ptr %lrow, i64 %kh",
-            "  %lb = load <32 x i8>, ptr %lp, align 1",
-            f"  %lo4 = and <32 x i8> %lb, {splat(32, 'i8', '15')}",
-            f"  %hi4 = lshr <32 x i8> %lb, {splat(32, 'i8', '4')}",
-            f"  %q = shufflevector <32 x i8> %lo4, <32 x i8> %hi4, <64 x i32> <{interleave}>"]
+            f"  %lb = load <{half} x i8>, ptr %lp, align 1",
+            f"  %lo4 = and <{half} x i8> %lb, {splat(half, 'i8', '15')}",
+            f"  %hi4 = lshr <{half} x i8> %lb, {splat(half, 'i8', '4')}",
+            f"  %q = shufflevector <{half} x i8> %lo4, <{half} x i8> %hi4, <{width} x i32> <{interleave}>"]
 
 
 def _table(rounded: bool) -> list[str]:
@@ -133,7 +129,7 @@ def _table(rounded: bool) -> list[str]:
     lines = _scale_and_zero(16) + [f"  %td = fsub <16 x float> {iota}, %zs"]
     if not rounded:
         return [*lines, "  %wt = fmul <16 x float> %td, %ss"]
-    return [*lines, "  %tv = fmul <16 x float> %td, %ss", *round_bf16_ir(16, "%tv", "%wt")]
+    return [*lines, "  %tv = fmul <16 x float> %td, %ss", *_round_bf16(16, "%tv", "%wt")]
 
 
 def _looked_up() -> list[str]:
@@ -160,7 +156,7 @@ def _scale_and_zero(width: int) -> list[str]:
             f"  %zs = shufflevector <{width} x float> %z1, <{width} x float> poison, <{width} x i32> zeroinitializer"]
 
 
-def round_bf16_ir(width: int, value: str, out: str) -> list[str]:
+def _round_bf16(width: int, value: str, out: str) -> list[str]:
     """IR rounding the <width x float> `value` to bf16 (nearest even; NaN to the canonical NaN) as `out`."""
     i32 = lambda v: splat(width, "i32", v)  # noqa: E731
     t = f"<{width} x i32>"
@@ -176,23 +172,25 @@ def round_bf16_ir(width: int, value: str, out: str) -> list[str]:
             f"  {out} = bitcast {t} %rn to <{width} x float>"]
 
 
-def _dequantized(rounded: bool) -> list[str]:
-    """IR from %q to %wv, <64 x float>: (level - zero) * scale, rounded to bf16 when `rounded`."""
-    lines = [*_scale_and_zero(64), "  %qf = uitofp <64 x i8> %q to <64 x float>", "  %d = fsub <64 x float> %qf, %zs"]
+def dequantized_ir(rounded: bool, width: int = LANES) -> list[str]:
+    """IR from %q to %wv, <width x float>: (level - zero) * scale with the group's scale and zero at k,
+    rounded to bf16 when `rounded`."""
+    t = f"<{width} x float>"
+    lines = [*_scale_and_zero(width), f"  %qf = uitofp <{width} x i8> %q to {t}", f"  %d = fsub {t} %qf, %zs"]
     if not rounded:
-        return [*lines, "  %wv = fmul <64 x float> %d, %ss"]
-    return [*lines, "  %v = fmul <64 x float> %d, %ss", *round_bf16_ir(64, "%v", "%wv")]
+        return [*lines, f"  %wv = fmul {t} %d, %ss"]
+    return [*lines, f"  %v = fmul {t} %d, %ss", *_round_bf16(width, "%v", "%wv")]
 
 
 def _ir(bits: int, rounded: bool, lookup: bool) -> str:
     """Per output row n: each block of 64 levels dequantized (4-bit levels with `lookup`: looked up in a
     16-entry table of the group's values, one vpermps per 16 levels), its four 16-lane quarters multiplied
     with x and added to the four accumulators; then the lane tree."""
-    block = _levels(bits)
+    block = levels_ir(bits)
     if bits == 4 and lookup:
         block += [*_table(rounded), *_looked_up()]
     else:
-        block += _dequantized(rounded)
+        block += dequantized_ir(rounded)
         for a in range(LANES // _VECTOR):
             quarter = ", ".join(f"i32 {a * _VECTOR + i}" for i in range(_VECTOR))
             block.append(f"  %w{a} = shufflevector <64 x float> %wv, <64 x float> poison, <16 x i32> <{quarter}>")

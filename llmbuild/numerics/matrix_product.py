@@ -18,7 +18,6 @@ vector_product's kernel is, without fast-math flags: LLVM may neither reassociat
 from __future__ import annotations
 
 import ctypes
-import warnings
 from collections.abc import Callable
 
 import numpy as np
@@ -86,16 +85,11 @@ def kernel(storage: str) -> Callable[..., None] | None:
 
 def _compile() -> dict[str, Callable[..., None] | None]:
     storages = list(vector_product.WIDEN)
-    try:
-        engine = vector_product.compile_ir("\n".join(_ir(s) for s in storages))
-    except Exception as error:  # an llvmlite without these APIs, an unknown CPU: numpy has the same bits
-        warnings.warn(f"llmbuild: the compiled matrix product is unavailable ({error}); products run on "
-                      "numpy, much slower, with the same results", RuntimeWarning, stacklevel=3)
-        return dict.fromkeys(storages)
-    vector_product.keep(engine)
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    signature = ctypes.CFUNCTYPE(None, ptr, i64, i64, ptr, i64, ptr, i64, i64, i64, i64)
-    return {s: signature(engine.get_function_address(f"rows_product_{s}")) for s in storages}
+    return vector_product.compile_functions(
+        "\n".join(_ir(s) for s in storages), {s: f"rows_product_{s}" for s in storages},
+        ctypes.CFUNCTYPE(None, ptr, i64, i64, ptr, i64, ptr, i64, i64, i64, i64),
+        "the compiled matrix product", "products run on numpy, much slower, with the same results")
 
 
 _KERNELS = vector_product.CompiledKernels(_compile)

@@ -29,14 +29,16 @@ from __future__ import annotations
 import ctypes
 import threading
 import warnings
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import numpy as np
 
 from llmbuild.numerics import kernel_cache
 from llmbuild.numerics.formats import bf16_bits_to_f32
 from llmbuild.numerics.parallel import row_spans
+
+Key = TypeVar("Key")
 
 LANES = 64
 _VECTOR = 16  # lanes per LLVM vector; LANES / _VECTOR accumulators
@@ -162,18 +164,27 @@ def compile_ir(ir: str) -> Any:
     return engine
 
 
-def _compile() -> dict[str, Callable[..., None] | None]:
+def compile_functions(ir: str, symbols: Mapping[Key, str], signature: Any, what: str,
+                      instead: str) -> dict[Key, Callable[..., Any] | None]:
+    """key -> the function `symbols[key]` of LLVM IR `ir` (`compile_ir`), called through the ctypes
+    `signature` (ctypes releases the GIL for the call: rows split over threads run side by side). Where
+    llvmlite cannot build them (an llvmlite without these APIs, an unknown CPU), every key is None and one
+    warning says that `what` is unavailable and what runs `instead` (numpy, with the same bits)."""
     try:
-        engine = compile_ir("\n".join(_ir(storage) for storage in WIDEN))
-    except Exception as error:  # an llvmlite without these APIs, an unknown CPU: numpy has the same bits
-        warnings.warn(f"llmbuild: the compiled one-row product is unavailable ({error}); decode runs on numpy, "
-                      "slower, with the same results", RuntimeWarning, stacklevel=3)
-        return dict.fromkeys(WIDEN)
+        engine = compile_ir(ir)
+    except Exception as error:
+        warnings.warn(f"llmbuild: {what} is unavailable ({error}); {instead}", RuntimeWarning, stacklevel=4)
+        return dict.fromkeys(symbols)
     keep(engine)
-    signature = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                                 ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
-    # ctypes releases the GIL for the call: rows split over threads run side by side.
-    return {storage: signature(engine.get_function_address(f"row_product_{storage}")) for storage in WIDEN}
+    return {key: signature(engine.get_function_address(symbol)) for key, symbol in symbols.items()}
+
+
+def _compile() -> dict[str, Callable[..., None] | None]:
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    return compile_functions("\n".join(_ir(storage) for storage in WIDEN),
+                             {storage: f"row_product_{storage}" for storage in WIDEN},
+                             ctypes.CFUNCTYPE(None, ptr, ptr, ptr, i64, i64, i64, i64),
+                             "the compiled one-row product", "decode runs on numpy, slower, with the same results")
 
 
 _KERNELS = CompiledKernels(_compile)

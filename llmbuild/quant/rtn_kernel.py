@@ -15,12 +15,12 @@ infinity is rounded by numpy's passes instead (the kernel reports it), which def
 from __future__ import annotations
 
 import ctypes
-import warnings
 from collections.abc import Callable
 
 import numpy as np
 
 from llmbuild.numerics import vector_product
+from llmbuild.numerics.levels_product import splat
 
 _VECTOR = 16
 
@@ -52,20 +52,10 @@ def _compiled() -> Callable[..., int] | None:
 
 
 def _compile() -> dict[str, Callable[..., int] | None]:
-    try:
-        engine = vector_product.compile_ir(_ir())
-    except Exception as error:  # an llvmlite without these APIs: numpy's passes give the same levels
-        warnings.warn(f"llmbuild: the compiled round-to-nearest is unavailable ({error}); numpy rounds, slower, "
-                      "with the same levels", RuntimeWarning, stacklevel=3)
-        return {"rtn4": None}
-    vector_product.keep(engine)
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    signature = ctypes.CFUNCTYPE(i64, ptr, i64, i64, i64, ptr, ptr, ptr)
-    return {"rtn4": signature(engine.get_function_address("rtn4_rows"))}
-
-
-def _splat(value: str, element: str = "float") -> str:
-    return "<" + ", ".join([f"{element} {value}"] * _VECTOR) + ">"
+    return vector_product.compile_functions(
+        _ir(), {"rtn4": "rtn4_rows"}, ctypes.CFUNCTYPE(i64, ptr, i64, i64, i64, ptr, ptr, ptr),
+        "the compiled round-to-nearest", "numpy rounds, slower, with the same levels")
 
 
 def _scalar_round_half_away(y: str, out: str) -> list[str]:
@@ -155,14 +145,14 @@ levels:
   %lp = getelementptr float, ptr %wg, i64 %j
   %lx = load {v}, ptr %lp, align 4
   %ld = fdiv {v} %lx, %ss
-  %lh = call {v} @llvm.copysign.v16f32({v} {_splat(below_hex)}, {v} %ld)
+  %lh = call {v} @llvm.copysign.v16f32({v} {splat(_VECTOR, "float", below_hex)}, {v} %ld)
   %la = fadd {v} %ld, %lh
   %lt = call {v} @llvm.trunc.v16f32({v} %la)
   %lz = fadd {v} %lt, %zs
   %lc0 = fcmp ogt {v} %lz, zeroinitializer
   %lc = select <{_VECTOR} x i1> %lc0, {v} %lz, {v} zeroinitializer
-  %lu0 = fcmp olt {v} %lc, {_splat("15.0")}
-  %lu = select <{_VECTOR} x i1> %lu0, {v} %lc, {v} {_splat("15.0")}
+  %lu0 = fcmp olt {v} %lc, {splat(_VECTOR, "float", "15.0")}
+  %lu = select <{_VECTOR} x i1> %lu0, {v} %lc, {v} {splat(_VECTOR, "float", "15.0")}
   %lq = fptoui {v} %lu to <{_VECTOR} x i8>
   %qo = add i64 %base, %j
   %qp = getelementptr i8, ptr %q, i64 %qo
