@@ -2,7 +2,8 @@
 changed no byte of what a user deploys.
 
     python benchmarks/binary_digests.py [--build-dir DIR] [--recipes NAME ...] [--json FILE]
-                                        [--compare FILE [--compare-build DIR]] [--record FILE]
+                                        [--compare FILE [--compare-build DIR] | --earlier REV [--remove-builds]]
+                                        [--record FILE]
 
 It builds the binaries only (each recipe's `.llmb` and, where the recipe makes one, its `.bmodel`; no
 verification), with Snakemake as a user would. Recipes whose checkpoint is not on this machine are listed
@@ -11,6 +12,12 @@ refactor) and exits 1 naming every binary whose digest differs; with `--compare-
 table was made from), a `.bmodel` that differs only in the 3 bytes the vendor's code generator leaves unset
 in `lm_head` (they differ between two runs of the vendor's own converter: docs/bmodel.md) counts as equal.
 `--record` writes the table, with the comparison, as a benchmark record (benchmarks/records.py).
+
+`--earlier REV` makes the comparison in one run: each recipe is built first by the llmbuild of git revision REV
+(a detached worktree of this repository, its package ahead of this one on the Python path, the same
+environment otherwise), then by this one, and the two compared. With `--remove-builds` each recipe's two
+build folders are deleted once compared, so a table of real-size recipes needs the disk of one recipe's
+builds, not of all of them.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -44,6 +52,49 @@ def buildable(names: list[str]) -> tuple[list[str], dict[str, str]]:
     if broken:
         raise SystemExit("recipes that do not load: " + "; ".join(f"{k}: {v}" for k, v in broken.items()))
     return [n for n in names if n not in missing], missing
+
+
+def build(name: str, targets: list[Path], source: Path, env: dict[str, str], cores: int, which: str) -> None:
+    """Snakemake on the binaries alone, run in `source` (this repository or the earlier revision's tree)."""
+    started = time.perf_counter()
+    run = subprocess.run([sys.executable, "-m", "snakemake", "--cores", str(cores), *map(str, targets)],
+                         cwd=source, env=env, capture_output=True, text=True)
+    if run.returncode:
+        sys.stderr.write(run.stderr[-3000:])
+        raise SystemExit(f"{name}: the build{which} failed (snakemake exit {run.returncode})")
+    print(f"{name}: built{which} in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+
+
+class EarlierTree:
+    """A revision of this repository checked out beside it (a detached git worktree), whose llmbuild builds
+    into a folder of its own: its package is put first on the Python path of its Snakemake and of every job."""
+
+    def __init__(self, revision: str, build_dir: Path) -> None:
+        self.build_dir = build_dir
+        self.tree = build_dir.parent / "earlier-source"
+        git = ["git", "-C", str(ROOT)]
+        commit = subprocess.run([*git, "rev-parse", "--short", f"{revision}^{{commit}}"], capture_output=True,
+                                text=True)
+        if commit.returncode:
+            raise SystemExit(f"--earlier {revision}: not a commit of this repository")
+        self.commit = commit.stdout.strip()
+        subprocess.run([*git, "worktree", "remove", "--force", str(self.tree)], capture_output=True)
+        shutil.rmtree(self.tree, ignore_errors=True)
+        subprocess.run([*git, "worktree", "add", "--detach", str(self.tree), self.commit], check=True,
+                       capture_output=True)
+
+    def build(self, name: str, binaries: list[str], cores: int) -> dict[str, str]:
+        """The earlier revision's binaries of recipe `name`, by their sha256."""
+        # The recipes find their checkpoints beside this repository, not beside the worktree.
+        env = {**os.environ, "LLMBUILD_BUILD_DIR": str(self.build_dir),
+               "LLMBUILD_MODELS": os.environ.get("LLMBUILD_MODELS", str(ROOT / "models")),
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(self.tree), os.environ.get("PYTHONPATH")]))}
+        targets = [self.build_dir / name / b for b in binaries]
+        build(name, targets, self.tree, env, cores, f" at {self.commit}")
+        return {t.name: sha256(t) for t in targets}
+
+    def close(self) -> None:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(self.tree)], capture_output=True)
 
 
 def binary_targets(build_dir: Path, name: str) -> list[Path]:
@@ -82,7 +133,8 @@ def compare(args: argparse.Namespace, before: dict, name: str, binary: str, dige
 
 
 def write_digest_record(args: argparse.Namespace, before: dict, rows: dict[str, dict[str, str]],
-                        status: dict[tuple[str, str], str], missing: dict[str, str]) -> None:
+                        sizes: dict[tuple[str, str], int], status: dict[tuple[str, str], str],
+                        missing: dict[str, str]) -> None:
     from records import command_line, write_record
 
     # The earlier table and build folder live outside the repository: named by their role in the command.
@@ -90,10 +142,16 @@ def write_digest_record(args: argparse.Namespace, before: dict, rows: dict[str, 
                     str(args.build_dir): "BUILD", str(args.json): "TABLE.json"}
     command = command_line([placeholders.get(word, word) for word in sys.argv])
     earlier = before.get("commit", "an earlier table")
-    table = [[name, binary, round((args.build_dir.resolve() / name / binary).stat().st_size / 2**20, 1),
-              rows[name][binary][:16], same] for (name, binary), same in status.items()]
-    notes = [f"`earlier`: the same recipe's binary as built at llmbuild {earlier} (EARLIER.json: this command's "
-             "`--json` table, run at that commit into EARLIER_BUILD)."] if before else []
+    table = [[name, binary, round(sizes[name, binary] / 2**20, 1), rows[name][binary][:16], same]
+             for (name, binary), same in status.items()]
+    if args.earlier:
+        notes = [f"`earlier`: the same recipe's binary as built, in the same run, by llmbuild at {earlier} "
+                 "(`--earlier`: a worktree of that commit, the same environment)."]
+    elif before:
+        notes = [f"`earlier`: the same recipe's binary as built at llmbuild {earlier} (EARLIER.json: this command's "
+                 "`--json` table, run at that commit into EARLIER_BUILD)."]
+    else:
+        notes = []
     if missing:
         notes.append(f"Not built here (no checkpoint on this machine): {', '.join(sorted(missing))}.")
     from llmbuild.recipe import list_recipes
@@ -117,26 +175,39 @@ def main() -> int:
     ap.add_argument("--json", type=Path, help="write the table here")
     ap.add_argument("--compare", type=Path, help="a table written by --json to compare with")
     ap.add_argument("--compare-build", type=Path, help="the build folder the --compare table was made from")
+    ap.add_argument("--earlier", metavar="REV", help="build each recipe at this git revision too, and compare")
+    ap.add_argument("--remove-builds", action="store_true", help="delete each recipe's builds once compared")
     ap.add_argument("--record", type=Path, help="write the table as a benchmark record (benchmarks/records/)")
     args = ap.parse_args()
+    if args.earlier and (args.compare or args.compare_build):
+        ap.error("--earlier builds the earlier binaries itself: not with --compare or --compare-build")
 
     os.environ["LLMBUILD_BUILD_DIR"] = str(args.build_dir.resolve())
     names, missing = buildable(args.recipes or list_recipes(buildable_only=True))
     rows: dict[str, dict[str, str]] = {}
-    for name in names:
-        targets = binary_targets(args.build_dir.resolve(), name)
-        started = time.perf_counter()
-        run = subprocess.run([sys.executable, "-m", "snakemake", "--cores", str(args.cores), *map(str, targets)],
-                             cwd=ROOT, capture_output=True, text=True)
-        if run.returncode:
-            sys.stderr.write(run.stderr[-3000:])
-            raise SystemExit(f"{name}: the build failed (snakemake exit {run.returncode})")
-        rows[name] = {t.name: sha256(t) for t in targets}
-        print(f"{name}: built in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
-
-    before = json.loads(args.compare.read_text()) if args.compare else {}
-    status = {(name, binary): compare(args, before, name, binary, digest)
-              for name, binaries in rows.items() for binary, digest in binaries.items()}
+    before: dict = json.loads(args.compare.read_text()) if args.compare else {}
+    status: dict[tuple[str, str], str] = {}
+    sizes: dict[tuple[str, str], int] = {}
+    earlier = EarlierTree(args.earlier, args.build_dir.resolve() / "earlier") if args.earlier else None
+    try:
+        for name in names:
+            targets = binary_targets(args.build_dir.resolve(), name)
+            if earlier:
+                before.setdefault("binaries", {})[name] = earlier.build(name, [t.name for t in targets], args.cores)
+                before["commit"] = earlier.commit
+                args.compare_build = earlier.build_dir
+            build(name, targets, ROOT, dict(os.environ), args.cores, "")
+            rows[name] = {t.name: sha256(t) for t in targets}
+            sizes.update({(name, t.name): t.stat().st_size for t in targets})
+            status.update({(name, binary): compare(args, before, name, binary, digest)
+                           for binary, digest in rows[name].items()})
+            if args.remove_builds:
+                for folder in (args.build_dir.resolve(), earlier.build_dir if earlier else None):
+                    if folder is not None:
+                        shutil.rmtree(folder / name, ignore_errors=True)
+    finally:
+        if earlier:
+            earlier.close()
     print("| recipe | binary | sha256 | earlier |\n|---|---|---|---|")
     for (name, binary), same in status.items():
         print(f"| {name} | {binary} | `{rows[name][binary]}` | {same} |")
@@ -148,7 +219,7 @@ def main() -> int:
         args.json.write_text(json.dumps({"commit": git_commit(), "binaries": rows, "not_here": sorted(missing)},
                                         indent=2) + "\n")
     if args.record:
-        write_digest_record(args, before, rows, status, missing)
+        write_digest_record(args, before, rows, sizes, status, missing)
     differ = [f"{name}/{binary}" for (name, binary), same in status.items() if same == "differs"]
     if differ:
         print(f"differ from {args.compare.name}: {', '.join(differ)}", file=sys.stderr)

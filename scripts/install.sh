@@ -13,6 +13,9 @@ python -m pip install -q --upgrade pip
 # torch first, pinned: a bare torch requirement would pull a multi-GB CUDA build.
 python -m pip install -q torch==2.13.0
 python -m pip install -q -e ".[compiler,reference,test,quant,cluster,vision]"
+# The package's bytecode, as a non-editable install would have it: a build starts a process per job (about
+# 120 for a 1.5B), and with PYTHONDONTWRITEBYTECODE set each would compile its modules from source again.
+python -m compileall -q llmbuild >/dev/null
 # Snakemake's SLURM executor (profiles/slurm/); --no-deps: it asks numpy>=2.4.5 (for its optional efficiency
 # report) against gptqmodel's numpy==2.2.6 pin; the `cluster` extra above installs its other requirements.
 python -m pip install -q --no-deps snakemake-executor-plugin-slurm==2.8.0
