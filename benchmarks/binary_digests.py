@@ -65,6 +65,12 @@ def build(name: str, targets: list[Path], source: Path, env: dict[str, str], cor
     print(f"{name}: built{which} in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
 
 
+def package_first(tree: Path) -> dict[str, str]:
+    """This process's environment with `tree`'s llmbuild first on the Python path of Snakemake and every job
+    (an editable install may point at another checkout)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))}
+
+
 class EarlierTree:
     """A revision of this repository checked out beside it (a detached git worktree), whose llmbuild builds
     into a folder of its own: its package is put first on the Python path of its Snakemake and of every job."""
@@ -86,9 +92,8 @@ class EarlierTree:
     def build(self, name: str, binaries: list[str], cores: int) -> dict[str, str]:
         """The earlier revision's binaries of recipe `name`, by their sha256."""
         # The recipes find their checkpoints beside this repository, not beside the worktree.
-        env = {**os.environ, "LLMBUILD_BUILD_DIR": str(self.build_dir),
-               "LLMBUILD_MODELS": os.environ.get("LLMBUILD_MODELS", str(ROOT / "models")),
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(self.tree), os.environ.get("PYTHONPATH")]))}
+        env = {**package_first(self.tree), "LLMBUILD_BUILD_DIR": str(self.build_dir),
+               "LLMBUILD_MODELS": os.environ.get("LLMBUILD_MODELS", str(ROOT / "models"))}
         targets = [self.build_dir / name / b for b in binaries]
         build(name, targets, self.tree, env, cores, f" at {self.commit}")
         return {t.name: sha256(t) for t in targets}
@@ -196,7 +201,7 @@ def main() -> int:
                 before.setdefault("binaries", {})[name] = earlier.build(name, [t.name for t in targets], args.cores)
                 before["commit"] = earlier.commit
                 args.compare_build = earlier.build_dir
-            build(name, targets, ROOT, dict(os.environ), args.cores, "")
+            build(name, targets, ROOT, package_first(ROOT), args.cores, "")
             rows[name] = {t.name: sha256(t) for t in targets}
             sizes.update({(name, t.name): t.stat().st_size for t in targets})
             status.update({(name, binary): compare(args, before, name, binary, digest)

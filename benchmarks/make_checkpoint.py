@@ -40,6 +40,13 @@ have them, with deterministic random weights. Under --out, each model gets its p
                                             each layer's linear_attn.* or self_attn.* as its layer_types entry
                                             says; A_log and the (1 + weight) norms as transformers stores them),
                                             one model.safetensors as the 2B's upload (recipe qwen3_5_2b_w4)
+  MiniCPM-V-4.6                             MiniCPM-V 4.6 (--model minicpm_v_4_6): SigLIP-400M with the window
+                                            merger after layer 6, the 2x2 merger and Qwen3.5-0.8B's language
+                                            model, bf16, in transformers' native minicpmv4_6 layout
+                                            (model.language_model.*, model.vision_tower.*, model.merger.*, the
+                                            head tied), preprocessor_config.json (slices of 448), a stand-in
+                                            tokenizer: Qwen3.5's with MiniCPM-V's image tokens from 248066
+                                            (recipe minicpm_v_4_6_w4)
 
 The config.json is the published one shipped in recipes/configs/ (the source of truth); the quantized
 models keep embeddings, lm_head and norms in fp16 and are sharded like their uploads (model-0000i-of-0000n
@@ -83,6 +90,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import resource
 import struct
 import sys
@@ -100,6 +108,8 @@ import numpy as np  # noqa: E402
 
 from llmbuild import LlmbuildError  # noqa: E402
 from llmbuild.families.layout import expected_shapes  # noqa: E402
+from llmbuild.families.minicpmv4_6.family import IMAGE_TOKENS as MINICPMV4_6_IMAGE_TOKENS  # noqa: E402
+from llmbuild.families.minicpmv4_6.synthetic import processor_config as minicpmv4_6_processor_config  # noqa: E402
 from llmbuild.families.registry import family_for_hf_model_type, get_family  # noqa: E402
 from llmbuild.frontend.atomic import atomic_directory  # noqa: E402
 from llmbuild.frontend.synthetic import BIAS_STD, CORPUS, EMBED_STD, LOGIT_STD, NORM_SPREAD  # noqa: E402
@@ -557,7 +567,26 @@ HYBRID_MODELS: dict[str, Published] = {
                     "transformers_version": "5.25.0"},
     ),
 }  # fmt: skip
-ALL_MODELS = MODELS | VLM_MODELS | HYBRID_MODELS
+# MiniCPM-V 4.6's tokenizer (a stand-in for the published one): Qwen3.5's, then the image tokens the family's
+# processor writes from 248066 (<unk>, the rows the image features fill, at 248070: the config's image_token_id).
+MINICPMV4_6_TOKENIZER = TokenizerStyle(
+    split=QWEN35_TOKENIZER.split, nfc=True, bos_prefix=None, ignore_merges=False, bpe_size=248044,
+    specials=_qwen_specials((*_QWEN25_EXTRA, *(Special(t) for t in MINICPMV4_6_IMAGE_TOKENS))),
+    chat_template=QWEN25_TEMPLATE, config=QWEN35_TOKENIZER.config,
+)
+# Vision-language models on Qwen3.5: the hybrid text model under model.language_model., the tower and mergers
+# beside it, and the image processor's preprocessor_config.json.
+HYBRID_VLM_MODELS: dict[str, Published] = {
+    "minicpm_v_4_6": Published(
+        key="minicpm_v_4_6", directory="MiniCPM-V-4.6", repo="openbmb/MiniCPM-V-4.6",
+        config_file="minicpm_v_4_6.json", packing="float", float_dtype="BF16", shard_bytes=None,
+        tokenizer=MINICPMV4_6_TOKENIZER,
+        generation={"bos_token_id": 248044, "eos_token_id": [248046, 248044], "pad_token_id": 248044,
+                    "transformers_version": "5.7.0"},
+        extra={"preprocessor_config": minicpmv4_6_processor_config({})},
+    ),
+}  # fmt: skip
+ALL_MODELS = MODELS | VLM_MODELS | HYBRID_MODELS | HYBRID_VLM_MODELS
 
 
 # ---- configuration of one (possibly truncated) checkpoint --------------------------------------------------
@@ -899,6 +928,32 @@ def vlm_tensor_plans(layout: Layout) -> list[TensorPlan]:
     return plans
 
 
+def siglip_plan(name: str, shape: tuple[int, ...], dtype: str) -> TensorPlan:
+    """A SigLIP tower or MiniCPM-V merger tensor (model.vision_tower.*, model.merger.*), filled by its kind."""
+    if re.search(r"(norm\d?|layernorm)\.weight$", name):
+        fill: Fill = partial(fill_norm, 1.0, dtype)
+    elif name.endswith(".bias"):
+        fill = partial(fill_normal, BIAS_STD, dtype)
+    elif name.endswith("position_embedding.weight"):
+        fill = partial(fill_normal, POSITION_STD, dtype)
+    else:
+        fill = partial(fill_normal, LINEAR_GAIN / math.sqrt(math.prod(shape[1:])), dtype)
+    return TensorPlan(name, dtype, shape, fill)
+
+
+def minicpmv4_6_tensor_plans(layout: Layout) -> list[TensorPlan]:
+    """MiniCPM-V 4.6's tensors as MiniCPMV4_6ForConditionalGeneration names them: the Qwen3.5 text model's
+    (drawn as the text model's) under `model.language_model.`, the tower and mergers as transformers has them."""
+    from llmbuild.families.minicpmv4_6.synthetic import vision_shapes
+
+    plans = [TensorPlan(p.name.replace("model.", "model.language_model.", 1), p.dtype, p.shape, p.fill)
+             if p.name.startswith("model.") else p for p in hybrid_tensor_plans(layout)]
+    config = {k: v for k, v in layout.config.items() if k != "llmbuild_truncated"}
+    shapes = vision_shapes(config)
+    plans += [siglip_plan(name, shapes[name], layout.model.float_dtype) for name in sorted(shapes)]
+    return plans
+
+
 # -hf name -> internvl_chat name, in order (transformers' convert_internvl_weights_to_hf.py, inverted).
 _CHAT_NAMES = (
     ("vision_tower.", "vision_model."), (".encoder.layer.", ".encoder.layers."),
@@ -1031,6 +1086,8 @@ def shard(plans: list[TensorPlan], max_bytes: int | None) -> list[list[TensorPla
 def write_weights(directory: Path, layout: Layout, seed: int, chat: bool = False) -> None:
     if layout.model.key in HYBRID_MODELS:
         plans = hybrid_tensor_plans(layout)
+    elif layout.model.key in HYBRID_VLM_MODELS:
+        plans = minicpmv4_6_tensor_plans(layout)
     else:
         plans = tensor_plans(layout) if "text_config" not in layout.config else vlm_tensor_plans(layout)
     plans = chat_tensor_plans(plans) if chat else plans
@@ -1183,7 +1240,8 @@ def make_checkpoint(
     if vision_layout not in ("native", "internvl_chat"):
         raise LlmbuildError(f"--vision-layout must be native or internvl_chat, got {vision_layout!r}")
     chat = vision_layout == "internvl_chat"
-    if (chat or vision_overrides) and model.chat_directory is None:
+    vision_language = model_key in VLM_MODELS or model_key in HYBRID_VLM_MODELS
+    if (chat and model.chat_directory is None) or (vision_overrides and not vision_language):
         raise LlmbuildError(f"--vision-layout and vision overrides apply to vision-language models, not {model_key}")
     layout = layout_for(model, layers, vocab_size, overrides)
     if vision_overrides:
@@ -1203,6 +1261,8 @@ def make_checkpoint(
         write_json(tmp / "generation_config.json", generation_config(layout))
         (tmp / "tokenizer.json").write_text(tokenizer.to_str(pretty=True) + "\n", encoding="utf-8")
         write_json(tmp / "tokenizer_config.json", tokenizer_config(layout))
+        if "preprocessor_config" in model.extra:
+            write_json(tmp / "preprocessor_config.json", model.extra["preprocessor_config"])
         write_weights(tmp, layout, seed, chat)
         files = {p.name: p.stat().st_size for p in sorted(tmp.iterdir())}
         write_json(tmp / STAMP_FILE, stamp | {"files": files})  # last: marks the directory complete

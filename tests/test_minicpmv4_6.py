@@ -53,7 +53,7 @@ def test_the_checkpoint_is_reproducible_to_the_byte(checkpoint: Path, tmp_path: 
     recipe = load_recipe(RECIPE, RECIPES)
     assert recipe.vision is not None and recipe.vision.config is not None
     prepare_checkpoint(recipe.source, tmp_path / "again", {**recipe.vision.config, "model_type": "minicpmv4_6"})
-    for name in ("model.safetensors", "config.json"):
+    for name in ("model.safetensors", "config.json", "preprocessor_config.json"):
         assert (tmp_path / "again" / "vlm" / name).read_bytes() == (checkpoint / "vlm" / name).read_bytes()
 
 
@@ -100,6 +100,7 @@ IMAGES = {(100, 90): None, (112, 240): (1, 2), (230, 250): (2, 2)}
 
 @pytest.mark.parametrize("size", list(IMAGES))
 def test_greedy_ids_equal_transformers_native_model_given_its_processor_s_pixels(built: Path, native,
+                                                                                  checkpoint: Path,
                                                                                   size: tuple[int, int]) -> None:
     from transformers.models.minicpmv4_6.image_processing_pil_minicpmv4_6 import MiniCPMV4_6ImageProcessorPil
 
@@ -109,7 +110,9 @@ def test_greedy_ids_equal_transformers_native_model_given_its_processor_s_pixels
 
     model = CompiledModel(built / f"{RECIPE}.llmb")
     meta = model.vision.meta
-    processor = MiniCPMV4_6ImageProcessorPil(scale_resolution=meta["scale_resolution"], patch_size=meta["patch_size"])
+    # the checkpoint's own processor (its preprocessor_config.json), not one set up from the binary's meta
+    processor = MiniCPMV4_6ImageProcessorPil.from_pretrained(checkpoint / "vlm")
+    assert (processor.scale_resolution, processor.max_slice_nums) == (meta["scale_resolution"], meta["max_slices"])
     image = _image(*size, seed=sum(size))
     out = processor(image, return_tensors="np")
     sliced = from_processor(out["pixel_values"], out["target_sizes"], out["grids"][0], meta["patch_size"])
@@ -161,6 +164,32 @@ def test_a_checkpoint_missing_a_vision_tensor_is_refused_in_one_line(checkpoint:
     assert "missing tensor 'model.merger.mlp.0.linear_2.bias'" in str(err.value) and "\n" not in str(err.value)
 
 
+def test_the_slicing_scale_is_the_processor_s_not_config_json_s_image_size(checkpoint: Path, tmp_path: Path) -> None:
+    """The published checkpoint's config.json says image_size 1120 and its preprocessor_config.json
+    scale_resolution 448: its processor slices at 448, so the vit net and the runtime do too."""
+    import json
+    import shutil
+
+    from llmbuild.families.minicpmv4_6.family import read_config, vit_geometry
+
+    out = tmp_path / "vlm"
+    shutil.copytree(checkpoint / "vlm", out)
+    config = json.loads((out / "config.json").read_text()) | {"image_size": 1120}
+    (out / "config.json").write_text(json.dumps(config))
+    processor = json.loads((out / "preprocessor_config.json").read_text()) | {"scale_resolution": 448,
+                                                                              "max_slice_nums": 4}
+    (out / "preprocessor_config.json").write_text(json.dumps(processor))
+    geo = vit_geometry(read_config(out))
+    assert (geo["scale"], geo["max_slices"]) == (448, 4)
+    (out / "preprocessor_config.json").unlink()  # an older checkpoint: transformers' processor defaults
+    geo = vit_geometry(read_config(out))
+    assert (geo["scale"], geo["max_slices"]) == (448, 9)
+    (out / "preprocessor_config.json").write_text("{not json")
+    with pytest.raises(Exception, match="preprocessor_config.json: cannot read") as err:
+        read_config(out)
+    assert "\n" not in str(err.value)
+
+
 def test_bad_pieces_and_configs_are_one_line_errors(checkpoint: Path, tmp_path: Path) -> None:
     import json
     import shutil
@@ -201,3 +230,41 @@ def test_the_estimate_s_flops_are_torch_s_count_of_the_exported_module(checkpoin
     assert flops == counter.get_total_flops()
     est = estimate(cfg, "f32", "bm1684x")
     assert est["vision_encode_s"] > 0 and est["vision_pieces_per_image"] == 10
+
+
+def test_the_generator_writes_minicpm_v_4_6_s_layout(tmp_path: Path) -> None:
+    """benchmarks/make_checkpoint.py's MiniCPM-V 4.6 stand-in, at full size without writing it: every tensor of
+    transformers' MiniCPMV4_6ForConditionalGeneration for the shipped config at its shape (the head tied), 1.30 B
+    parameters as the model card says. A truncated variant (4 text layers and 2 tower layers at small widths)
+    written out loads with no key missing, unexpected or mismatched, and its processor slices at 448."""
+    import json
+
+    from test_make_checkpoint import mc
+    from transformers.models.minicpmv4_6.image_processing_pil_minicpmv4_6 import MiniCPMV4_6ImageProcessorPil
+
+    from llmbuild.families.minicpmv4_6.family import read_config, vit_geometry
+    from llmbuild.families.minicpmv4_6.synthetic import native_model
+
+    layout = mc.layout_for(mc.ALL_MODELS["minicpm_v_4_6"])
+    reference = native_model(layout.config, "meta")
+    want = {name: tuple(t.shape) for name, t in reference.state_dict().items() if name != "lm_head.weight"}
+    plans = mc.minicpmv4_6_tensor_plans(layout)
+    assert {p.name: p.shape for p in plans} == want
+    assert sum(np.prod(p.shape) for p in plans) / 1e9 == pytest.approx(1.30, abs=0.005)
+    tokenizer = mc.build_tokenizer(layout)
+    assert tokenizer.token_to_id("<unk>") == layout.config["image_token_id"] == 248070
+
+    shipped = json.loads((mc.CONFIGS / "minicpm_v_4_6.json").read_text())["text_config"]
+    small = {"hidden_size": 128, "intermediate_size": 256, "num_attention_heads": 2, "num_key_value_heads": 1,
+             "head_dim": 64, "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 32,
+             "linear_value_head_dim": 32, "layer_types": shipped["layer_types"][:4]}
+    tower = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4}
+    directory, written = mc.make_checkpoint("minicpm_v_4_6", tmp_path, layers=4, vocab_size=1024, overrides=small,
+                                            vision_overrides=tower)
+    assert written and directory.name == "MiniCPM-V-4.6"
+    loaded, info = transformers.MiniCPMV4_6ForConditionalGeneration.from_pretrained(
+        directory, dtype=torch.float32, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
+    processor = MiniCPMV4_6ImageProcessorPil.from_pretrained(directory)
+    geo = vit_geometry(read_config(directory))
+    assert (processor.scale_resolution, processor.max_slice_nums) == (geo["scale"], geo["max_slices"]) == (448, 9)

@@ -70,7 +70,8 @@ SHIPPED = list_recipes(RECIPES)
 ESTIMATE_ONLY: list[str] = []  # `build: false`: none ships since the published real-size configurations build
 # Buildable, but their checkpoints are the user's (LLMBUILD_MODELS): they load with the shipped config.
 USER_CHECKPOINT = ["deepseek_r1_qwen_14b_w4", "deepseek_r1_qwen_1_5b_w4", "deepseek_r1_qwen_1_5b_w4_2k",
-                   "internvl3_2b_w4", "internvl3_5_2b_w4", "llama3_8b_w4", "minicpm_v_2_6_w4", "qwen2_5_7b_w4_awq",
+                   "internvl3_2b_w4", "internvl3_5_2b_w4", "llama3_8b_w4", "minicpm_v_2_6_w4", "minicpm_v_4_6_w4",
+                   "qwen2_5_7b_w4_awq",
                    "qwen2_7b_w4", "qwen3_4b_w4", "qwen3_5_2b_w4", "qwen3_8b_w4_awq", "smollm2_135m_hf_bf16"]
 
 

@@ -211,12 +211,16 @@ def _vision_parts(recipe: Recipe, paths: BuildPaths) -> _VisionParts:
     program = decode(obj.section(section))
     shapes = {name: program.tensors[t].shape for name, t in [*program.inputs, *program.outputs]}
     inputs = {name: shape for name, shape in shapes.items() if name != "image_features"}
-    vlm = json.loads((vlm_dir(recipe, paths) / "config.json").read_text(encoding="utf-8"))
+    # The family's own tokens, tiling or slicing and normalization (its folder's `family.runtime_meta`), from
+    # config.json as the family reads it where it has a reader (with what it keeps beside it: MiniCPM-V 4.6's
+    # image processor settings).
+    own = family_part(recipe.vision.family, "family")
+    reader = getattr(own, "read_config", None)
+    config = vlm_dir(recipe, paths) / "config.json"
+    vlm = reader(config.parent) if reader else json.loads(config.read_text(encoding="utf-8"))
     tokenizer = tokenizer_dir(recipe, paths) / "tokenizer.json"
     vocab = json.loads(tokenizer.read_text(encoding="utf-8"))
     added = {t["content"]: t["id"] for t in vocab.get("added_tokens", [])}
-    # The family's own tokens, tiling or slicing and normalization (its folder's `family.runtime_meta`).
-    own = family_part(recipe.vision.family, "family")
     meta = {"family": recipe.vision.family, "net": VIT_NET, "section": section,
             "tokens_per_image": int(shapes["image_features"][1]),
             "inputs": {name: list(shape) for name, shape in inputs.items()},

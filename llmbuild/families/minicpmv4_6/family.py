@@ -31,8 +31,13 @@ CHAT_TERMINATORS = ("<|im_end|>", "<|endoftext|>")
 IMAGE_TOKENS = ("<image>", "</image>", "<slice>", "</slice>", "<unk>", "<image_id>", "</image_id>")
 # Patches per output row: the window merger's 2x2, then the merger's 2x2 ("16x" downsampling).
 ROWS_DIVISOR = 16
-# The image processor's max_slice_nums (MiniCPMV4_6ImageProcessorPil's default; config.json has none).
-MAX_SLICES = 9
+# The image processor's settings, from the checkpoint's preprocessor_config.json where it has one, else
+# transformers' MiniCPMV4_6ImageProcessor defaults. Not config.json's image_size: the published checkpoint's
+# config.json says 1120 while its processor slices at 448, and the model was trained on what the processor
+# gives.
+PROCESSOR_FILE = "preprocessor_config.json"
+PROCESSOR_DEFAULTS = {"scale_resolution": 448, "max_slice_nums": 9}
+PROCESSOR_KEY = "preprocessor"  # where read_config puts the processor's settings beside config.json's fields
 
 
 def read_config(model_dir: Path) -> dict[str, Any]:
@@ -46,10 +51,29 @@ def read_config(model_dir: Path) -> dict[str, Any]:
         if key not in cfg:
             raise LlmbuildError(f"{path}: missing field {key!r} (a MiniCPM-V 4.6 config.json has vision_config, "
                                 "text_config and image_token_id)")
+    cfg[PROCESSOR_KEY] = read_processor(Path(model_dir))
     if cfg.get("downsample_mode", "16x") != "16x" or int(cfg.get("merger_times", 1)) != 1:
         raise LlmbuildError(f"{path}: downsample_mode {cfg.get('downsample_mode')!r}, merger_times "
                             f"{cfg.get('merger_times')}: expected '16x' and 1 (the vit net merges twice, once each)")
     return cfg
+
+
+def read_processor(model_dir: Path) -> dict[str, int]:
+    """The slicing settings of the checkpoint's image processor (preprocessor_config.json, where present)."""
+    path = model_dir / PROCESSOR_FILE
+    if not path.is_file():
+        return dict(PROCESSOR_DEFAULTS)
+    try:
+        fields = json.loads(path.read_text(encoding="utf-8"))
+        return {key: int(fields.get(key, default)) for key, default in PROCESSOR_DEFAULTS.items()}
+    except (OSError, json.JSONDecodeError, TypeError, ValueError, AttributeError) as exc:
+        raise LlmbuildError(f"{path}: cannot read the image processor's scale_resolution and max_slice_nums "
+                            f"({type(exc).__name__})") from None
+
+
+def model_config_fields(cfg: dict[str, Any]) -> dict[str, Any]:
+    """config.json's fields as transformers' MiniCPMV4_6Config takes them (not the processor's settings)."""
+    return {k: v for k, v in cfg.items() if k not in ("model_type", "architectures", PROCESSOR_KEY)}
 
 
 def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -62,16 +86,18 @@ def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def vit_geometry(cfg: dict[str, Any]) -> dict[str, int]:
-    """The static vit net's sizes: patch, the slicing scale (config.json's image_size), the net's capacity in
-    patches, the position table's side and the text width."""
+    """The static vit net's sizes: patch, the slicing scale (the image processor's scale_resolution), the
+    net's capacity in patches, the position table's side and the text width. A config without the
+    processor's settings (a shipped config.json, `llmbuild estimate`) gets the processor's defaults."""
     from llmbuild.families.minicpmv4_6.inputs import capacity
 
     vc = cfg["vision_config"]
     patch = int(vc.get("patch_size", 14))
-    scale = int(cfg.get("image_size", 448))
+    processor = {**PROCESSOR_DEFAULTS, **cfg.get(PROCESSOR_KEY, {})}
+    scale = int(processor["scale_resolution"])
     return {"patch": patch, "scale": scale, "capacity": capacity(scale, patch),
             "side": int(vc.get("image_size", 224)) // patch, "embed_dim": int(cfg["text_config"]["hidden_size"]),
-            "insert": int(cfg.get("insert_layer_id", 6)), "max_slices": MAX_SLICES}
+            "insert": int(cfg.get("insert_layer_id", 6)), "max_slices": int(processor["max_slice_nums"])}
 
 
 def runtime_meta(cfg: dict[str, Any], added: dict[str, int], tokenizer_path: Path,

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from llmbuild.families import siglip
-from llmbuild.families.minicpmv4_6.family import ROWS_DIVISOR, read_config, vit_geometry
+from llmbuild.families.minicpmv4_6.family import ROWS_DIVISOR, model_config_fields, read_config, vit_geometry
 from llmbuild.families.minicpmv4_6.inputs import INPUTS, slice_inputs
 
 TOWER, MERGER = "model.vision_tower.", "model.merger."
@@ -29,8 +29,7 @@ def load_vision(model_dir: Path) -> tuple[Any, Any, dict[str, Any]]:
     from transformers.models.minicpmv4_6 import modeling_minicpmv4_6 as native
 
     cfg = read_config(model_dir)
-    config = transformers.MiniCPMV4_6Config(**{k: v for k, v in cfg.items() if k not in ("model_type",
-                                                                                         "architectures")})
+    config = transformers.MiniCPMV4_6Config(**model_config_fields(cfg))
     config.vision_config._attn_implementation = "eager"
     tower = native.MiniCPMV4_6VisionModel(config.vision_config).eval()
     merger = native.MiniCPMV4_6Merger(config).eval()

@@ -1,7 +1,7 @@
 """MiniCPM-V 4.6's image slicing and the vit net's per-piece inputs, on Pillow and numpy.
 
 As transformers' MiniCPMV4_6ImageProcessorPil prepares an image: an overview (the whole image resized to about
-scale² pixels, each side a multiple of 4 patches, scale = config.json's image_size) and, when the image is
+scale² pixels, each side a multiple of 4 patches, scale = the processor's scale_resolution) and, when the image is
 larger than one slice, up to max_slices slices: among the grids of n-1, n, n+1 slices (n = the image's area in
 slices), the (rows, columns) whose log aspect ratio is closest to the image's (a tie goes to more rows), the
 image resized so each slice again has about scale² pixels, cut row by row. Every piece is RGB /255, normalized

@@ -18,11 +18,15 @@ from typing import Any
 import numpy as np
 
 from llmbuild import LlmbuildError
+from llmbuild.families.minicpmv4_6.family import PROCESSOR_DEFAULTS, PROCESSOR_FILE, model_config_fields
 
 VISION_PREFIXES = ("model.vision_tower.", "model.merger.")
 # Fields of vision.config that are the whole model's, not the tower's.
 TOP_FIELDS = ("insert_layer_id", "image_size", "drop_vision_last_layer", "downsample_mode", "merge_kernel_size",
               "merger_times")
+# Fields of vision.config that are the image processor's: written to preprocessor_config.json, as the published
+# checkpoint keeps them (its processor slices at its scale_resolution, whatever config.json's image_size says).
+PROCESSOR_FIELDS = ("scale_resolution", "max_slice_nums")
 
 
 def vlm_config(text_config: Mapping[str, Any], vision: Mapping[str, Any],
@@ -58,8 +62,7 @@ def native_model(config: Mapping[str, Any], device: str = "cpu") -> Any:
     import transformers
 
     try:
-        cfg = transformers.MiniCPMV4_6Config(**{k: v for k, v in config.items() if k not in ("model_type",
-                                                                                          "architectures")})
+        cfg = transformers.MiniCPMV4_6Config(**model_config_fields(dict(config)))
         with torch.device(device):
             return transformers.MiniCPMV4_6ForConditionalGeneration(cfg)
     except Exception as exc:  # noqa: BLE001 - a bad vision.config field; the user gets one line
@@ -98,7 +101,8 @@ def write_synthetic(text_dir: Path, text_config: Mapping[str, Any], text_tensors
                     vision: Mapping[str, Any], seed: int) -> None:
     """`text_dir/vlm/`: config.json, model.safetensors (the text tensors renamed, the vision tensors drawn from
     `seed`) and the tokenizer files of `text_dir`."""
-    from llmbuild.frontend.synthetic_vlm import write_vlm_dir
+    from llmbuild.frontend.synthetic_vlm import VLM_DIR, write_vlm_dir
+    from llmbuild.frontend.tokenizer_files import write_json
 
     config = vlm_config(text_config, vision, image_token_id(text_dir))
     rng = np.random.default_rng([seed, 3])
@@ -107,3 +111,13 @@ def write_synthetic(text_dir: Path, text_config: Mapping[str, Any], text_tensors
     for name, value in text_tensors.items():
         tensors[name if name.startswith("lm_head.") else "model.language_model." + name.removeprefix("model.")] = value
     write_vlm_dir(Path(text_dir), config, tensors)
+    write_json(Path(text_dir) / VLM_DIR / PROCESSOR_FILE, processor_config(vision))
+
+
+def processor_config(vision: Mapping[str, Any]) -> dict[str, Any]:
+    """preprocessor_config.json as the published checkpoint has it, with vision.config's processor fields."""
+    patch = int(vision.get("vision_config", {}).get("patch_size", 14))
+    return {"image_processor_type": "MiniCPMV4_6ImageProcessor", "processor_class": "MiniCPMV4_6Processor",
+            **PROCESSOR_DEFAULTS, **{k: int(vision[k]) for k in PROCESSOR_FIELDS if k in vision},
+            "patch_size": patch, "use_image_id": True, "slice_mode": True, "image_mean": [0.5, 0.5, 0.5],
+            "image_std": [0.5, 0.5, 0.5]}
