@@ -98,6 +98,12 @@ class EarlierTree:
         build(name, targets, self.tree, env, cores, f" at {self.commit}")
         return {t.name: sha256(t) for t in targets}
 
+    def keep_only_bmodels(self, name: str) -> None:
+        """The earlier build of `name` less everything but its .bmodel (a 7B's build holds three times it)."""
+        for path in (self.build_dir / name).iterdir():
+            if path.suffix != ".bmodel":
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+
     def close(self) -> None:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(self.tree)], capture_output=True)
 
@@ -199,6 +205,8 @@ def main() -> int:
             targets = binary_targets(args.build_dir.resolve(), name)
             if earlier:
                 before.setdefault("binaries", {})[name] = earlier.build(name, [t.name for t in targets], args.cores)
+                if args.remove_builds:
+                    earlier.keep_only_bmodels(name)  # hashed: only a .bmodel's unset bytes are looked at again
                 before["commit"] = earlier.commit
                 args.compare_build = earlier.build_dir
             build(name, targets, ROOT, package_first(ROOT), args.cores, "")

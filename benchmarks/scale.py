@@ -63,6 +63,7 @@ CASES = (
     Case("internvl3_5_2b", "internvl3_5_2b_w4", "InternVL3_5-2B-HF", "internvl3_5_2b", image=True),
     Case("qwen3_4b", "qwen3_4b_w4", "Qwen3-4B", "qwen3_4b"),
     Case("qwen3_8b_awq", "qwen3_8b_w4_awq", "Qwen3-8B-AWQ", "qwen3_8b_awq"),
+    Case("minicpm_v_4_6", "minicpm_v_4_6_w4", "MiniCPM-V-4.6", "minicpm_v_4_6", image=True),
 )
 
 

@@ -336,3 +336,33 @@ def test_the_group_verifiers_refuse_a_malformed_group(cases: dict[str, Case]) ->
         del op.attributes["ginfo"]
 
     assert "has no ginfo" in _broken(cases, compute_without_ginfo)
+
+
+def test_a_channels_first_transpose_too_large_for_local_memory_moves_in_blocks(tmp_path: Path) -> None:
+    """A vision tower's convolution gives its patches channels first ([1, channels, patches]) and the tower
+    turns them back ([1, patches, channels]): a 4096-patch piece of 1152 channels is 18 MiB, more than the
+    chip's local memory whole. Both transposes then move alone in blocks along the permuted axis, and the
+    grouped program gives the op list's bits (the input back, twice transposed)."""
+    from xdsl.dialects.builtin import IntegerAttr, StringAttr, i64
+
+    from llmbuild.codegen.vision_plan import make_vision_plan
+    from llmbuild.importer.graph import TopGraph
+
+    patches, channels = 256, 64  # 64 KiB each way in f32: a transpose whole needs 128 KiB
+    # the module attributes the vision tower's import gives its net (importer/vision_tower.py)
+    graph = TopGraph("vit", {"top.net": StringAttr("vit"), "top.stage": StringAttr("vision"),
+                             "top.layer": IntegerAttr(-1, i64)})
+    x = graph.arg("pixel_values", (1, patches, channels))
+    first = graph.permute(x, (0, 2, 1), "conv.channels")
+    back = graph.permute(first, (0, 2, 1), "embeddings.rows")
+    w = graph.weight("scale", (channels,))  # a net has weights: one, squared apart
+    module = graph.finish([back, graph.mul(w, w, "squared")], ["image_features", "squared"])
+    plan = make_vision_plan(module, "f32", load_chip("bm1684x").global_alignment)
+    net = compile_net(module, plan_file(plan, tmp_path), "f32", "bm1684x", tmp_path, lmem_bytes=96 * 1024)
+    blocked = [c for g in net.program.groups for c in g.cmds if c.op == "Permute" and "g_piece" in c.attrs]
+    assert {c.attrs["g_piece"][0] for c in blocked} == {1} and len(blocked) > 2
+    rng = np.random.default_rng(7)
+    inputs = {"pixel_values": rng.standard_normal((1, patches, channels)).astype(np.float32)}
+    weights = {"scale": rng.standard_normal(channels).astype(np.float32)}
+    run = assert_grouped_run_is_exact(Case(net, plan, weights, inputs), "vit")
+    np.testing.assert_array_equal(run.outputs["image_features"], inputs["pixel_values"])
