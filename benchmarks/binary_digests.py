@@ -234,11 +234,12 @@ def main() -> int:
     if args.record:
         write_digest_record(args, before, rows, sizes, status, missing)
     differ = [f"{name}/{binary}" for (name, binary), same in status.items() if same == "differs"]
+    earlier_name = f"the build at {before.get('commit')}" if args.earlier else args.compare.name if args.compare else ""
     if differ:
-        print(f"differ from {args.compare.name}: {', '.join(differ)}", file=sys.stderr)
+        print(f"differ from {earlier_name}: {', '.join(differ)}", file=sys.stderr)
         return 1
-    if args.compare:
-        print(f"every binary also in {args.compare.name} is byte-identical", file=sys.stderr)
+    if earlier_name:
+        print(f"every binary also in {earlier_name} is byte-identical", file=sys.stderr)
     return 0
 
 

@@ -89,12 +89,12 @@ class LayerGroup(ModulePass):
         group_module(op, take_plans(op))
 
 
-def _token_rows(fn) -> int:
-    """The rows a vision net's attention attends over (its queries), or 1 for a net without attention."""
-    for op in fn.body.block.ops:
-        if op.name == "tpu.FAttention":
-            return op.attributes["mq"].value.data  # type: ignore[attr-defined]
-    return 1
+def _token_rows(fn) -> list[int]:
+    """The rows a vision net's attentions attend over (their queries), first seen first: [1] for a net
+    without attention. A tower whose merger quarters its rows midway has two counts."""
+    counts = [op.attributes["mq"].value.data for op in fn.body.block.ops  # type: ignore[attr-defined]
+              if op.name == "tpu.FAttention"]
+    return list(dict.fromkeys(counts)) or [1]
 
 
 def plan_module(module: ModuleOp, chip: Chip, lmem_bytes: int | None = None) -> list[GroupPlan]:
@@ -104,13 +104,15 @@ def plan_module(module: ModuleOp, chip: Chip, lmem_bytes: int | None = None) -> 
     first = tensor_info(fn.body.block.args[0].type).shape
     prefill = stage in ("prefill", "prefill_kv") or net == "embedding"
     rows = first[1] if prefill and len(first) >= 2 else 1
+    other_rows: list[int] = []
     if stage == "vision":
         # A vision tower is a prefill over its patch tokens (InternViT-300M at 448 px: 1025 rows, whose MLP
         # alone is 16 MB in bf16): its token-major values are row-tiled like a layer's prompt rows.
-        prefill, rows = True, _token_rows(fn)
+        prefill = True
+        rows, *other_rows = _token_rows(fn)
     lmem = lmem_bytes or chip.lmem_bytes
     module.attributes["tpu.lmem_bytes"] = IntegerAttr(lmem, i64)
-    return plan_groups(fn, lmem, chip.npu_lanes * chip.eu_bytes, chip.npu_lanes, prefill, rows, net)
+    return plan_groups(fn, lmem, chip.npu_lanes * chip.eu_bytes, chip.npu_lanes, prefill, rows, net, other_rows)
 
 
 def tile_attrs(plan: GroupPlan, op: Operation) -> dict[str, int]:

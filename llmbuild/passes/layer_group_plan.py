@@ -32,7 +32,7 @@ running max, sum and accumulator stay in local memory from one key block to the 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from xdsl.dialects import func
 from xdsl.ir import Operation, SSAValue
@@ -626,10 +626,12 @@ def _units(compute: list[Operation], users: dict[SSAValue, list[Operation]]) -> 
 
 
 def plan_groups(fn: func.FuncOp, lmem_bytes: int, align: int, lanes: int, prefill: bool, rows: int,
-                net_name: str) -> list[GroupPlan]:
+                net_name: str, other_rows: Sequence[int] = ()) -> list[GroupPlan]:
     """Greedy: extend the current group while it fits; close it when the next op does not fit or, in
     prefill, when the next op changes between row-tiled and not, or would make the group stream weights
-    it held until then."""
+    it held until then. `other_rows`: token counts besides `rows` that ops of the net work on (a vision
+    tower whose merger quarters its rows midway): such an op is row-tiled over its own count, in groups
+    of ops of that count."""
     block = fn.body.block
     users: dict[SSAValue, list[Operation]] = {}
     weights: set[SSAValue] = set()
@@ -642,10 +644,20 @@ def plan_groups(fn: func.FuncOp, lmem_bytes: int, align: int, lanes: int, prefil
         elif op.name.startswith("tpu."):
             compute.append(op)
     net = NetInfo(lmem_bytes, align, lanes, prefill, rows, users, weights)
+    others = {r: replace(net, rows=r) for r in other_rows if r > 1 and r != rows} if prefill else {}
+
+    def net_for(unit: list[Operation]) -> NetInfo:
+        """The net as the unit's ops see it: over the token count they work on."""
+        for r, other in others.items():
+            if all(row_local(op, r) or (op.name == "tpu.FAttention" and _int_attr(op, "mq") == r) for op in unit):
+                return other
+        return net
+
     groups: list[GroupPlan] = []
     current: list[Operation] = []
     plan: GroupPlan | None = None
     produced: set[SSAValue] = set()  # values the current group computes
+    group_net = net
 
     def close() -> None:
         nonlocal current, plan
@@ -662,16 +674,21 @@ def plan_groups(fn: func.FuncOp, lmem_bytes: int, align: int, lanes: int, prefil
         if op.name == "tpu.Reshape" and current:
             current.append(op)
             produced.add(op.results[0])
-            plan = plan_group(net, len(groups), current) or plan
+            plan = plan_group(group_net, len(groups), current) or plan
             continue
-        if current and prefill and row_local(op, rows) != row_local(current[-1], rows):
+        unit_net = net_for(unit)
+        if current and (unit_net is not group_net or (
+                prefill and row_local(op, unit_net.rows) != row_local(current[-1], unit_net.rows))):
             close()
-        candidate = plan_group(net, len(groups), [*current, *unit]) if current else None
+        if not current:
+            group_net = unit_net
+        candidate = plan_group(group_net, len(groups), [*current, *unit]) if current else None
         if candidate is not None and prefill and candidate.tile_n and plan is not None and not plan.tile_n:
             candidate = None  # prefill holds weights: a new group beats loading them again per row tile
         if candidate is None:
             close()
-            candidate = plan_group(net, len(groups), list(unit))
+            group_net = unit_net
+            candidate = plan_group(group_net, len(groups), list(unit))
             if candidate is None:
                 raise LlmbuildError(
                     f"{net_name}: {unit[-1].attributes['loc'].data}: does not fit local memory "  # type: ignore[attr-defined]
