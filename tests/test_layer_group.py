@@ -366,3 +366,51 @@ def test_a_channels_first_transpose_too_large_for_local_memory_moves_in_blocks(t
     weights = {"scale": rng.standard_normal(channels).astype(np.float32)}
     run = assert_grouped_run_is_exact(Case(net, plan, weights, inputs), "vit")
     np.testing.assert_array_equal(run.outputs["image_features"], inputs["pixel_values"])
+
+
+def test_a_vision_net_whose_rows_quarter_midway_is_row_tiled_over_each_count(tmp_path: Path) -> None:
+    """A tower whose merger quarters its rows midway (MiniCPM-V 4.6: attention over 4096 patches, then over
+    1024 merged rows): ops past the merger that do not fit whole are row-tiled over the merged count, and the
+    grouped program gives the op list's bits. With the chip's memory everything fits whole and no group is
+    tiled over the second count: a net that fits plans as it did with one count."""
+    from xdsl.dialects.builtin import IntegerAttr, StringAttr, i64
+
+    from llmbuild.codegen.vision_plan import make_vision_plan
+    from llmbuild.importer.graph import TopGraph
+
+    rows, width = 256, 32
+    graph = TopGraph("vit", {"top.net": StringAttr("vit"), "top.stage": StringAttr("vision"),
+                             "top.layer": IntegerAttr(-1, i64)})
+    x = graph.arg("pixel_values", (1, rows, width))
+    mask = graph.arg("attention_mask", (1, 1, rows, rows))
+    qkv = [graph.reshape(graph.mul(x, graph.weight(f"encoder.{n}", (width,)), f"encoder.{n}"), (1, rows, 2, width // 2),
+                         f"encoder.{n}.heads") for n in "qkv"]
+    encoded = graph.add(x, graph.attention(*qkv, mask, 0.25, "encoder.attn"), "encoder.residual")
+    merged = graph.reshape(encoded, (1, rows // 4, 4 * width), "merger.windows")  # four rows side by side
+    w = graph.weight("merger.linear", (4 * width, 4 * width))
+    scale = graph.weight("merger.scale", (4 * width,))
+    projected = graph.mul(graph.linear(merged, w, None, "merger.linear"), scale, "merger.scaled")
+    merged_mask = graph.arg("merged_mask", (1, 1, rows // 4, rows // 4))
+    mqkv = [graph.reshape(graph.mul(projected, graph.weight(f"merged.{n}", (4 * width,)), f"merged.{n}"),
+                          (1, rows // 4, 8, width // 2), f"merged.{n}.heads") for n in "qkv"]
+    out = graph.add(projected, graph.attention(*mqkv, merged_mask, 0.25, "merged.attn"), "out")
+    module = graph.finish([out], ["image_features"])
+    rng = np.random.default_rng(11)
+    weights = {"merger.linear": (rng.standard_normal((4 * width, 4 * width)) / 12).astype(np.float32),
+               "merger.scale": rng.standard_normal(4 * width).astype(np.float32),
+               **{f"encoder.{n}": rng.standard_normal(width).astype(np.float32) for n in "qkv"},
+               **{f"merged.{n}": rng.standard_normal(4 * width).astype(np.float32) for n in "qkv"}}
+    inputs = {"pixel_values": rng.standard_normal((1, rows, width)).astype(np.float32),
+              "attention_mask": np.zeros((1, 1, rows, rows), np.float32),
+              "merged_mask": np.zeros((1, 1, rows // 4, rows // 4), np.float32)}
+    plan = make_vision_plan(module, "f32", load_chip("bm1684x").global_alignment)
+    for lmem, tiled_past_merger in ((96 * 1024, True), (None, False)):
+        out_dir = tmp_path / str(lmem)
+        out_dir.mkdir()
+        net = compile_net(module.clone(), plan_file(plan, out_dir), "f32", "bm1684x", out_dir, lmem_bytes=lmem)
+        merged_groups = [g for g in net.program.groups if g.rows == rows // 4]
+        assert bool(merged_groups) == tiled_past_merger
+        if tiled_past_merger:
+            assert all(0 < g.tile_rows < rows // 4 for g in merged_groups)
+            run = assert_grouped_run_is_exact(Case(net, plan, weights, inputs), "vit")
+            assert np.isfinite(run.outputs["image_features"]).all()

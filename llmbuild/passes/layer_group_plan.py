@@ -647,10 +647,11 @@ def plan_groups(fn: func.FuncOp, lmem_bytes: int, align: int, lanes: int, prefil
     others = {r: replace(net, rows=r) for r in other_rows if r > 1 and r != rows} if prefill else {}
 
     def net_for(unit: list[Operation]) -> NetInfo:
-        """The net as the unit's ops see it: over the token count they work on."""
+        """The net as the unit's ops see it: over the token count they work on, where they do not fit
+        whole otherwise (a net that fits plans as it did with one count)."""
         for r, other in others.items():
             if all(row_local(op, r) or (op.name == "tpu.FAttention" and _int_attr(op, "mq") == r) for op in unit):
-                return other
+                return net if plan_group(net, len(groups), list(unit)) is not None else other
         return net
 
     groups: list[GroupPlan] = []
