@@ -96,7 +96,7 @@ import struct
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache, partial
 from pathlib import Path
 from typing import Any
@@ -569,11 +569,8 @@ HYBRID_MODELS: dict[str, Published] = {
 }  # fmt: skip
 # MiniCPM-V 4.6's tokenizer (a stand-in for the published one): Qwen3.5's, then the image tokens the family's
 # processor writes from 248066 (<unk>, the rows the image features fill, at 248070: the config's image_token_id).
-MINICPMV4_6_TOKENIZER = TokenizerStyle(
-    split=QWEN35_TOKENIZER.split, nfc=True, bos_prefix=None, ignore_merges=False, bpe_size=248044,
-    specials=_qwen_specials((*_QWEN25_EXTRA, *(Special(t) for t in MINICPMV4_6_IMAGE_TOKENS))),
-    chat_template=QWEN25_TEMPLATE, config=QWEN35_TOKENIZER.config,
-)
+MINICPMV4_6_TOKENIZER = replace(
+    QWEN35_TOKENIZER, specials=_qwen_specials((*_QWEN25_EXTRA, *(Special(t) for t in MINICPMV4_6_IMAGE_TOKENS))))
 # Vision-language models on Qwen3.5: the hybrid text model under model.language_model., the tower and mergers
 # beside it, and the image processor's preprocessor_config.json.
 HYBRID_VLM_MODELS: dict[str, Published] = {
