@@ -10,7 +10,7 @@ from helpers import stored_weight
 
 from llmbuild.numerics import matrix_product, vector_product
 from llmbuild.numerics.dequantize import DequantizedRows
-from llmbuild.numerics.formats import encode
+from llmbuild.numerics.formats import bf16_bits_to_f32, encode, f32_to_bf16_bits
 from llmbuild.numerics.stored import StoredTensor
 from llmbuild.numerics.weight_product import tiled_product
 
@@ -58,14 +58,24 @@ def test_a_prefill_row_has_the_bits_of_a_decode_step(storage: str) -> None:
         assert np.array_equal(_bits(many[row]), _bits(one))
 
 
-@pytest.mark.parametrize("k", [32, 100])
-def test_k_not_a_multiple_of_the_lanes_takes_the_reference(k: int) -> None:
+@needs_kernel
+@pytest.mark.parametrize("storage", ["f32", "bf16", "f16"])
+@pytest.mark.parametrize("k", [32, 100, 4304])
+def test_k_not_a_multiple_of_the_lanes_runs_compiled_on_zero_padded_operands(
+        storage: str, k: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """K padded with zeros to whole blocks of lanes is what the arithmetic defines (the reference pads x and
+    w the same way): the compiled kernel on padded operands has the reference's bits, and no row takes the
+    numpy reference (a SigLIP MLP's K is 4304)."""
     rng = np.random.default_rng(k)
-    x = rng.standard_normal((3, k)).astype(np.float32)
-    w = rng.standard_normal((4, k)).astype(np.float32)
-    out = np.empty((3, 4), dtype=np.float32)
-    matrix_product.product(x, w, out)
-    assert np.array_equal(_bits(out), _bits(matrix_product.reference(x, w)))
+    x = rng.standard_normal((5, k)).astype(np.float32)
+    values = rng.standard_normal((9, k)).astype(np.float32)
+    stored = {"f32": values, "bf16": f32_to_bf16_bits(values), "f16": values.astype(np.float16)}[storage]
+    want = matrix_product.reference(x, bf16_bits_to_f32(stored) if storage == "bf16" else
+                                    np.asarray(stored, dtype=np.float32))
+    monkeypatch.setattr(matrix_product, "reference", lambda *a: pytest.fail("took the numpy reference"))
+    out = np.empty((5, 9), dtype=np.float32)
+    matrix_product.product(x, stored, out)
+    assert np.array_equal(_bits(out), _bits(want))
 
 
 @needs_kernel
