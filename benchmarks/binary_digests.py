@@ -84,7 +84,7 @@ class EarlierTree:
         if commit.returncode:
             raise SystemExit(f"--earlier {revision}: not a commit of this repository")
         self.commit = commit.stdout.strip()
-        subprocess.run([*git, "worktree", "remove", "--force", str(self.tree)], capture_output=True)
+        self.close()  # a worktree an interrupted run left there
         shutil.rmtree(self.tree, ignore_errors=True)
         subprocess.run([*git, "worktree", "add", "--detach", str(self.tree), self.commit], check=True,
                        capture_output=True)
@@ -105,6 +105,7 @@ class EarlierTree:
                 shutil.rmtree(path) if path.is_dir() else path.unlink()
 
     def close(self) -> None:
+        """The worktree removed (nothing happens where there is none)."""
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(self.tree)], capture_output=True)
 
 
@@ -200,6 +201,8 @@ def main() -> int:
     status: dict[tuple[str, str], str] = {}
     sizes: dict[tuple[str, str], int] = {}
     earlier = EarlierTree(args.earlier, args.build_dir.resolve() / "earlier") if args.earlier else None
+    if earlier:
+        before["commit"], args.compare_build = earlier.commit, earlier.build_dir
     try:
         for name in names:
             targets = binary_targets(args.build_dir.resolve(), name)
@@ -207,17 +210,15 @@ def main() -> int:
                 before.setdefault("binaries", {})[name] = earlier.build(name, [t.name for t in targets], args.cores)
                 if args.remove_builds:
                     earlier.keep_only_bmodels(name)  # hashed: only a .bmodel's unset bytes are looked at again
-                before["commit"] = earlier.commit
-                args.compare_build = earlier.build_dir
             build(name, targets, ROOT, package_first(ROOT), args.cores, "")
             rows[name] = {t.name: sha256(t) for t in targets}
             sizes.update({(name, t.name): t.stat().st_size for t in targets})
             status.update({(name, binary): compare(args, before, name, binary, digest)
                            for binary, digest in rows[name].items()})
             if args.remove_builds:
-                for folder in (args.build_dir.resolve(), earlier.build_dir if earlier else None):
-                    if folder is not None:
-                        shutil.rmtree(folder / name, ignore_errors=True)
+                shutil.rmtree(args.build_dir.resolve() / name, ignore_errors=True)
+                if earlier:
+                    shutil.rmtree(earlier.build_dir / name, ignore_errors=True)
     finally:
         if earlier:
             earlier.close()
