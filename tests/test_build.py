@@ -289,6 +289,11 @@ def test_a_failed_check_names_layer_stage_and_op_and_leaves_no_report(build: Pat
     assert not failed["passed"]
     assert any(f.startswith("layer 0, stage prefill: tpu vs top") and "first op: layers.0." in f
                for f in failed["failures"]), failed["failures"]
+    # At the recipe's own tolerances the build passes, and the earlier failure's report is gone with it.
+    (recipes / "qwen2_tiny_strict.yaml").write_text("base: qwen2_tiny_bf16\n")
+    snakemake(out, "qwen2_tiny_strict", recipes=recipes)
+    assert json.loads((out / "qwen2_tiny_strict" / "verify.json").read_text())["passed"]
+    assert not (out / "qwen2_tiny_strict" / "verify.failed.json").exists()
 
 
 def test_a_chat_template_the_runtime_renders_otherwise_fails_verification(build: Path, tmp_path: Path) -> None:

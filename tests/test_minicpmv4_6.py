@@ -135,6 +135,31 @@ def test_greedy_ids_equal_transformers_native_model_given_its_processor_s_pixels
     assert np.abs(other_logits - want_logits).max() > 0.05
 
 
+def test_the_streamed_image_reference_equals_the_native_model(checkpoint: Path, native) -> None:
+    """The end-to-end step's reference (stream.streamed_image_generate: the tower's encoder layers made as they
+    run, the text model streamed over the weights the build reads) gives the native model's ids and logits on
+    pieces of three grids in one prompt; without the pieces' rows it generates something else."""
+    from llmbuild.families.minicpmv4_6.stream import streamed_image_generate, streamed_vision
+    from llmbuild.families.minicpmv4_6.verify import native_generate
+    from llmbuild.verify.stream_weights import HFWeights
+
+    unk = native.config.image_token_id
+    rng = np.random.default_rng(3)
+    pieces = [rng.uniform(-1, 1, (3, 14 * h, 14 * w)).astype(np.float32) for h, w in ((4, 4), (8, 8), (4, 12))]
+    prompt = [1, 5, *[unk] * 1, 9, *[unk] * 4, *[unk] * 3, 42, 3]
+    tower, _ = streamed_vision(checkpoint / "vlm")  # no encoder layer held: each is made as it runs
+    assert not [name for name, _ in tower.named_parameters() if "encoder.layers" in name]
+    weights = HFWeights(checkpoint)
+    ids, logits = streamed_image_generate(weights, checkpoint / "vlm", prompt, pieces, unk, 8)
+    want, want_logits = native_generate(native, prompt, pieces, 8)
+    assert ids == want and len(ids) == 8
+    np.testing.assert_allclose(logits[0], want_logits, rtol=0, atol=1e-4)  # measured: 2.8e-5 at |logit| 11
+    plain, _ = streamed_image_generate(weights, checkpoint / "vlm", [1, 5, 9, 42, 3], [], unk, 8)
+    assert plain != ids
+    with pytest.raises(Exception, match="image token rows"):
+        streamed_image_generate(weights, checkpoint / "vlm", prompt, pieces[:2], unk, 1)
+
+
 def test_the_checked_vision_shapes_are_transformers_own(checkpoint: Path) -> None:
     import json
 

@@ -115,10 +115,12 @@ def verify(recipe: Recipe) -> dict:
         shown = ("tokens_equal", "first_difference", "top2_gap_at_difference", "reference_top2_gap_at_difference",
                  "first_logits")
         report["end_to_end_image"] = {k: image[k] for k in shown if k in image}
+    failed = paths.root / "verify.failed.json"
     if failures:
-        write_json(paths.root / "verify.failed.json", report)
+        write_json(failed, report)
         raise LlmbuildError(f"{recipe.name}: verification failed: {failures[0]}"
                             + (f" (and {len(failures) - 1} more, see verify.failed.json)" if len(failures) > 1 else ""))
+    failed.unlink(missing_ok=True)  # an earlier run's failure, now passed, must not be read as this build's
     write_json(paths.verify, report)
     return report
 

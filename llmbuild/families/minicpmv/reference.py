@@ -13,6 +13,7 @@ import numpy as np
 from llmbuild import LlmbuildError
 from llmbuild.families.minicpmv.family import LLM, read_config
 from llmbuild.families.minicpmv.model import load_vision, reference_features
+from llmbuild.verify.stream_vlm import generate_with_rows
 
 
 def reference_language_model(model_dir: Path) -> Any:
@@ -55,23 +56,3 @@ def reference_generate(model_dir: Path, ids: list[int], slices: list[np.ndarray]
         raise LlmbuildError(f"the prompt has {len(positions)} image token rows, the slices give {len(feats)}")
     new, logits = generate_with_rows(model, ids, positions, feats, steps, eos)
     return new, logits[0]
-
-
-def generate_with_rows(model: Any, ids: list[int], positions: list[int], feats: np.ndarray, steps: int,
-                       eos: tuple[int, ...]) -> tuple[list[int], np.ndarray]:
-    """transformers' greedy generate of a causal LM (whole or streamed) on `ids`, the embeddings at
-    `positions` replaced by `feats`: (new ids, every step's logits [steps, V]). inputs_embeds alone, so the
-    returned sequence is the new ids only."""
-    import torch
-    import transformers
-
-    config = transformers.GenerationConfig(do_sample=False, max_new_tokens=steps, eos_token_id=list(eos) or None,
-                                           pad_token_id=eos[0] if eos else 0, output_logits=True,
-                                           return_dict_in_generate=True)
-    with torch.no_grad():
-        embeds = model.get_input_embeddings()(torch.tensor([ids])).clone()
-        if positions:
-            embeds[0, positions] = torch.from_numpy(feats)
-        out = model.generate(inputs_embeds=embeds, attention_mask=torch.ones((1, len(ids)), dtype=torch.long),
-                             generation_config=config)
-    return [int(i) for i in out.sequences[0]], np.stack([step[0].numpy() for step in out.logits])

@@ -27,18 +27,6 @@ import numpy as np
 from llmbuild import LlmbuildError
 
 
-class _Tensors:
-    """What StreamedVisionLayer reads a layer from: `get(name)`, float32, by the safetensors library."""
-
-    def __init__(self, model_dir: Path) -> None:
-        from llmbuild.verify.stream_weights import SafetensorsTables
-
-        self.tables = SafetensorsTables(model_dir)
-
-    def get(self, name: str) -> Any:
-        return self.tables.tensor(name)
-
-
 def streamed_vision(model_dir: Path) -> tuple[Any, Any, dict[str, Any]]:
     """(tower, resampler, config) as model.load_vision gives them, but the tower's encoder layers
     made from the checkpoint only while they run; the rest (embeddings, post_layernorm, the resampler) read
@@ -49,12 +37,12 @@ def streamed_vision(model_dir: Path) -> tuple[Any, Any, dict[str, Any]]:
     from llmbuild.families.minicpmv.family import RESAMPLER, VPM, read_config
     from llmbuild.families.minicpmv.model import build_modules
     from llmbuild.verify.stream_model import aligned
-    from llmbuild.verify.stream_vlm import StreamedVisionLayer
+    from llmbuild.verify.stream_vlm import CheckpointTensors, StreamedVisionLayer
 
     cfg = read_config(model_dir)
     with torch.device("meta"):
         tower, resampler = build_modules(cfg)
-    view = _Tensors(model_dir)
+    view = CheckpointTensors(model_dir)
     encoder = tower.encoder
     encoder.layers = nn.ModuleList(StreamedVisionLayer(layer, f"{VPM}encoder.layers.{i}.", view)
                                    for i, layer in enumerate(encoder.layers))
@@ -84,8 +72,8 @@ def streamed_image_generate(weights: Any, model_dir: Path, prompt: list[int], pi
                             eos: tuple[int, ...] = ()) -> tuple[list[int], np.ndarray]:
     """(greedy new ids, every step's logits [steps, V]) of MiniCPM-V on `prompt` with the image `pieces`
     (every image's, in prompt order), the language model streamed over `weights` (a ReferenceWeights)."""
-    from llmbuild.families.minicpmv.reference import generate_with_rows
     from llmbuild.verify.stream_model import streamed_model
+    from llmbuild.verify.stream_vlm import generate_with_rows
 
     feats = piece_rows(model_dir, pieces)
     positions = [i for i, t in enumerate(prompt) if t == image_token_id]

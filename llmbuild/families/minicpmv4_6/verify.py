@@ -3,9 +3,11 @@ greedy ids against transformers' native MiniCPMV4_6ForConditionalGeneration (`im
 
 The test image (verify/check_image.test_image, twice as wide as a slice) is sliced by the runtime as `llmbuild
 run --image` slices a user's file (an overview and two slices), the prompt holds its placeholder ids as the
-model's processor writes them, and the binary's vit net fills the `<unk>` rows. The reference is transformers'
-own model on the checkpoint, given the same pieces NaViT-packed with their target_sizes, through its generate;
-it holds the whole model (a tiny one here: a real-size check would stream it, not done yet).
+model's processor writes them, and the binary's vit net fills the `<unk>` rows. The reference
+(stream.streamed_image_generate) is transformers' tower and merger on each piece, and its Qwen3.5 text model
+streamed one decoder layer at a time over the weights the build compiled (rounded as it rounds them), those
+rows in its input embeddings; `native_generate` (the whole MiniCPMV4_6ForConditionalGeneration given the pieces
+NaViT-packed with their target_sizes) is what the tests hold both to on the tiny model.
 """
 
 from __future__ import annotations
@@ -57,8 +59,10 @@ def native_model(model_dir: Path) -> Any:
 
 
 def image_e2e(recipe: Recipe, paths: BuildPaths, model: Any, text_ids: list[int], eos: tuple[int, ...]) -> dict:
+    from llmbuild.families.minicpmv4_6.stream import streamed_image_generate
     from llmbuild.verify.check_image import test_image
-    from llmbuild.verify.greedy_runs import first_difference
+    from llmbuild.verify.greedy_runs import free_parting
+    from llmbuild.verify.reference import reference_weights
 
     vision = model.vision
     image = test_image(paths.root / "vision" / "test_image.png", int(vision.meta["scale_resolution"]))
@@ -68,11 +72,12 @@ def image_e2e(recipe: Recipe, paths: BuildPaths, model: Any, text_ids: list[int]
     steps = recipe.verify.max_new_tokens
     ids, logits = model.generate(prompt, steps, eos, images=[sliced])
     model.release_weights()  # the reference below runs in this process
-    expected, reference_logits = native_generate(native_model(vlm_dir(recipe, paths)), prompt, list(sliced.pieces),
-                                                 steps, eos)
+    expected, reference_logits = streamed_image_generate(reference_weights(recipe, paths), vlm_dir(recipe, paths),
+                                                         prompt, list(sliced.pieces),
+                                                         int(vision.meta["image_token_id"]), steps, eos)
     return {"prompt_ids": prompt, "ids": ids, "reference_ids": expected, "tokens_equal": ids == expected,
-            "first_difference": first_difference(ids, expected),
-            "first_logits": similarity(logits[0], reference_logits),
+            **free_parting(ids, expected, logits, reference_logits),
+            "first_logits": similarity(logits[0], reference_logits[0]),
             "slices": len(sliced.pieces) - 1, "grid": list(sliced.grid) if sliced.grid else None}
 
 
@@ -88,12 +93,15 @@ def vision_cases(vlm: Path, seed: int, net_shapes: dict[str, tuple[int, ...]] | 
                  ) -> list[tuple[str, dict[str, np.ndarray], np.ndarray]]:
     """The vision step's cases (verify/vision_cases.py): (name, the net's inputs, transformers' rows)
     for pieces of `vision_grids`, pseudo-random from `seed`."""
-    from llmbuild.families.minicpmv4_6.family import vit_geometry
+    from llmbuild.families.minicpmv4_6.family import read_config, vit_geometry
     from llmbuild.families.minicpmv4_6.inputs import slice_inputs
-    from llmbuild.families.minicpmv4_6.model import load_vision, reference_features
+    from llmbuild.families.minicpmv4_6.model import reference_features
+    from llmbuild.families.minicpmv4_6.stream import streamed_vision
 
-    tower, merger, cfg = load_vision(vlm)
-    geo = vit_geometry(cfg)
+    # The tower's layers made as they run: the vision step also holds the net's weights and the device's image
+    # (SigLIP-400M whole is 1.6 GB in float32, one of its layers 60 MB).
+    tower, merger = streamed_vision(vlm)
+    geo = vit_geometry(read_config(vlm))
     p, cap = geo["patch"], geo["capacity"]
     rng = np.random.default_rng(seed)
     cases = []
