@@ -215,6 +215,47 @@ def test_the_slicing_scale_is_the_processor_s_not_config_json_s_image_size(check
     assert "\n" not in str(err.value)
 
 
+def test_the_image_tokens_are_those_the_tokenizer_names_as_transformers_reads_them(checkpoint: Path,
+                                                                                   tmp_path: Path) -> None:
+    """transformers' processor writes `tokenizer.image_token`, `.slice_start_token`, ... (tokenizer_config.json's
+    extra_special_tokens): a checkpoint naming other tokens gets their ids in the binary's meta, the ids
+    transformers' tokenizer gives, and its processor's use_image_id; a named token the tokenizer lacks, or an image
+    token whose id is not config.json's image_token_id, is a one-line error naming it."""
+    import json
+    import shutil
+
+    from llmbuild import LlmbuildError
+    from llmbuild.families.minicpmv4_6.family import read_config, runtime_meta
+
+    out = tmp_path / "vlm"
+    shutil.copytree(checkpoint / "vlm", out)
+    added = {t["content"]: t["id"] for t in json.loads((out / "tokenizer.json").read_text())["added_tokens"]}
+    before = runtime_meta(read_config(out), added, out / "tokenizer.json")
+    assert before["image_token_id"] == added["<unk>"] and before["use_image_id"]
+
+    def write(named: dict, image_token_id: int) -> None:
+        tokenizer = json.loads((out / "tokenizer_config.json").read_text()) | {"extra_special_tokens": named}
+        (out / "tokenizer_config.json").write_text(json.dumps(tokenizer))
+        config = json.loads((out / "config.json").read_text()) | {"image_token_id": image_token_id}
+        (out / "config.json").write_text(json.dumps(config))
+
+    write({"image_token": "</image_id>", "image_id_end_token": "<unk>"}, added["</image_id>"])
+    processor = json.loads((out / "preprocessor_config.json").read_text()) | {"use_image_id": False}
+    (out / "preprocessor_config.json").write_text(json.dumps(processor))
+    meta = runtime_meta(read_config(out), added, out / "tokenizer.json")
+    tok = transformers.AutoTokenizer.from_pretrained(out)
+    assert meta["image_token_id"] == tok.image_token_id == added["</image_id>"]
+    assert meta["image_id_end_id"] == tok.convert_tokens_to_ids(tok.image_id_end_token) == added["<unk>"]
+    assert meta["slice_start_id"] == before["slice_start_id"] and not meta["use_image_id"]
+    write({"image_token": "<|image_pad|>"}, added["</image_id>"])
+    with pytest.raises(LlmbuildError, match="no '<\\|image_pad\\|>' token \\(the image_token") as err:
+        runtime_meta(read_config(out), added, out / "tokenizer.json")
+    assert "\n" not in str(err.value)
+    write({"image_token": "</image_id>"}, added["<unk>"])
+    with pytest.raises(LlmbuildError, match="image token '</image_id>' is id .*image_token_id is"):
+        runtime_meta(read_config(out), added, out / "tokenizer.json")
+
+
 def test_bad_pieces_and_configs_are_one_line_errors(checkpoint: Path, tmp_path: Path) -> None:
     import json
     import shutil

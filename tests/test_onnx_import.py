@@ -136,3 +136,28 @@ def test_dynamic_shapes_are_refused_with_the_value_named(tmp_path: Path) -> None
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     with pytest.raises(LlmbuildError, match=r"value 'x' has a dynamic shape \['batch', 4\]"):
         load_onnx(path)
+
+
+@pytest.mark.parametrize("one_file", [True, False])
+def test_the_exporters_external_weight_files_are_removed_and_the_graph_kept(tmp_path: Path, one_file: bool) -> None:
+    """The dynamo exporter writes one `.data` file beside the graph, the legacy exporter one file per tensor past
+    protobuf's 2 GB: once imported, every file the graph names goes, and nothing else."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from llmbuild.importer.vision_tower import remove_external_data
+
+    weights = [numpy_helper.from_array(np.full((64, 64), i, np.float32), f"w{i}") for i in range(3)]
+    node = helper.make_node("MatMul", ["x", "w0"], ["y"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])], weights)
+    path = tmp_path / "vit.onnx"
+    onnx.save_model(helper.make_model(graph), str(path), save_as_external_data=True,
+                    all_tensors_to_one_file=one_file, location="vit.onnx.data" if one_file else None, size_threshold=0)
+    outside = tmp_path / "kept.bin"
+    outside.write_bytes(b"x")
+    written = sorted(p.name for p in tmp_path.iterdir() if p.name not in ("vit.onnx", "kept.bin"))
+    assert written == (["vit.onnx.data"] if one_file else ["w0", "w1", "w2"])
+    remove_external_data(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.bin", "vit.onnx"]
+    assert len(onnx.load(str(path), load_external_data=False).graph.initializer) == 3

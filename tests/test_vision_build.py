@@ -198,3 +198,24 @@ def test_internvl_from_a_hugging_face_directory(built: Path, tmp_path: Path) -> 
     f32_e2e = json.loads((built / F32 / "e2e.json").read_text())
     hf_e2e = json.loads((build / "internvl_hf" / "e2e.json").read_text())
     assert hf_e2e["image"]["ids"] == f32_e2e["image"]["ids"] and hf_e2e["ids"] == f32_e2e["ids"]
+
+
+def test_a_failing_vision_check_is_one_line_and_imports_the_tower_again_to_say_where(tmp_path: Path) -> None:
+    """The checks run without the tower's float weights; a check that fails (bf16 cannot reach cosine 1) imports
+    them again to look for the first op that parts, and the step ends in one line naming the field."""
+    import shutil
+
+    from helpers import ROOT
+
+    recipes = tmp_path / "recipes"
+    shutil.copytree(ROOT / "recipes", recipes)
+    (recipes / "internvl_tiny_strict.yaml").write_text(f"base: {BF16}\nvision:\n  image_cosine: 1.0\n")
+    out = tmp_path / "build"
+    target = str(out / "internvl_tiny_strict" / "vision" / "vision.llmo")
+    result = snakemake(out, target, recipes=recipes, check=False)
+    assert result.returncode != 0
+    log = (out / "internvl_tiny_strict" / "logs" / "vision.log").read_text().strip().splitlines()[-1]
+    assert "vision.image_cosine: the vit net's image features have cosine 0.99" in log, log
+    assert "expected at least 1.0" in log
+    assert not (out / "internvl_tiny_strict" / "vision" / "vision.llmo").exists()
+    assert not [p for p in (out / "internvl_tiny_strict" / "vision").iterdir() if p.name.startswith("onnx__")]

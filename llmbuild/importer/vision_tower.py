@@ -42,4 +42,22 @@ def export_family_onnx(recipe: Recipe, vlm: Path, out: Path) -> Path:
     return family_part(family, "model").export_onnx(vlm, out, recipe.vision.exporter)
 
 
-__all__ = ["export_family_onnx", "import_tower"]
+def remove_external_data(onnx_path: Path) -> None:
+    """Delete the files that hold an exported ONNX graph's weights outside it: the dynamo exporter's one `.data`
+    file, the legacy exporter's one file per tensor (it writes them past protobuf's 2 GB). The net's import read
+    them once; the vit net's weights file and the binary hold them from there, so the build directory keeps no
+    third copy (1.6 GB for SigLIP-400M). The graph itself stays, to be opened."""
+    import onnx
+
+    model = onnx.load(str(onnx_path), load_external_data=False)
+    folder = onnx_path.parent.resolve()
+    for tensor in model.graph.initializer:
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        location = next((entry.value for entry in tensor.external_data if entry.key == "location"), "")
+        path = (folder / location).resolve()
+        if location and path.parent == folder:  # only the exporter's own files, beside the graph
+            path.unlink(missing_ok=True)
+
+
+__all__ = ["export_family_onnx", "import_tower", "remove_external_data"]

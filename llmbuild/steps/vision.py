@@ -15,6 +15,7 @@ NaN or Inf never passes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -28,9 +29,10 @@ from llmbuild.binary.memory_map import MemoryPlan
 from llmbuild.binary.program import encode
 from llmbuild.chips import load_chip
 from llmbuild.codegen.vision_plan import make_vision_plan
-from llmbuild.importer.vision_tower import import_tower
+from llmbuild.importer.vision_tower import import_tower, remove_external_data
 from llmbuild.recipe_types import Recipe
 from llmbuild.steps.compile_net import compile_net
+from llmbuild.steps.weights_blob import weight_chunk
 from llmbuild.verify.similarity import cosine
 from llmbuild.verify.vision_cases import check_cases
 
@@ -43,10 +45,7 @@ def build_vision(recipe: Recipe) -> None:
     out.mkdir(parents=True, exist_ok=True)
     vlm = vlm_dir(recipe, paths)
     net = import_tower(recipe, vlm, out / "vit.onnx", VIT_NET)
-    # The dynamo exporter's external weights (1.2 GB for a 300M tower) were read once: the vit net's own
-    # weights file and the binary hold them from here, so the build directory does not keep a third copy
-    # (vit.onnx, the graph, stays to be opened).
-    (out / "vit.onnx.data").unlink(missing_ok=True)
+    remove_external_data(out / "vit.onnx")  # read once: the weights file and the binary hold them from here
     mode, chip = recipe.quantization.mode, recipe.target.chip
     plan = make_vision_plan(net.module, mode, load_chip(chip).global_alignment)
     top_module = net.module.clone()
@@ -54,31 +53,48 @@ def build_vision(recipe: Recipe) -> None:
     compiled = compile_net(net.module, out / "plan.json", mode, chip, out)
     write_weight_file(out / "weights.safetensors", plan, net.weights)
     write_container(out / "vision.llmo", [(f"net:{VIT_NET}", [encode(compiled.program)])])
+    image = weight_chunk(plan, net.weights)
+    # The float32 weights (2.1 GB for SigLIP-400M) are not held through the checks: only a failing check needs
+    # them again, to name the first op that parts, and it imports the tower again.
+    del net
     release_freed_memory()  # the compile's temporaries, before the check's device image and reference
-    metrics = check_vision(recipe, vlm, compiled, top_module, net.weights, plan)
+    metrics = check_vision(recipe, vlm, compiled, top_module, image, plan,
+                           lambda: _imported_again(recipe, vlm, out))
     write_json(out / "metrics.json", metrics)
     print(f"{recipe.name}: vit net, {len(compiled.program.instrs)} ops in {len(compiled.program.groups)} "
           f"layer groups; image features cosine {metrics['cosine_device']:.7f} (device) against the reference")
 
 
-def check_vision(recipe: Recipe, vlm: Path, compiled, top_module, weights: dict[str, np.ndarray],
-                 plan: MemoryPlan) -> dict:
+def _imported_again(recipe: Recipe, vlm: Path, out: Path) -> dict[str, np.ndarray]:
+    """The tower's TopOp weights, exported and imported again (names are the export's, the same each time)."""
+    weights = import_tower(recipe, vlm, out / "vit.onnx", VIT_NET).weights
+    remove_external_data(out / "vit.onnx")
+    return weights
+
+
+def check_vision(recipe: Recipe, vlm: Path, compiled, top_module, image: tuple[int, bytearray], plan: MemoryPlan,
+                 float_weights: Callable[[], dict[str, np.ndarray]]) -> dict:
+    """`image`: the weight region's base and bytes; `float_weights`: the TopOp's weights, asked for only when a
+    check fails."""
     from llmbuild.dialects.interpret import interpret
     from llmbuild.runtime.device import Device
     from llmbuild.runtime.host import HostExecutor
-    from llmbuild.steps.weights_blob import weight_chunk
 
     assert recipe.vision is not None
     prog = compiled.program
     shapes = {name: prog.tensors[t].shape for name, t in prog.inputs}
     cases = check_cases(recipe.vision.family, vlm, shapes)
-    base, blob = weight_chunk(plan, weights)
+    base, blob = image
+    region = tuple(plan.regions["weight"])
+    if base != region[0]:
+        raise LlmbuildError(f"{recipe.path}: the vit net's weights start at {base}, not at their region's {region[0]}")
     size = plan.activation_base + prog.activation_bytes
-    device = Device(size, tuple(plan.regions["weight"]), load_chip(recipe.target.chip).lmem_bytes)
-    device.load_bytes(base, blob)
+    # The device reads the weight image in place, as it reads a binary's mapped section: one copy of it, shared
+    # with the host path, instead of a second in the device's memory.
+    device = Device(size, region, load_chip(recipe.target.chip).lmem_bytes, weights=blob)
     # No decoded-weight cache: a 300M tower's weights would be decoded to 1.2 GB of float32 beside the f32
     # TopOp weights and the device's image; decoded tile by tile, the same bits (tests/test_host_path.py).
-    host = HostExecutor(blob, tuple(plan.regions["weight"]), cache_bytes=0)
+    host = HostExecutor(blob, region, cache_bytes=0)
     per_case, equal = {}, True
     for case, inputs, want in cases:
         got = {}
@@ -102,6 +118,8 @@ def check_vision(recipe: Recipe, vlm: Path, compiled, top_module, weights: dict[
         metrics["cases"] = per_case
     worst = min(cosines.values())
     if not worst >= recipe.vision.image_cosine:  # NaN fails too
+        del device, host
+        weights = float_weights()
         reference = interpret(top_module, inputs, weights.__getitem__, reference=True)
         first = _first_parting_op(compiled.tpu, inputs, weights, reference)
         where = f" ({case})" if len(cases) > 1 else ""

@@ -11,8 +11,9 @@ from llmbuild.binary.memory_map import MemoryPlan
 from llmbuild.numerics.formats import encode
 
 
-def weight_chunk(plan: MemoryPlan, tensors: Mapping[str, np.ndarray]) -> tuple[int, bytes]:
-    """One contiguous chunk covering `tensors` at their planned addresses (gaps are zero)."""
+def weight_chunk(plan: MemoryPlan, tensors: Mapping[str, np.ndarray]) -> tuple[int, bytearray]:
+    """One contiguous chunk covering `tensors` at their planned addresses (gaps are zero), as written (not
+    copied into an immutable bytes: a vision tower's is a gigabyte)."""
     slots = sorted(((plan.weights[n], n) for n in tensors), key=lambda s: s[0].address)
     base = slots[0][0].address
     end = max(s.address + s.nbytes for s, _ in slots)
@@ -23,4 +24,4 @@ def weight_chunk(plan: MemoryPlan, tensors: Mapping[str, np.ndarray]) -> tuple[i
             raise LlmbuildError(f"tensor {name}: shape {list(value.shape)}, expected {list(slot.shape)}")
         raw = encode(value.astype(np.float32), slot.dtype).tobytes()
         buf[slot.address - base : slot.address - base + len(raw)] = raw
-    return base, bytes(buf)
+    return base, buf

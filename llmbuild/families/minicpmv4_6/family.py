@@ -27,8 +27,14 @@ TEXT_PREFIXES = {"model.language_model.": ""}
 NO_VENDOR_EXPORT = ("a MiniCPM-V 4.6 recipe (its language model is Qwen3.5's, whose linear-attention layers have no "
                     "export to the vendor's top dialect)")
 CHAT_TERMINATORS = ("<|im_end|>", "<|endoftext|>")
-# The image tokens the processor writes, in the order runtime_meta reads their ids.
+# The image tokens the processor writes, in the order runtime_meta reads their ids: transformers'
+# MiniCPMV4_6Processor takes each from the tokenizer by name (`tokenizer.image_token`, ...), which a
+# tokenizer_config.json declares in its `extra_special_tokens`; where it declares none, the tokens MiniCPM-V's
+# earlier tokenizers name.
+IMAGE_TOKEN_NAMES = ("image_start_token", "image_end_token", "slice_start_token", "slice_end_token", "image_token",
+                     "image_id_start_token", "image_id_end_token")
 IMAGE_TOKENS = ("<image>", "</image>", "<slice>", "</slice>", "<unk>", "<image_id>", "</image_id>")
+TOKENIZER_CONFIG = "tokenizer_config.json"
 # Patches per output row: the window merger's 2x2, then the merger's 2x2 ("16x" downsampling).
 ROWS_DIVISOR = 16
 # The image processor's settings, from the checkpoint's preprocessor_config.json where it has one, else
@@ -65,7 +71,9 @@ def read_processor(model_dir: Path) -> dict[str, int]:
         return dict(PROCESSOR_DEFAULTS)
     try:
         fields = json.loads(path.read_text(encoding="utf-8"))
-        return {key: int(fields.get(key, default)) for key, default in PROCESSOR_DEFAULTS.items()}
+        # use_image_id: whether the processor writes `<image_id>i</image_id>` before an image's placeholders
+        return {**{key: int(fields.get(key, default)) for key, default in PROCESSOR_DEFAULTS.items()},
+                "use_image_id": bool(fields.get("use_image_id", True))}
     except (OSError, json.JSONDecodeError, TypeError, ValueError, AttributeError) as exc:
         raise LlmbuildError(f"{path}: cannot read the image processor's scale_resolution and max_slice_nums "
                             f"({type(exc).__name__})") from None
@@ -106,17 +114,37 @@ def runtime_meta(cfg: dict[str, Any], added: dict[str, int], tokenizer_path: Pat
     slicing sizes, the net's capacity, and the ids of the image tokens in the tokenizer."""
     from llmbuild.families.minicpmv4_6.inputs import MEAN, STD
 
-    missing = [t for t in IMAGE_TOKENS if t not in added]
+    tokens = image_tokens(tokenizer_path.parent / TOKENIZER_CONFIG)
+    missing = [(name, t) for name, t in zip(IMAGE_TOKEN_NAMES, tokens, strict=True) if t not in added]
     if missing:
-        raise LlmbuildError(f"{tokenizer_path}: no {missing[0]!r} token (a MiniCPM-V 4.6 tokenizer has "
-                            f"{', '.join(IMAGE_TOKENS)})")
+        name, token = missing[0]
+        raise LlmbuildError(f"{tokenizer_path}: no {token!r} token (the {name} a MiniCPM-V 4.6 processor writes)")
     geo = vit_geometry(cfg)
-    start, end, slice_start, slice_end, unk, id_start, id_end = (int(added[t]) for t in IMAGE_TOKENS)
+    start, end, slice_start, slice_end, unk, id_start, id_end = (int(added[t]) for t in tokens)
     if unk != int(cfg["image_token_id"]):
-        raise LlmbuildError(f"{tokenizer_path}: '<unk>' is id {unk}, config.json's image_token_id is "
-                            f"{cfg['image_token_id']}")
+        raise LlmbuildError(f"{tokenizer_path}: the image token {tokens[4]!r} is id {unk}, config.json's "
+                            f"image_token_id is {cfg['image_token_id']}")
+    use_image_id = bool(cfg.get(PROCESSOR_KEY, {}).get("use_image_id", True))
     return {"patch_size": geo["patch"], "scale_resolution": geo["scale"], "max_slices": geo["max_slices"],
             "capacity": geo["capacity"], "position_side": geo["side"], "mean": list(MEAN), "std": list(STD),
-            "use_image_id": True, "image_start_id": start, "image_end_id": end, "slice_start_id": slice_start,
+            "use_image_id": use_image_id, "image_start_id": start, "image_end_id": end, "slice_start_id": slice_start,
             "slice_end_id": slice_end, "image_token_id": unk, "image_id_start_id": id_start,
             "image_id_end_id": id_end}
+
+
+def image_tokens(path: Path) -> tuple[str, ...]:
+    """The image tokens in IMAGE_TOKEN_NAMES' order: those the tokenizer_config.json at `path` names in its
+    `extra_special_tokens`, IMAGE_TOKENS' where it names none (or has no such file)."""
+    if not path.is_file():
+        return IMAGE_TOKENS
+    try:
+        named = json.loads(path.read_text(encoding="utf-8")).get("extra_special_tokens") or {}
+    except (OSError, json.JSONDecodeError, AttributeError) as exc:
+        raise LlmbuildError(f"{path}: cannot read the tokenizer's configuration ({type(exc).__name__})") from None
+    if not isinstance(named, dict):  # a list of extra tokens names no role
+        return IMAGE_TOKENS
+    tokens = tuple(named.get(name, default) for name, default in zip(IMAGE_TOKEN_NAMES, IMAGE_TOKENS, strict=True))
+    bad = [name for name, token in zip(IMAGE_TOKEN_NAMES, tokens, strict=True) if not isinstance(token, str)]
+    if bad:
+        raise LlmbuildError(f"{path}: extra_special_tokens.{bad[0]} is {named[bad[0]]!r}, expected a token's text")
+    return tokens
