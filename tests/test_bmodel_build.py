@@ -325,6 +325,24 @@ def test_internvl_vit_net_computes_transformers_image_features_on_the_cmodel(bui
 
 
 @pytest.mark.longer("test_internvl_vit_net_computes_transformers_image_features_on_the_cmodel")
+def test_at_real_size_the_vit_net_is_compiled_and_not_run_on_the_cmodel(tmp_path, monkeypatch):
+    """A real-size tower takes hours on the cmodel: checked as a real-size model (LLMBUILD_SMALL_MODEL_PARAMS=0),
+    the tiny InternVL's bmodel holds its `vit` net, the head part runs the embeddings alone, the coverage says
+    the vit was not run, and verify passes on what was."""
+    from llmbuild.runtime.bmodel_inspect import model_info
+
+    monkeypatch.setenv("LLMBUILD_SMALL_MODEL_PARAMS", "0")
+    snakemake(tmp_path, "internvl_tiny_bf16", *BMODEL)
+    build = tmp_path / "internvl_tiny_bf16"
+    checks = json.loads((build / "bmodel.json").read_text())
+    assert checks["coverage"] == COVERAGE_AT_REAL_SIZE and "vit net is compiled, not run" in checks["coverage"]
+    assert "vit" not in checks["nets"] and "embedding_cache" in checks["nets"]
+    assert "vit" not in json.loads((build / "bmodel" / "checks" / "head.json").read_text())["nets"]
+    assert "input: pixel_values, [1, 3, 56, 56], float32" in model_info(build / "internvl_tiny_bf16.bmodel")
+    assert json.loads((build / "verify.json").read_text())["passed"]
+
+
+@pytest.mark.longer("test_internvl_vit_net_computes_transformers_image_features_on_the_cmodel")
 def test_a_bmodel_answers_about_an_image_as_transformers_does(build_root, tmp_path):
     """`llmbuild run --bmodel --image` on the tiny InternVL in f32: the image read and tiled as the `.llmb`'s
     runtime does, each tile through the bmodel's `vit` net and its rows in place of the image's tokens, on the

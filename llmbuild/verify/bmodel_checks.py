@@ -12,7 +12,7 @@ already streamed (reference.safetensors), writing bmodel.json; `llmbuild verify`
   reference's, its weights lm_head's bytes), since the cmodel takes minutes over the vendor's top-1 of a
   real vocabulary and seconds over the product before it (docs/bmodel.md has the figures). A
   vision-language recipe's `vit` net on the vision step's tile (MiniCPM-V: pieces of several grids) against
-  transformers' image features.
+  transformers' image features, for a small model (a real-size tower on the cmodel takes hours).
 - End to end, for small models: the greedy ids LLM-TPU's runtime contract gives on the cmodel
   (runtime/bmodel_generate.py) against transformers' `generate` in the reference.
 - At real size each checked part runs in a job of its own as soon as it is combined (`--part head`,
@@ -54,7 +54,8 @@ from llmbuild.verify.similarity import similarity
 from llmbuild.verify.vision_cases import vendor_cases
 
 E2E_TOKENS = 16
-COVERAGE_AT_REAL_SIZE = "decode of the sampled layers, the head's nets (lm_head by its twin without the top-1)"
+COVERAGE_AT_REAL_SIZE = ("decode of the sampled layers, the head's nets (lm_head by its twin without the top-1); "
+                         "a vision-language model's vit net is compiled, not run")
 
 
 def check_bmodel(recipe: Recipe, part: str | None = None, load_binary: bool = True) -> dict:
@@ -79,8 +80,6 @@ def check_bmodel(recipe: Recipe, part: str | None = None, load_binary: bool = Tr
             checker = _NetChecks(recipe, paths, spec, ref, rt)
             if part == "head":
                 nets = checker.embeddings()
-                if recipe.vision is not None:
-                    nets["vit"] = _vit(recipe, paths, rt, small)
             elif part == "lm_head":
                 nets = {"lm_head": checker.lm_head_logits()}
             elif part is not None:
@@ -314,15 +313,15 @@ def _token_against(token: int, logits: np.ndarray) -> dict:
             "reference_logit_scale": round(float(np.max(np.abs(logits))), 6)}
 
 
-def _vit(recipe: Recipe, paths: BuildPaths, rt: CmodelRuntime, small: bool = True) -> dict:
+def _vit(recipe: Recipe, paths: BuildPaths, rt: CmodelRuntime) -> dict:
     """The vit net on the vision step's pseudo-random pieces (InternVL: one tile; MiniCPM-V: pieces of several
-    grids, fed as LLM-TPU's runtime feeds them; one at real size) against transformers' own image features
-    (the net's tokens [T, hidden] are the reference's [1, T, hidden]); `image_features` is the worst case's,
-    which verify holds to vision.image_cosine."""
+    grids, fed as LLM-TPU's runtime feeds them) against transformers' own image features (the net's tokens
+    [T, hidden] are the reference's [1, T, hidden]); `image_features` is the worst case's, which verify holds to
+    vision.image_cosine. A small model's only: a real-size tower is not run on the cmodel (InternVL3.5-2B's, 24
+    InternViT layers over 1025 tokens, had not finished one tile after 89 minutes), which the coverage says."""
     assert recipe.vision is not None
     info = rt.net_info("vit")
-    cases = vendor_cases(recipe.vision.family, vlm_dir(recipe, paths), {"pixel_values": info.input_shapes()[0]},
-                         one=not small)
+    cases = vendor_cases(recipe.vision.family, vlm_dir(recipe, paths), {"pixel_values": info.input_shapes()[0]})
     results = {}
     for case, inputs, want in cases:
         got = rt.launch("vit", inputs)[0]

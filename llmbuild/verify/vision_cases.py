@@ -25,7 +25,6 @@ def check_cases(family: str, vlm: Path, shapes: dict[str, tuple[int, ...]]) -> l
 VendorCase = tuple[str, list[np.ndarray], np.ndarray]  # (name, the bmodel vit net's inputs in order, reference)
 
 
-def vendor_cases(family: str, vlm: Path, shapes: dict[str, tuple[int, ...]], one: bool = False) -> list[VendorCase]:
-    """The cases of the bmodel's vit net (`shapes`: its inputs by name). `one`: a single case (a real-size
-    tower on the cmodel)."""
-    return family_part(family, "verify").vendor_vision_cases(vlm, CHECK_SEED, shapes, one)
+def vendor_cases(family: str, vlm: Path, shapes: dict[str, tuple[int, ...]]) -> list[VendorCase]:
+    """The cases of the bmodel's vit net (`shapes`: its inputs by name)."""
+    return family_part(family, "verify").vendor_vision_cases(vlm, CHECK_SEED, shapes)

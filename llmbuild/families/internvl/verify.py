@@ -46,9 +46,9 @@ def vision_cases(vlm: Path, seed: int, net_shapes: dict[str, tuple[int, ...]]
     return [("tile", vision_inputs(net_shapes, pixels), want)]
 
 
-def vendor_vision_cases(vlm: Path, seed: int, net_shapes: dict[str, tuple[int, ...]], one: bool = False
+def vendor_vision_cases(vlm: Path, seed: int, net_shapes: dict[str, tuple[int, ...]]
                         ) -> list[tuple[str, list[np.ndarray], np.ndarray]]:
-    """The vision step's tile for the bmodel's vit net, whose one input is the pixels (`one`: it is one)."""
+    """The vision step's tile for the bmodel's vit net, whose one input is the pixels."""
     return [(name, [inputs["pixel_values"]], want) for name, inputs, want in vision_cases(vlm, seed, net_shapes)]
 
 

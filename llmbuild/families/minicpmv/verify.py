@@ -70,21 +70,17 @@ def vision_cases(vlm: Path, seed: int, net_shapes: dict[str, tuple[int, ...]] | 
     return _cases(vlm, seed, inputs)
 
 
-def vendor_vision_cases(vlm: Path, seed: int, net_shapes: dict[str, tuple[int, ...]] | None = None,
-                        one: bool = False) -> list[tuple[str, list[np.ndarray], np.ndarray]]:
+def vendor_vision_cases(vlm: Path, seed: int, net_shapes: dict[str, tuple[int, ...]] | None = None
+                        ) -> list[tuple[str, list[np.ndarray], np.ndarray]]:
     """The same pieces for the bmodel's vit net: its inputs in its order, as LLM-TPU's runtime feeds them
-    (inputs.vendor_inputs), for the grids its position table addresses (no side above the table's). `one`:
-    the slice's own square grid alone (one patch where the table is smaller): a real-size tower on the cmodel
-    takes minutes a piece, whatever its grid (the net is padded to its capacity)."""
+    (inputs.vendor_inputs), for the grids its position table addresses (no side above the table's)."""
     from llmbuild.families.minicpmv.inputs import vendor_inputs
 
     def inputs(piece: np.ndarray, geo: dict[str, int]) -> list[np.ndarray]:
         return vendor_inputs(piece, geo["patch"], geo["max_patches"], geo["side"], geo["queries"])
 
     def keep(grid: tuple[int, int], geo: dict[str, int]) -> bool:
-        square = geo["scale"] // geo["patch"]
-        alone = (square, square) if square <= geo["side"] else (1, 1)
-        return max(grid) <= geo["side"] and (not one or grid == alone)
+        return max(grid) <= geo["side"]
 
     return _cases(vlm, seed, inputs, keep)
 
