@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 from torch import nn
 
-from llmbuild.verify.stream_model import aligned
+from llmbuild import LlmbuildError
+from llmbuild.verify.stream_model import aligned, streamed_model
 
 
 class CheckpointTensors:
@@ -62,3 +63,15 @@ def generate_with_rows(model: Any, ids: list[int], positions: list[int], feats: 
         out = model.generate(inputs_embeds=embeds, attention_mask=torch.ones((1, len(ids)), dtype=torch.long),
                              generation_config=config)
     return [int(i) for i in out.sequences[0]], np.stack([step[0].numpy() for step in out.logits])
+
+
+def streamed_rows_generate(weights: Any, prompt: list[int], feats: np.ndarray, image_token_id: int, steps: int,
+                           eos: tuple[int, ...]) -> tuple[list[int], np.ndarray]:
+    """`generate_with_rows` of the language model streamed over `weights` (a ReferenceWeights), the image's
+    `feats` in the rows of `image_token_id`, in prompt order: (new ids, every step's logits [steps, V])."""
+    positions = [i for i, t in enumerate(prompt) if t == image_token_id]
+    if len(positions) != len(feats):
+        raise LlmbuildError(f"reference: the prompt has {len(positions)} image token rows (id {image_token_id}), "
+                            f"the pieces give {len(feats)}")
+    model, _ = streamed_model(weights)
+    return generate_with_rows(model, prompt, positions, feats, steps, eos)

@@ -24,8 +24,6 @@ from typing import Any
 
 import numpy as np
 
-from llmbuild import LlmbuildError
-
 
 def streamed_vision(model_dir: Path) -> tuple[Any, Any, dict[str, Any]]:
     """(tower, resampler, config) as model.load_vision gives them, but the tower's encoder layers
@@ -72,13 +70,7 @@ def streamed_image_generate(weights: Any, model_dir: Path, prompt: list[int], pi
                             eos: tuple[int, ...] = ()) -> tuple[list[int], np.ndarray]:
     """(greedy new ids, every step's logits [steps, V]) of MiniCPM-V on `prompt` with the image `pieces`
     (every image's, in prompt order), the language model streamed over `weights` (a ReferenceWeights)."""
-    from llmbuild.verify.stream_model import streamed_model
-    from llmbuild.verify.stream_vlm import generate_with_rows
+    from llmbuild.verify.stream_vlm import streamed_rows_generate
 
     feats = piece_rows(model_dir, pieces)
-    positions = [i for i, t in enumerate(prompt) if t == image_token_id]
-    if len(positions) != len(feats):
-        raise LlmbuildError(f"reference: the prompt has {len(positions)} image token rows (id {image_token_id}), "
-                            f"the pieces give {len(feats)}")
-    model, _ = streamed_model(weights)
-    return generate_with_rows(model, prompt, positions, feats, max_new_tokens, eos)
+    return streamed_rows_generate(weights, prompt, feats, image_token_id, max_new_tokens, eos)
