@@ -334,3 +334,30 @@ def test_the_generator_writes_minicpm_v_4_6_s_layout(tmp_path: Path) -> None:
     processor = MiniCPMV4_6ImageProcessorPil.from_pretrained(directory)
     geo = vit_geometry(read_config(directory))
     assert (processor.scale_resolution, processor.max_slice_nums) == (geo["scale"], geo["max_slices"]) == (448, 9)
+
+
+def test_the_vision_loader_fills_the_module_in_place_and_names_a_missing_or_misshapen_tensor(tmp_path: Path) -> None:
+    """siglip.load_prefixed copies each stored tensor into the module's own parameter (the module is not held
+    twice): the values are the file's, in float32; a tensor the module has no place for is not read; a missing
+    or misshapen one is one line naming it."""
+    from safetensors.torch import save_file
+
+    from llmbuild import LlmbuildError
+    from llmbuild.families.siglip import load_prefixed
+
+    module = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.LayerNorm(2))
+    before = module[0].weight
+    stored = {"vpm.0.weight": torch.arange(6, dtype=torch.bfloat16).reshape(2, 3), "vpm.0.bias": torch.ones(2),
+              "vpm.1.weight": torch.full((2,), 2.0), "vpm.1.bias": torch.zeros(2), "vpm.9.extra": torch.ones(1),
+              "llm.other": torch.ones(4)}
+    save_file(stored, str(tmp_path / "model.safetensors"))
+    load_prefixed(tmp_path, {"vpm.": module})
+    assert module[0].weight is before and module[0].weight.dtype == torch.float32
+    assert module[0].weight.tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]] and module[1].weight.tolist() == [2.0, 2.0]
+    save_file({k: v for k, v in stored.items() if k != "vpm.1.bias"}, str(tmp_path / "model.safetensors"))
+    with pytest.raises(LlmbuildError, match="missing vision tensor vpm.1.bias") as err:
+        load_prefixed(tmp_path, {"vpm.": module})
+    assert "\n" not in str(err.value)
+    save_file({**stored, "vpm.0.bias": torch.ones(3)}, str(tmp_path / "model.safetensors"))
+    with pytest.raises(LlmbuildError, match=r"tensor 'vpm.0.bias' has shape \[3\], expected \[2\]"):
+        load_prefixed(tmp_path, {"vpm.": module})
