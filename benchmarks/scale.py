@@ -75,6 +75,7 @@ class Measured:
     binaries_s: float = 0.0  # llmbuild: a second clean build of the .llmb and the .bmodel alone, no checks
     tree_peak_mib: float = 0.0  # summed PSS of every process of the run
     job_peak_mib: float = 0.0  # the largest single process
+    job_peak_label: str = ""  # which process that was (its command line, paths as file names)
     scratch_peak_gib: float = 0.0
     final_dir_gib: float = 0.0
     binary_mib: float = 0.0
@@ -112,6 +113,20 @@ def _pss_kib(pid: int) -> int:
         return 0
 
 
+def _process_label(pid: int) -> str:
+    """A process's command line, short enough for a table: its first words, each path as its file name (a
+    record names no machine's paths)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            words = [w.decode(errors="replace") for w in f.read().split(b"\0") if w]
+    except OSError:
+        return ""
+    words = [os.path.basename(w) if "/" in w else w for w in words]
+    if words and words[0].startswith("python") and words[1:2] and words[1] != "-m":
+        words = words[1:]  # a console script run by python: its own name says more
+    return " ".join(words[:5])
+
+
 def _dir_bytes(path: Path) -> int:
     total = 0
     for root, _, files in os.walk(path):
@@ -127,6 +142,7 @@ class Sampler:
     def __init__(self, pid: int, directory: Path | None):
         self.pid, self.directory = pid, directory
         self.tree_kib = self.max_kib = self.dir_bytes = 0
+        self.max_label = ""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
@@ -136,7 +152,9 @@ class Sampler:
             pids = [self.pid, *_children(self.pid)]
             sizes = [_pss_kib(p) for p in pids]
             self.tree_kib = max(self.tree_kib, sum(sizes))
-            self.max_kib = max(self.max_kib, max(sizes, default=0))
+            largest = max(range(len(sizes)), key=sizes.__getitem__)
+            if sizes[largest] > self.max_kib:
+                self.max_kib, self.max_label = sizes[largest], _process_label(pids[largest])
             if self.directory is not None and self.directory.exists():
                 self.dir_bytes = max(self.dir_bytes, _dir_bytes(self.directory))
 
@@ -224,6 +242,7 @@ def build_llmbuild(case: Case, models: Path, build: Path, logs: Path, binaries_r
                               logs / f"{case.name}.llmbuild.log")
     m.ok = code == 0
     m.tree_peak_mib, m.job_peak_mib = s.tree_kib / 1024, s.max_kib / 1024
+    m.job_peak_label = s.max_label
     m.scratch_peak_gib = s.dir_bytes / 2**30
     m.final_dir_gib = _dir_bytes(out) / 2**30 if out.exists() else 0.0
     binary = out / f"{case.recipe}.llmb"
@@ -302,6 +321,7 @@ def build_incumbent(case: Case, models: Path, env_sh: Path, scratch: Path, logs:
     m.wall_s, code, s = timed(cmd, dict(os.environ), out, logs / f"{case.name}.tpumlir.log")
     m.ok = code == 0 and any(out.glob("*.bmodel"))
     m.tree_peak_mib, m.job_peak_mib = s.tree_kib / 1024, s.max_kib / 1024
+    m.job_peak_label = s.max_label
     m.scratch_peak_gib = s.dir_bytes / 2**30
     m.final_dir_gib = _dir_bytes(out) / 2**30 if out.exists() else 0.0
     bmodels = list(out.glob("*.bmodel"))
@@ -326,6 +346,8 @@ def table(results: dict[str, list[Measured]]) -> str:
                 f"{m.final_dir_gib / max((m.binary_mib + m.bmodel_mib) / 1024, 1e-9):>8.2f}x "
                 f"{'' if m.verified is None else str(m.verified):>8} {run.get('first_token_s', ''):>9} "
                 f"{run.get('tokens_per_s', ''):>6} {run.get('peak_rss_mib', 0):>8.0f}")
+            if m.job_peak_label:
+                lines.append(f"{'':<20} {'':<9} {'':<3} largest job: {m.job_peak_label}")
         by = {m.tool: m for m in ms}
         # Both tools ran (--incumbent-only runs llm_convert alone: no ratio then).
         if "tpu-mlir" in by and "llmbuild" in by and by["tpu-mlir"].ok and by["llmbuild"].ok:
@@ -357,7 +379,8 @@ def _r(value: float, digits: int = 1) -> float:
 
 def build_rows(results: dict[str, list[Measured]]) -> tuple[list[str], list[list]]:
     """The builds table of a benchmark record: one row per case and tool, and the ratio when both ran."""
-    columns = ["case", "tool", "wall s", "binaries alone s", "tree MiB", "largest job MiB", "scratch GiB",
+    columns = ["case", "tool", "wall s", "binaries alone s", "tree MiB", "largest job MiB", "largest job",
+               "scratch GiB",
                ".llmb MiB", ".bmodel MiB", "final dir / binaries", "verified", "run: first token s",
                "run: tok/s", "run: peak MiB"]
     rows = []
@@ -368,7 +391,8 @@ def build_rows(results: dict[str, list[Measured]]) -> tuple[list[str], list[list
             binaries = (m.binary_mib + m.bmodel_mib) if ours else m.binary_mib
             rows.append([case, "llmbuild" if ours else "llm_convert", _r(m.wall_s),
                          _r(m.binaries_s) if m.binaries_s else None, round(m.tree_peak_mib),
-                         round(m.job_peak_mib), _r(m.scratch_peak_gib, 2), _r(m.binary_mib) if ours else None,
+                         round(m.job_peak_mib), m.job_peak_label or None, _r(m.scratch_peak_gib, 2),
+                         _r(m.binary_mib) if ours else None,
                          _r(m.bmodel_mib if ours else m.binary_mib),
                          f"{m.final_dir_gib * 1024 / binaries:.2f}x" if binaries else None,
                          m.verified, run.get("first_token_s") and _r(run["first_token_s"], 2),
@@ -380,6 +404,7 @@ def build_rows(results: dict[str, list[Measured]]) -> tuple[list[str], list[list
                          _r(ours.binaries_s / theirs.wall_s, 2) if ours.binaries_s else None,
                          _r(ours.tree_peak_mib / theirs.tree_peak_mib, 2),
                          _r(ours.job_peak_mib / theirs.job_peak_mib, 2),
+                         None,
                          _r(ours.scratch_peak_gib / theirs.scratch_peak_gib, 2), None, None, None, None, None, None,
                          None])
     return columns, rows

@@ -78,6 +78,39 @@ def test_the_static_net_gives_transformers_rows_for_every_grid(checkpoint: Path,
     assert np.abs(want).max() > 0.5  # the rows are not all near zero
 
 
+def test_both_exporters_import_to_the_net_transformers_computes(checkpoint: Path, tmp_path: Path) -> None:
+    """The real-size recipe exports with torch.export (the legacy exporter's trace runs the tower at the net's
+    4096 patches, over a job's 4 GiB); the tiny one with the legacy exporter: the same net either way, with
+    each product's weight the module's own tensor, not a transposed copy."""
+    from llmbuild.dialects.interpret import interpret
+    from llmbuild.families.minicpmv4_6.family import read_config, vit_geometry
+    from llmbuild.families.minicpmv4_6.inputs import slice_inputs
+    from llmbuild.families.minicpmv4_6.model import export_onnx, load_vision, reference_features
+    from llmbuild.frontend.onnx_model import load_onnx
+    from llmbuild.importer.onnx_net import import_onnx_net
+    from llmbuild.verify.similarity import cosine
+
+    vlm = checkpoint / "vlm"
+    geo = vit_geometry(read_config(vlm))
+    tower, merger, _ = load_vision(vlm)
+    piece = np.random.default_rng(7).standard_normal((3, 8 * 14, 4 * 14)).astype(np.float32)
+    want = reference_features(tower, merger, piece)
+    inputs = slice_inputs(piece, geo["patch"], geo["capacity"], geo["side"])
+    outs = {}
+    for exporter in ("legacy", "dynamo"):
+        graph = load_onnx(export_onnx(vlm, tmp_path / f"{exporter}.onnx", exporter))
+        stored = list(graph.constants.values())
+        net = import_onnx_net(graph, "vit")
+        products = [w for name, w in net.weights.items() if name.endswith(".T")]
+        shared = [any(np.shares_memory(w, c) for c in stored) for w in products]
+        # legacy: Transpose(weight) nodes, taken as views; dynamo writes [K, N], which the import copies
+        assert products and shared == [exporter == "legacy"] * len(products), exporter
+        run = interpret(net.module, inputs, net.weights.__getitem__, reference=True)
+        outs[exporter] = run.outputs["image_features"][0, : want.shape[0]]
+        assert cosine(outs[exporter], want) >= 0.99999, exporter
+    np.testing.assert_allclose(outs["legacy"], outs["dynamo"], rtol=0, atol=1e-5)
+
+
 def _image(height: int, width: int, seed: int):
     from PIL import Image
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from llmbuild import LlmbuildError
 
+FLOAT_TYPES = ("FLOAT", "FLOAT16", "BFLOAT16", "DOUBLE")  # onnx_ir DataType names
 SHAPE_VALUE_LIMIT = 1 << 16  # elements: a float constant above this is a weight, not a value shapes depend on
 
 
@@ -66,7 +67,7 @@ def load_onnx(path: Path) -> OnnxGraph:
     except Exception as exc:  # noqa: BLE001 - onnx raises many kinds; the user gets one line
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise LlmbuildError(f"{path}: not a valid ONNX model: {first}") from None
-    onnxscript.optimizer.optimize(graph_ir, num_iterations=4)
+    onnxscript.optimizer.optimize_ir(graph_ir, num_iterations=4, should_fold=_fold_unless_weight_transpose)
     model = ir.serde.serialize_model(graph_ir)  # external initializers stay references to the file
     del graph_ir
     opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
@@ -105,6 +106,17 @@ def load_onnx(path: Path) -> OnnxGraph:
         onnx.TensorProto.INT32, onnx.TensorProto.INT64))
     return OnnxGraph(path, opset, inputs, [o.name for o in graph.output], [node for _, node in kept],
                      constants, shapes, integer)
+
+
+def _fold_unless_weight_transpose(node: Any) -> bool | None:
+    """onnxscript's folding rule for `node`, except a Transpose of a float initializer (a weight): onnxscript
+    writes it as a new tensor (a copy of the weight), where `_evaluate` below gives a view of it that the
+    importer, which stores a product's weight transposed, turns back into the stored tensor without copying."""
+    if node.op_type != "Transpose" or node.domain not in ("", "ai.onnx"):
+        return None
+    source = node.inputs[0]
+    value = source.const_value if source is not None else None
+    return False if value is not None and value.dtype.name in FLOAT_TYPES else None
 
 
 def _static_shape(value: Any, path: Path) -> tuple[int, ...]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -86,6 +87,7 @@ class _Importer:
     weights: dict[str, np.ndarray] = field(default_factory=dict)
     weight_values: dict[str, SSAValue] = field(default_factory=dict)
     mask: SSAValue | None = None
+    readers: Counter[str] = field(default_factory=Counter)  # how many nodes (and graph outputs) read each value
 
     # ---- values --------------------------------------------------------------------------------------
 
@@ -105,6 +107,14 @@ class _Importer:
             self.weights[name] = value
             self.weight_values[name] = self.top.weight(name, value.shape)
         return self.weight_values[name]
+
+    def release(self, name: str) -> None:
+        """Drop the graph's constant `name` once its last reader has run: a product's weight is stored
+        transposed (a copy, where the exporter wrote it [K, N]), and a tower's float32 weights held twice
+        over (2.2 GB each for SigLIP-400M) would double the step's peak."""
+        self.readers[name] -= 1
+        if self.readers[name] == 0:
+            self.graph.constants.pop(name, None)
 
     def act(self, node: OnnxNode, name: str) -> SSAValue:
         """An input of `node` as an SSA value: a constant becomes a weight, a lazy transpose a Permute."""
@@ -140,7 +150,9 @@ class _Importer:
         for name, shape in self.graph.inputs.items():
             self.values[name] = self.top.arg(name, shape, i32 if name in self.graph.integer_inputs else f32)
             names.append(name)
-        for node in fuse_gelu_tanh(self.graph):
+        nodes = fuse_gelu_tanh(self.graph)
+        self.readers.update([*(i for node in nodes for i in node.inputs), *self.graph.outputs])
+        for node in nodes:
             handler: Callable[[OnnxNode], Value] | None = getattr(self, f"op_{node.op}", None)
             if handler is None:
                 raise self.fail(node, "operator not supported by the ONNX importer (supported: "
@@ -185,7 +197,9 @@ class _Importer:
             if right.ndim != 2:
                 raise self.fail(node, f"constant right operand of rank {right.ndim} (expected a [K, N] matrix)")
             x = self.act(node, a)
-            return self.top.linear(x, self.weight(f"{b}.T", right.T), None, node.outputs[0])
+            weight = self.weight(f"{b}.T", right.T)
+            self.release(b)
+            return self.top.linear(x, weight, None, node.outputs[0])
         left_v, right_v = self.values.get(a), self.values.get(b)
         left = self.const(a)
         if left is not None and left.ndim == 4 and isinstance(right_v, Transposed) and right_v.perm == (0, 2, 3, 1):
@@ -406,6 +420,7 @@ class _Importer:
 
 
 def import_onnx_net(graph: OnnxGraph, net: str, attrs: dict | None = None) -> OnnxImport:
-    """The TopOp module of `graph` as net `net` (`top.net` = net), and its weights."""
+    """The TopOp module of `graph` as net `net` (`top.net` = net), and its weights. The graph is spent: each
+    constant a product has taken as its transposed weight leaves `graph.constants`."""
     module_attrs = {"top.net": StringAttr(net), **(attrs or {})}
     return _Importer(graph, TopGraph(net, module_attrs)).run()

@@ -5,6 +5,7 @@ exporter of the recipe's family, then imported (importer/onnx_net.py). The visio
 from __future__ import annotations
 
 import json
+import multiprocessing
 from pathlib import Path
 
 from xdsl.dialects.builtin import IntegerAttr, StringAttr, i64
@@ -21,7 +22,6 @@ def import_tower(recipe: Recipe, vlm: Path, onnx_path: Path, net: str) -> OnnxIm
     """The tower exported by torch.onnx to `onnx_path` and imported as the TopOp net `net` (with its
     float32 weights by name)."""
     onnx_path = export_family_onnx(recipe, vlm, onnx_path)
-    release_freed_memory()  # the torch module and the export's copies: each phase below starts lean
     graph = load_onnx(onnx_path)
     attrs = {"top.stage": StringAttr("vision"), "top.layer": IntegerAttr(-1, i64)}
     imported = import_onnx_net(graph, net, attrs)
@@ -32,14 +32,29 @@ def import_tower(recipe: Recipe, vlm: Path, onnx_path: Path, net: str) -> OnnxIm
 
 def export_family_onnx(recipe: Recipe, vlm: Path, out: Path) -> Path:
     """The vit net's ONNX source as the recipe's vision.family defines it (its folder's `model.export_onnx`;
-    config.json must be that family's)."""
+    config.json must be that family's), written by a process of its own, which ends before the graph is read:
+    the export holds the torch module in float32 and torch keeps much of it after the module is gone (a
+    SigLIP-400M tower left 2.5 GiB resident of its 3.7 GiB peak), where the vision step's later phases need the
+    room (the import, the weight image, the checks' reference)."""
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
     assert recipe.vision is not None
-    family = recipe.vision.family
+    family, exporter = recipe.vision.family, recipe.vision.exporter
     model_type = json.loads((vlm / "config.json").read_text(encoding="utf-8")).get("model_type")
     if vision_family_for_hf_model_type(model_type) != family:
         raise LlmbuildError(f"{vlm / 'config.json'}: model_type {model_type!r} is not a checkpoint of "
                             f"vision.family {family} (recipe {recipe.path})")
-    return family_part(family, "model").export_onnx(vlm, out, recipe.vision.exporter)
+    try:
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            return pool.submit(_export, family, vlm, out, exporter).result()
+    except BrokenProcessPool:
+        raise LlmbuildError(f"{vlm}: the vision tower's ONNX export ended without finishing (out of memory?); "
+                            f"nothing was imported from {out}") from None
+
+
+def _export(family: str, vlm: Path, out: Path, exporter: str) -> Path:
+    return family_part(family, "model").export_onnx(vlm, out, exporter)
 
 
 def remove_external_data(onnx_path: Path) -> None:

@@ -38,11 +38,11 @@ from typing import Any
 
 from llmbuild import LlmbuildError
 from llmbuild.families.internvl.config import is_internvl_chat, read_native_config
+from llmbuild.frontend.torch_onnx_export import export_tower_onnx
 from llmbuild.json_file import read_json
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
-EXPORTERS = ("legacy", "dynamo")
 # transformers 5 saves the native layout without the "model." its modules carry; some exports keep it.
 VISION_PREFIXES = ("vision_tower.", "multi_modal_projector.")
 ENCODER_LAYERS = "vision_tower.encoder.layer."
@@ -232,14 +232,6 @@ def export_onnx(model_dir: Path, out: Path, exporter: str = "legacy") -> Path:
     """Write the vision path of the checkpoint in `model_dir` to `out` (.onnx) with a fixed image size."""
     import torch
 
-    if exporter not in EXPORTERS:
-        raise LlmbuildError(f"vision.exporter: {exporter!r} is not one of {', '.join(EXPORTERS)}")
     module, _ = vision_module(model_dir)
     size = image_size(model_dir)
-    example = torch.zeros(1, 3, size, size)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with torch.no_grad():
-        torch.onnx.export(module, (example,), str(out), input_names=["pixel_values"],
-                          output_names=["image_features"], opset_version=18 if exporter == "dynamo" else 17,
-                          dynamo=exporter == "dynamo")
-    return out
+    return export_tower_onnx(module, (torch.zeros(1, 3, size, size),), out, ["pixel_values"], exporter)

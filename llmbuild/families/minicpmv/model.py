@@ -31,6 +31,7 @@ import numpy as np
 from llmbuild.families import siglip
 from llmbuild.families.minicpmv.family import RESAMPLER, STATIC_INPUTS, VPM, read_config, resampler_heads, vit_geometry
 from llmbuild.families.minicpmv.inputs import slice_inputs
+from llmbuild.frontend.torch_onnx_export import export_tower_onnx
 from llmbuild.numerics.sincos import sincos_2d
 
 
@@ -141,10 +142,6 @@ def export_onnx(model_dir: Path, out: Path, exporter: str = "legacy") -> Path:
     piece = np.zeros((3, geo["patch"], geo["patch"]), np.float32)  # any piece: the shapes are static
     example = slice_inputs(piece, geo["patch"], geo["max_patches"], geo["side"], geo["queries"], geo["embed_dim"])
     args = tuple(torch.from_numpy(example[name]) for name in STATIC_INPUTS)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with torch.no_grad():
-        torch.onnx.export(module, args, str(out), input_names=list(STATIC_INPUTS), output_names=["image_features"],
-                          opset_version=18 if exporter == "dynamo" else 17, dynamo=exporter == "dynamo")
-    return out
+    return export_tower_onnx(module, args, out, list(STATIC_INPUTS), exporter)
 
 

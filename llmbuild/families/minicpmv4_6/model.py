@@ -19,6 +19,7 @@ import numpy as np
 from llmbuild.families import siglip
 from llmbuild.families.minicpmv4_6.family import ROWS_DIVISOR, model_config_fields, read_config, vit_geometry
 from llmbuild.families.minicpmv4_6.inputs import INPUTS, slice_inputs
+from llmbuild.frontend.torch_onnx_export import export_tower_onnx
 
 TOWER, MERGER = "model.vision_tower.", "model.merger."
 
@@ -119,8 +120,4 @@ def export_onnx(model_dir: Path, out: Path, exporter: str = "legacy") -> Path:
     piece = np.zeros((3, 4 * p, 4 * p), np.float32)  # any piece: the shapes are static
     example = slice_inputs(piece, p, geo["capacity"], geo["side"])
     args = tuple(torch.from_numpy(example[name]) for name in INPUTS)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with torch.no_grad():
-        torch.onnx.export(module, args, str(out), input_names=list(INPUTS), output_names=["image_features"],
-                          opset_version=18 if exporter == "dynamo" else 17, dynamo=exporter == "dynamo")
-    return out
+    return export_tower_onnx(module, args, out, list(INPUTS), exporter)
