@@ -121,6 +121,10 @@ def _process_label(pid: int) -> str:
             words = [w.decode(errors="replace") for w in f.read().split(b"\0") if w]
     except OSError:
         return ""
+    if any("multiprocessing" in w for w in words):  # a worker Python's multiprocessing started: say whose
+        with contextlib.suppress(OSError, IndexError, ValueError), open(f"/proc/{pid}/stat") as f:
+            parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            return f"{_process_label(parent)} (its worker process)"
     words = [os.path.basename(w) if "/" in w else w for w in words]
     if words and words[0].startswith("python") and words[1:2] and words[1] != "-m":
         words = words[1:]  # a console script run by python: its own name says more

@@ -375,7 +375,8 @@ FIELDS: tuple[FieldSpec, ...] = (
               "text model). "
               "Absent: no vision net.", constraint=OneOf(vision_families)),
     FieldSpec("vision.exporter",
-              "torch.onnx exporter of the tower: `legacy` (tracing, opset 17) or `dynamo` (opset 18).",
+              "torch.onnx exporter of the tower: `legacy` (tracing, opset 17: runs the tower at the net's size) "
+              "or `dynamo` (torch.export on fake tensors, opset 18: the real-size recipes', a smaller peak).",
               constraint=OneOf(lambda: VISION_EXPORTERS)),
     FieldSpec("vision.config",
               "synthetic: the vision-language config.json fields besides the text model's "
