@@ -1,11 +1,11 @@
-"""A vision tower written to ONNX by torch.onnx, the one way every vision family exports its `vit` net's source.
+"""A vision tower written to ONNX by torch.onnx, the one way every vision family exports its `vit` net's source
+(and the exporters a recipe's `vision.exporter` may name).
 
-torch's constant folding is off: with it, the legacy exporter writes each projection's transposed weight as a
-new constant (a float32 copy of every weight, 1.8 GB more for SigLIP-400M at export), where without it the
-graph keeps `Transpose(weight)` nodes over the module's own tensors. Folding is the reader's job
-(frontend/onnx_model.py evaluates a node of constants as a view where it can: a transpose copies nothing),
-so the net imported is the same either way.
-"""
+torch's constant folding is off: with it, the legacy exporter writes each projection's weight transposed, a new
+tensor the importer must copy back to the [N, K] layout it stores; without it the graph keeps `Transpose(weight)`
+over the module's own tensors, which frontend/onnx_model.py evaluates as a view and the importer takes without a
+copy. The net imported is the same either way (tests/test_minicpmv4_6.py). The export's own peak is not this:
+the legacy exporter runs the tower at the net's size, torch.export traces it on fake tensors."""
 
 from __future__ import annotations
 

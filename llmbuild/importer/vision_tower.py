@@ -49,8 +49,10 @@ def export_family_onnx(recipe: Recipe, vlm: Path, out: Path) -> Path:
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
             return pool.submit(_export, family, vlm, out, exporter).result()
     except BrokenProcessPool:
+        for written in (out, out.with_name(out.name + ".data")):  # the graph and torch.export's weights file
+            written.unlink(missing_ok=True)
         raise LlmbuildError(f"{vlm}: the vision tower's ONNX export ended without finishing (out of memory?); "
-                            f"nothing was imported from {out}") from None
+                            f"its partial {out.name} was removed") from None
 
 
 def _export(family: str, vlm: Path, out: Path, exporter: str) -> Path:

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from llmbuild.frontend.torch_onnx_export import EXPORTERS
 from llmbuild.recipe_types import DEFAULT_CALIBRATION, LM_HEAD_CHOICES, METHODS, MODE_CHOICES, Recipe
 
 SOURCE_KINDS = ("synthetic", "hf", "gguf")
-VISION_EXPORTERS = ("legacy", "dynamo")
 
 
 def vision_families() -> list[str]:
@@ -377,7 +377,7 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("vision.exporter",
               "torch.onnx exporter of the tower: `legacy` (tracing, opset 17: runs the tower at the net's size) "
               "or `dynamo` (torch.export on fake tensors, opset 18: the real-size recipes', a smaller peak).",
-              constraint=OneOf(lambda: VISION_EXPORTERS)),
+              constraint=OneOf(lambda: EXPORTERS)),
     FieldSpec("vision.config",
               "synthetic: the vision-language config.json fields besides the text model's "
               "(`vision_config`, `downsample_ratio`, ...; MiniCPM-V: `vision_config`, `query_num`, "
