@@ -111,6 +111,25 @@ def test_both_exporters_import_to_the_net_transformers_computes(checkpoint: Path
     np.testing.assert_allclose(outs["legacy"], outs["dynamo"], rtol=0, atol=1e-5)
 
 
+def test_a_large_checkpoint_exports_in_a_worker_process_the_same_graph(checkpoint: Path, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past IN_PROCESS_BYTES the export runs in a spawned worker (which returns torch's memory when it ends);
+    below it in the step's own process: the same graph, byte for byte."""
+    from llmbuild.importer import vision_tower
+    from llmbuild.recipe import load_recipe
+
+    recipe = load_recipe(RECIPE, RECIPES, require_checkpoint=False)
+    contexts = []
+    get_context = vision_tower.multiprocessing.get_context
+    monkeypatch.setattr(vision_tower.multiprocessing, "get_context",
+                        lambda kind: contexts.append(kind) or get_context(kind))
+    here = vision_tower.export_family_onnx(recipe, checkpoint / "vlm", tmp_path / "here.onnx")
+    assert contexts == []  # the tiny checkpoint exported in this process
+    monkeypatch.setattr(vision_tower, "IN_PROCESS_BYTES", 0)
+    worker = vision_tower.export_family_onnx(recipe, checkpoint / "vlm", tmp_path / "worker.onnx")
+    assert contexts == ["spawn"] and worker.read_bytes() == here.read_bytes()
+
+
 def _image(height: int, width: int, seed: int):
     from PIL import Image
 

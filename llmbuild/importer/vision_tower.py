@@ -17,6 +17,9 @@ from llmbuild.frontend.onnx_model import load_onnx
 from llmbuild.importer.onnx_net import OnnxImport, import_onnx_net
 from llmbuild.recipe_types import Recipe
 
+# Checkpoints up to this size (every weight file of the vision-language directory) export without a worker.
+IN_PROCESS_BYTES = 64 << 20
+
 
 def import_tower(recipe: Recipe, vlm: Path, onnx_path: Path, net: str) -> OnnxImport:
     """The tower exported by torch.onnx to `onnx_path` and imported as the TopOp net `net` (with its
@@ -35,7 +38,9 @@ def export_family_onnx(recipe: Recipe, vlm: Path, out: Path) -> Path:
     config.json must be that family's), written by a process of its own, which ends before the graph is read:
     the export holds the torch module in float32 and torch keeps much of it after the module is gone (a
     SigLIP-400M tower left 2.5 GiB resident of its 3.7 GiB peak), where the vision step's later phases need the
-    room (the import, the weight image, the checks' reference)."""
+    room (the import, the weight image, the checks' reference). A checkpoint of at most IN_PROCESS_BYTES exports
+    in this process: what torch keeps of it is small, and a worker would pay torch's and transformers' imports
+    a second time (8 s of a tiny tower's 12 s vision step)."""
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
@@ -45,6 +50,8 @@ def export_family_onnx(recipe: Recipe, vlm: Path, out: Path) -> Path:
     if vision_family_for_hf_model_type(model_type) != family:
         raise LlmbuildError(f"{vlm / 'config.json'}: model_type {model_type!r} is not a checkpoint of "
                             f"vision.family {family} (recipe {recipe.path})")
+    if _weight_bytes(vlm) <= IN_PROCESS_BYTES:
+        return _export(family, vlm, out, exporter)
     try:
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
             return pool.submit(_export, family, vlm, out, exporter).result()
@@ -53,6 +60,10 @@ def export_family_onnx(recipe: Recipe, vlm: Path, out: Path) -> Path:
             written.unlink(missing_ok=True)
         raise LlmbuildError(f"{vlm}: the vision tower's ONNX export ended without finishing (out of memory?); "
                             f"its partial {out.name} was removed") from None
+
+
+def _weight_bytes(vlm: Path) -> int:
+    return sum(f.stat().st_size for pattern in ("*.safetensors", "*.bin") for f in vlm.glob(pattern))
 
 
 def _export(family: str, vlm: Path, out: Path, exporter: str) -> Path:
