@@ -7,7 +7,7 @@ Root only (the script starts daemons, writes /etc/slurm and installs Debian's pa
 skipped otherwise, or when the packages cannot be installed, unless LLMBUILD_REQUIRE_SLURM=1 (.ci/run sets it
 when CI runs as root), where a skip would hide a broken cluster setup. Each chained job costs a few seconds
 of SLURM scheduling, status polling and Snakemake start-up in the job: one tiny recipe, 2 to 3 minutes on
-2 cores; the zoo of two, about 3 minutes.
+2 cores; the zoo of one buildable recipe and two broken ones, about 2 minutes.
 """
 
 from __future__ import annotations
@@ -186,7 +186,9 @@ def test_a_zoo_on_slurm_builds_its_recipes_side_by_side(cluster, tmp_path: Path)
     build. A recipe that does not load never reaches the cluster and is shown failed too."""
     recipes_dir = tmp_path / "recipes"
     recipes_dir.mkdir()
-    built = ("qwen2_tiny_f32", "llama_tiny_f32")
+    # One recipe that builds: with the NaN recipe, whose prepare job is submitted beside its prepare job, two
+    # recipes' jobs run at once (a second buildable recipe cost 13 more jobs, each a Snakemake start-up).
+    built = ("qwen2_tiny_f32",)
     for name in ("_tiny_common.yaml", *(f"{r}.yaml" for r in built)):
         shutil.copy(ROOT / "recipes" / name, recipes_dir / name)
     broken = nan_weights_recipe(recipes_dir, tmp_path / "nan_checkpoint")
