@@ -182,12 +182,12 @@ def _finished_spans() -> dict[str, dict[str, str]]:
 def test_a_zoo_on_slurm_builds_its_recipes_side_by_side(cluster, tmp_path: Path) -> None:
     """The zoo's one Snakemake run (--keep-going) submits jobs of every recipe together: SLURM's record
     shows jobs of two recipes running at the same time, the recipe with a NaN weight failed at `prepare`
-    (its job FAILED, its row saying why) while the others verified, each binary byte-identical to a local
+    (its job FAILED, its row saying why) while the tiny recipe verified, its binary byte-identical to a local
     build. A recipe that does not load never reaches the cluster and is shown failed too."""
     recipes_dir = tmp_path / "recipes"
     recipes_dir.mkdir()
-    # One recipe that builds: with the NaN recipe, whose prepare job is submitted beside its prepare job, two
-    # recipes' jobs run at once (a second buildable recipe cost 13 more jobs, each a Snakemake start-up).
+    # One recipe that builds: its prepare job and the NaN recipe's are submitted together, so two recipes'
+    # jobs run at once (a second buildable recipe cost 13 more jobs, each a Snakemake start-up).
     built = ("qwen2_tiny_f32",)
     for name in ("_tiny_common.yaml", *(f"{r}.yaml" for r in built)):
         shutil.copy(ROOT / "recipes" / name, recipes_dir / name)
