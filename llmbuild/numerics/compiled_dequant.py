@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from llmbuild.numerics import vector_product
+from llmbuild.numerics.addresses import address
 from llmbuild.numerics.levels_product import dequantized_ir, levels_ir
 
 # The smallest weight (elements) the host path leaves quantized, dequantizing it block by block as each
@@ -84,7 +85,7 @@ def dequantize_into(levels: np.ndarray, scale: np.ndarray, zero: np.ndarray, gro
     packed = np.ascontiguousarray(levels, dtype=np.uint8)
     scale = np.ascontiguousarray(scale, dtype=np.float32)
     zero = np.ascontiguousarray(zero, dtype=np.float32)
-    run(packed.ctypes.data, scale.ctypes.data, zero.ctypes.data, k // group, group, target.ctypes.data, rows, k)
+    run(address(packed), address(scale), address(zero), k // group, group, address(target), rows, k)
     if target is not out:
         out[...] = target
 

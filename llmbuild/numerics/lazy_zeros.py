@@ -11,6 +11,7 @@ never written, cost nothing.
 
 from __future__ import annotations
 
+import math
 import mmap
 
 import numpy as np
@@ -22,7 +23,7 @@ def zeros(shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
     """`np.zeros(shape, dtype)`, with untouched pages left unmapped for large arrays. The mapping is released
     when the last array that views it is freed."""
     dt = np.dtype(dtype)
-    nbytes = dt.itemsize * int(np.prod(shape, dtype=np.int64))
+    nbytes = dt.itemsize * math.prod(shape)  # np.prod would make an array of the shape first
     if nbytes < LAZY_MIN_BYTES:
         return np.zeros(shape, dtype=dt)
     # Private: Python's default for an anonymous map is shared memory, which faults in through shmem.

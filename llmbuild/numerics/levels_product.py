@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from llmbuild.numerics import vector_product
+from llmbuild.numerics.addresses import address
 from llmbuild.numerics.parallel import row_spans
 from llmbuild.numerics.vector_product import LANES
 
@@ -51,8 +52,8 @@ def product(x: np.ndarray, attrs: dict[str, Any], levels: np.ndarray, scale: np.
     run = kernel(_bits(attrs), _rounded(attrs), lookup)
     assert run is not None and supported(attrs, k), "levels_product.product: check supported() first"
     group = attrs["q_group_size"]
-    args = (x.ctypes.data, levels.ctypes.data, levels.strides[0], scale.ctypes.data, zero.ctypes.data,
-            scale.strides[0] // 4, group, out.ctypes.data)
+    args = (address(x), address(levels), levels.strides[0], address(scale), address(zero),
+            scale.strides[0] // 4, group, address(out))
     row_spans(n, n * k, PARALLEL_WEIGHTS, lambda lo, hi: run(*args, lo, hi, k))
 
 
@@ -129,7 +130,7 @@ def _table(rounded: bool) -> list[str]:
     lines = _scale_and_zero(16) + [f"  %td = fsub <16 x float> {iota}, %zs"]
     if not rounded:
         return [*lines, "  %wt = fmul <16 x float> %td, %ss"]
-    return [*lines, "  %tv = fmul <16 x float> %td, %ss", *_round_bf16(16, "%tv", "%wt")]
+    return [*lines, "  %tv = fmul <16 x float> %td, %ss", *round_bf16_ir(16, "%tv", "%wt")]
 
 
 def _looked_up() -> list[str]:
@@ -156,7 +157,7 @@ def _scale_and_zero(width: int) -> list[str]:
             f"  %zs = shufflevector <{width} x float> %z1, <{width} x float> poison, <{width} x i32> zeroinitializer"]
 
 
-def _round_bf16(width: int, value: str, out: str) -> list[str]:
+def round_bf16_ir(width: int, value: str, out: str) -> list[str]:
     """IR rounding the <width x float> `value` to bf16 (nearest even; NaN to the canonical NaN) as `out`."""
     i32 = lambda v: splat(width, "i32", v)  # noqa: E731
     t = f"<{width} x i32>"
@@ -179,7 +180,7 @@ def dequantized_ir(rounded: bool, width: int = LANES) -> list[str]:
     lines = [*_scale_and_zero(width), f"  %qf = uitofp <{width} x i8> %q to {t}", f"  %d = fsub {t} %qf, %zs"]
     if not rounded:
         return [*lines, f"  %wv = fmul {t} %d, %ss"]
-    return [*lines, f"  %v = fmul {t} %d, %ss", *_round_bf16(width, "%v", "%wv")]
+    return [*lines, f"  %v = fmul {t} %d, %ss", *round_bf16_ir(width, "%v", "%wv")]
 
 
 def _ir(bits: int, rounded: bool, lookup: bool) -> str:

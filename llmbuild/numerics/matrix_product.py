@@ -9,8 +9,11 @@ own, so the executors had to cut every product into fixed tiles of single-thread
 reads only float32, so each tile of a bf16 weight was first decoded to float32.
 
 The kernel below reads the weight as it is stored (f32, bf16 bit patterns, f16), widening 16 lanes at a
-time in registers, and keeps ROWS rows of x in flight against one row of the weight: 4 x 4 accumulators
-of <16 x float>, so each weight vector loaded serves four outputs. LLVM IR compiled with llvmlite, as
+time in registers, and keeps ROWS rows of x in flight against one row of the weight, one group of 16 lanes
+at a time (a lane's sum is in k order whichever group runs first): ROWS accumulators of <16 x float>, so
+each weight vector loaded serves four outputs and the accumulators fit AVX2's sixteen registers. Holding
+all four groups at once (sixteen <16 x float>, 32 AVX2 registers) spilled on every block: on a 2-core AMD
+EPYC without AVX-512, SmolLM2's 37-row prefill products ran at 30-35 GFLOP/s that way, 50-100 this way. LLVM IR compiled with llvmlite, as
 vector_product's kernel is, without fast-math flags: LLVM may neither reassociate nor fuse the arithmetic.
 `reference` computes the same bits in numpy (tests/test_matrix_product.py).
 """
@@ -23,12 +26,13 @@ from collections.abc import Callable
 import numpy as np
 
 from llmbuild.numerics import vector_product
+from llmbuild.numerics.addresses import address
 from llmbuild.numerics.formats import bf16_bits_to_f32
 from llmbuild.numerics.parallel import row_spans
 from llmbuild.numerics.vector_product import LANES
 
-ROWS = 4  # rows of x per block: 16 accumulators, half of AVX-512's registers
-CHUNK = 16  # weight rows per chunk
+ROWS = 4  # rows of x per block: 4 accumulators of 16 lanes (8 AVX2 registers, 4 AVX-512 ones)
+CHUNK = 32  # weight rows per chunk
 _VECTOR = 16
 # Multiply-adds above which a product's weight rows are split over the worker threads.
 PARALLEL_MACS = 1 << 22
@@ -76,7 +80,7 @@ def product(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
         return
     run = kernel(_STORAGE[w.dtype])
     assert run is not None
-    xp, wp, yp = x.ctypes.data, w.ctypes.data, out.ctypes.data
+    xp, wp, yp = address(x), address(w), address(out)
     ws, ys = w.strides[0], out.strides[0] // 4
     row_spans(n, m * n * k, PARALLEL_MACS, lambda lo, hi: run(xp, k, m, wp, ws, yp, ys, lo, hi, k))
 
@@ -109,25 +113,30 @@ def _compile() -> dict[str, Callable[..., None] | None]:
 _KERNELS = vector_product.CompiledKernels(_compile)
 
 
-def _k_loop(storage: str, rows: int, label: str, entry: str, xrow: str, wrow: str) -> tuple[str, list[str]]:
-    """The K loop of `rows` rows of x (at `xrow`0, `xrow`1, ...) against the weight row at `wrow`: its IR (block
-    `label`, entered from `entry`) and the names of the final accumulators, [row][accumulator]."""
-    lines = [f"{label}:", f"  %{label}k = phi i64 [ 0, %{entry} ], [ %{label}kn, %{label} ]"]
-    accs = [[f"%{label}n{r}_{a}" for a in range(LANES // _VECTOR)] for r in range(rows)]
-    for r in range(rows):
-        for a in range(LANES // _VECTOR):
-            lines.append(f"  %{label}a{r}_{a} = phi <16 x float> [ zeroinitializer, %{entry} ], "
-                         f"[ {accs[r][a]}, %{label} ]")
-    for a in range(LANES // _VECTOR):
-        p = f"%{label}w{a}"
-        lines.append(f"  {p}k = add i64 %{label}k, {a * _VECTOR}")
-        lines += vector_product.widened_load(storage, f"{p}", wrow, f"{p}k")
-    weights = [f"%{label}w{a}" for a in range(LANES // _VECTOR)]
-    for r in range(rows):
-        before = [f"%{label}a{r}_{a}" for a in range(LANES // _VECTOR)]
-        lines += vector_product.lane_multiply_adds(f"{xrow}{r}", f"%{label}k", weights, before, accs[r], f"{label}{r}")
-    lines += [f"  %{label}kn = add i64 %{label}k, {LANES}",
-              f"  %{label}more = icmp slt i64 %{label}kn, %K"]
+def _k_loop(storage: str, rows: int, label: str, entry: str, exit_label: str, xrow: str,
+            wrow: str) -> tuple[str, list[list[str]]]:
+    """The K loops of `rows` rows of x (at `xrow`0, `xrow`1, ...) against the weight row at `wrow`, one loop
+    per group of 16 lanes (blocks `label`0..3, entered from `entry`, leaving for `exit_label`): their IR
+    and the final accumulators, [row][group]. A lane's sum keeps its k order whichever group runs first;
+    one group at a time keeps `rows` accumulators live instead of four times as many, which AVX2's sixteen
+    registers hold (four rows of all four groups spilled to the stack on every block)."""
+    lines: list[str] = []
+    accs: list[list[str]] = [[] for _ in range(rows)]
+    previous = entry
+    for group in range(LANES // _VECTOR):
+        block = f"{label}{group}"
+        after = exit_label if group == LANES // _VECTOR - 1 else f"{label}{group + 1}"
+        lines += [f"{block}:", f"  %{block}k = phi i64 [ {group * _VECTOR}, %{previous} ], [ %{block}kn, %{block} ]"]
+        lines += [f"  %{block}a{r} = phi <16 x float> [ zeroinitializer, %{previous} ], [ %{block}n{r}, %{block} ]"
+                  for r in range(rows)]
+        lines += vector_product.widened_load(storage, f"%{block}w", wrow, f"%{block}k")
+        for r in range(rows):
+            lines += vector_product.lane_multiply_adds(f"{xrow}{r}", f"%{block}k", [f"%{block}w"], [f"%{block}a{r}"],
+                                                       [f"%{block}n{r}"], f"{block}{r}")
+            accs[r].append(f"%{block}n{r}")
+        lines += [f"  %{block}kn = add i64 %{block}k, {LANES}", f"  %{block}more = icmp slt i64 %{block}kn, %K",
+                  f"  br i1 %{block}more, label %{block}, label %{after}"]
+        previous = block
     return "\n".join(lines), accs
 
 
@@ -145,7 +154,7 @@ def _row_pass(storage: str, rows: int, tag: str, start: str, exit_label: str) ->
     values) while a whole block fits, each block against every weight row of the chunk [%n0, %n0e). It is
     entered at `{tag}pre` and leaves for `exit_label`, where the phi `[ %{tag}m0, %{tag}pre ], [ %{tag}mnext,
     %{tag}blkend ]` is the first row it did not take."""
-    loop, accs = _k_loop(storage, rows, f"{tag}k", f"{tag}nrow", f"%{tag}xr", f"%{tag}wrow")
+    loop, accs = _k_loop(storage, rows, f"{tag}k", f"{tag}nrow", f"{tag}nend", f"%{tag}xr", f"%{tag}wrow")
     pointers = "\n".join(f"  %{tag}mr{r} = add i64 %{tag}m, {r}\n  %{tag}xo{r} = mul i64 %{tag}mr{r}, %xs\n"
                          f"  %{tag}xr{r} = getelementptr float, ptr %x, i64 %{tag}xo{r}" for r in range(rows))
     stores = "\n".join(_store(accs[r], f"{tag}s{r}", f"%{tag}mr{r}", f"%{tag}n") for r in range(rows))
@@ -162,9 +171,8 @@ def _row_pass(storage: str, rows: int, tag: str, start: str, exit_label: str) ->
   %{tag}n = phi i64 [ %n0, %{tag}blk ], [ %{tag}n1, %{tag}nend ]
   %{tag}woff = mul i64 %{tag}n, %ws
   %{tag}wrow = getelementptr i8, ptr %w, i64 %{tag}woff
-  br label %{tag}k
+  br label %{tag}k0
 {loop}
-  br i1 %{tag}kmore, label %{tag}k, label %{tag}nend
 {tag}nend:
 {stores}
   %{tag}n1 = add i64 %{tag}n, 1

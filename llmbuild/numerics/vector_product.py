@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from llmbuild.numerics import kernel_cache
+from llmbuild.numerics.addresses import address
 from llmbuild.numerics.formats import bf16_bits_to_f32
 from llmbuild.numerics.parallel import row_spans
 
@@ -101,7 +102,7 @@ def product(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
         values = bf16_bits_to_f32(w) if w.dtype == np.uint16 else w
         out[...] = reference(x, values.astype(np.float32, copy=False))
         return
-    xp, wp, yp, row = x.ctypes.data, w.ctypes.data, out.ctypes.data, w.strides[0]
+    xp, wp, yp, row = address(x), address(w), address(out), w.strides[0]
     # One thread below PARALLEL_WEIGHTS: SmolLM2's every projection, where a hand-off would cost more.
     row_spans(n, n * k, PARALLEL_WEIGHTS, lambda lo, hi: run(xp, wp, yp, lo, hi, k, row))
 

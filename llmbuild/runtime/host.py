@@ -33,7 +33,7 @@ import numpy as np
 
 from llmbuild import LlmbuildError
 from llmbuild.binary.program import Instr, Program, TensorDesc
-from llmbuild.numerics import buffer_pool, compiled_dequant, vector_product
+from llmbuild.numerics import buffer_pool, compiled_dequant, compiled_round, vector_product
 from llmbuild.numerics.dequantize import dequantize_bf16_bits, dequantize_uncached
 from llmbuild.numerics.formats import STORAGE, compute_dtype, decode, round_to
 from llmbuild.numerics.kernels import KERNELS, ROW_LOCAL, ROW_SKIPPING, on_real_rows
@@ -86,28 +86,13 @@ def _fit(value: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     raise LlmbuildError(f"host path: reading {need} elements from a buffer that holds {value.size}")
 
 
-def _round_bf16(x: np.ndarray) -> np.ndarray:
-    """formats.round_to(x, "bf16") bit for bit, in place on one temporary (the host's hottest store)."""
-    bits = x.view(np.uint32)
-    out = bits >> 16
-    out &= 1
-    out += 0x7FFF
-    out += bits
-    out &= 0xFFFF0000
-    result = out.view(np.float32)
-    nan = np.isnan(x)
-    if nan.any():
-        result[nan] = np.uint32(0x7FC00000).view(np.float32)
-    return result
-
-
 def _rounder(dtype: str, exact: bool) -> Callable[[Any], np.ndarray]:
     """The device's store: f32 first, then the element type's rounding; always C-contiguous, because
     the device reads every operand back from memory that way (and BLAS results depend on the layout)."""
     if exact or dtype == "f32":
         return lambda result: np.ascontiguousarray(result, dtype=np.float32)
     if dtype == "bf16":
-        return lambda result: _round_bf16(np.ascontiguousarray(result, dtype=np.float32))
+        return compiled_round.rounded_bf16
     return lambda result: np.ascontiguousarray(round_to(np.asarray(result, dtype=np.float32), dtype))
 
 
@@ -453,7 +438,10 @@ class HostExecutor:
         seen = self._inputs.get(key)
         if seen is not None and seen[0] is value:
             return seen[1]
-        stored = np.ascontiguousarray(round_to(np.asarray(value).reshape(desc.shape), desc.dtype))
+        shaped = np.asarray(value).reshape(desc.shape)
+        # bf16 (a decode step's mask and hidden states, every layer): the compiled store, one pass.
+        stored = (compiled_round.rounded_bf16(shaped) if desc.dtype == "bf16" and shaped.dtype.kind == "f"
+                  else np.ascontiguousarray(round_to(shaped, desc.dtype)))
         if stored.size >= LARGE_INPUT:
             stored.flags.writeable = False
             if len(self._inputs) >= 4:
