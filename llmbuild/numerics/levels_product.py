@@ -15,13 +15,12 @@ bf16 or none; the levels two to a byte (even k in the low nibble) or one to a by
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from llmbuild.numerics import vector_product
+from llmbuild.numerics import team, vector_product
 from llmbuild.numerics.addresses import address
 from llmbuild.numerics.parallel import row_spans
 from llmbuild.numerics.vector_product import LANES
@@ -54,7 +53,8 @@ def product(x: np.ndarray, attrs: dict[str, Any], levels: np.ndarray, scale: np.
     group = attrs["q_group_size"]
     args = (address(x), address(levels), levels.strides[0], address(scale), address(zero),
             scale.strides[0] // 4, group, address(out))
-    row_spans(n, n * k, PARALLEL_WEIGHTS, lambda lo, hi: run(*args, lo, hi, k))
+    span = _KERNELS.get(("span", _key(_bits(attrs), _rounded(attrs), lookup)))
+    row_spans(n, n * k, PARALLEL_WEIGHTS, lambda lo, hi: run(*args, lo, hi, k), (span, (*args, k)))
 
 
 def _bits(attrs: dict[str, Any]) -> int:
@@ -72,25 +72,33 @@ def _rounded(attrs: dict[str, Any]) -> bool:
 def kernel(bits: int, rounded: bool, lookup: bool | None = None) -> Callable[..., None] | None:
     """The compiled product: `(x*, levels*, level_row_bytes, scale*, zero*, groups_per_row, group, y*, n_lo,
     n_hi, K)`; None when it cannot be built (a table lookup without AVX-512F)."""
+    return _KERNELS.get(_key(bits, rounded, lookup))
+
+
+def _key(bits: int, rounded: bool, lookup: bool | None) -> tuple[int, bool, bool]:
+    """The kernel's key: `lookup` None is the table where this CPU has it (4-bit levels only)."""
     if lookup is None:
         lookup = bits == 4 and _KERNELS.get((4, rounded, True)) is not None
-    return _KERNELS.get((bits, rounded, lookup))
+    return (bits, rounded, lookup)
 
 
 def _name(bits: int, rounded: bool, lookup: bool) -> str:
     return f"levels_product_w{bits}{'_bf16' if rounded else ''}{'_table' if lookup else ''}"
 
 
-def _compile() -> dict[tuple[int, bool, bool], Callable[..., None] | None]:
+def _compile() -> dict[Any, Any]:
     kinds = [kind for kind in _KINDS if _has_avx512() or not kind[2]]
     ir = "\n".join(_ir(*kind) for kind in kinds)
     if any(kind[2] for kind in kinds):
         ir += "\ndeclare <16 x float> @llvm.x86.avx512.permvar.sf.512(<16 x float>, <16 x i32>)\n"
-    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    spans, symbols, signatures = team.with_spans({kind: _name(*kind) for kind in kinds}, _PARAMS, 8)
     return vector_product.compile_functions(
-        ir, {kind: _name(*kind) for kind in kinds},
-        ctypes.CFUNCTYPE(None, ptr, ptr, i64, ptr, ptr, i64, i64, ptr, i64, i64, i64),
+        ir + spans, symbols, signatures,
         "the compiled 4/8-bit product", "decode dequantizes blocks first, slower, with the same results")
+
+
+# x, levels, their row stride, scales, zeros, groups a row, the group, y, lo, hi, K
+_PARAMS = ("ptr", "ptr", "i64", "ptr", "ptr", "i64", "i64", "ptr", "i64", "i64", "i64")
 
 
 _KERNELS = vector_product.CompiledKernels(_compile)

@@ -13,19 +13,20 @@ time in registers, and keeps ROWS rows of x in flight against one row of the wei
 at a time (a lane's sum is in k order whichever group runs first): ROWS accumulators of <16 x float>, so
 each weight vector loaded serves four outputs and the accumulators fit AVX2's sixteen registers. Holding
 all four groups at once (sixteen <16 x float>, 32 AVX2 registers) spilled on every block: on a 2-core AMD
-EPYC without AVX-512, SmolLM2's 37-row prefill products ran at 30-35 GFLOP/s that way, 50-100 this way. LLVM IR compiled with llvmlite, as
-vector_product's kernel is, without fast-math flags: LLVM may neither reassociate nor fuse the arithmetic.
+EPYC without AVX-512, SmolLM2's 37-row prefill products ran at 30-35 GFLOP/s that way, 50-100 this way.
+LLVM IR compiled with llvmlite, as vector_product's kernel is, without fast-math flags: LLVM may neither
+reassociate nor fuse the arithmetic.
 `reference` computes the same bits in numpy (tests/test_matrix_product.py).
 """
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-from llmbuild.numerics import vector_product
+from llmbuild.numerics import team, vector_product
 from llmbuild.numerics.addresses import address
 from llmbuild.numerics.formats import bf16_bits_to_f32
 from llmbuild.numerics.parallel import row_spans
@@ -82,7 +83,9 @@ def product(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
     assert run is not None
     xp, wp, yp = address(x), address(w), address(out)
     ws, ys = w.strides[0], out.strides[0] // 4
-    row_spans(n, m * n * k, PARALLEL_MACS, lambda lo, hi: run(xp, k, m, wp, ws, yp, ys, lo, hi, k))
+    span = _KERNELS.get(("span", _STORAGE[w.dtype]))
+    row_spans(n, m * n * k, PARALLEL_MACS, lambda lo, hi: run(xp, k, m, wp, ws, yp, ys, lo, hi, k),
+              (span, (xp, k, m, wp, ws, yp, ys, k)))
 
 
 def _lane_padded(a: np.ndarray) -> np.ndarray:
@@ -101,12 +104,15 @@ def kernel(storage: str) -> Callable[..., None] | None:
     return _KERNELS.get(storage)
 
 
-def _compile() -> dict[str, Callable[..., None] | None]:
+# x, x's row stride, M, w, w's row stride in bytes, y, y's row stride, lo, hi, K
+_PARAMS = ("ptr", "i64", "i64", "ptr", "i64", "ptr", "i64", "i64", "i64", "i64")
+
+
+def _compile() -> dict[Any, Any]:
     storages = list(vector_product.WIDEN)
-    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    spans, symbols, signatures = team.with_spans({s: f"rows_product_{s}" for s in storages}, _PARAMS, 7)
     return vector_product.compile_functions(
-        "\n".join(_ir(s) for s in storages), {s: f"rows_product_{s}" for s in storages},
-        ctypes.CFUNCTYPE(None, ptr, i64, i64, ptr, i64, ptr, i64, i64, i64, i64),
+        "\n".join(_ir(s) for s in storages) + spans, symbols, signatures,
         "the compiled matrix product", "products run on numpy, much slower, with the same results")
 
 

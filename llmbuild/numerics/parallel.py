@@ -16,11 +16,13 @@ import contextlib
 import ctypes
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 from typing import Any, TypeVar
+
+from llmbuild.numerics import team
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -63,17 +65,22 @@ def tile_map(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
     return list(_pool.map(fn, todo))
 
 
-def row_spans(n: int, work: int, threshold: int, run: Callable[[int, int], None]) -> None:
+def row_spans(n: int, work: int, threshold: int, run: Callable[[int, int], None],
+              native: tuple[int | None, Sequence[int]] | None = None) -> None:
     """`run(lo, hi)` over contiguous spans covering rows [0, n): one span when `work` is below `threshold`
     (a thread hand-off would cost more than the second core saves), on a tile thread (the pool would wait
     on itself) or when a worker would get fewer than two rows; else one span per worker. Each row is one
-    span's, whole, so a product whose outputs are per row gets the same bits either way."""
+    span's, whole, so a product whose outputs are per row gets the same bits either way. `native`: the
+    same work as a compiled kernel's span entry and its other arguments, run by team.py's workers (a
+    hand-off of microseconds) when they are available."""
     if work < threshold:  # before asking the environment: most of a small model's decode products
         run(0, n)
         return
     threads = workers()
     if n < 2 * threads or threading.current_thread().name.startswith(TILE_THREAD_PREFIX):
         run(0, n)
+        return
+    if native is not None and native[0] is not None and team.run(native[0], native[1], n, threads):
         return
     per = -(-n // threads)
     tile_map(lambda lo: run(lo, min(n, lo + per)), range(0, n, per))

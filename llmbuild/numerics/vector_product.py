@@ -26,7 +26,6 @@ may neither reassociate nor contract the arithmetic.
 
 from __future__ import annotations
 
-import ctypes
 import threading
 import warnings
 from collections.abc import Callable, Mapping
@@ -34,7 +33,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from llmbuild.numerics import kernel_cache
+from llmbuild.numerics import kernel_cache, team
 from llmbuild.numerics.addresses import address
 from llmbuild.numerics.formats import bf16_bits_to_f32
 from llmbuild.numerics.parallel import row_spans
@@ -46,6 +45,8 @@ _VECTOR = 16  # lanes per LLVM vector; LANES / _VECTOR accumulators
 # Weights above which a product's rows are split over the worker threads (a vocabulary table, a 7B
 # projection): below it a thread hand-off costs more than the product (SmolLM2's 1536 x 576: 0.05 ms).
 PARALLEL_WEIGHTS = 1 << 22
+# With team.py's workers, whose hand-off costs microseconds: SmolLM2's 576 x 576 projections and up.
+TEAM_WEIGHTS = 1 << 18
 
 # Storage type -> (LLVM element type, how 16 of them become <16 x float>)
 WIDEN = {
@@ -103,8 +104,15 @@ def product(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
         out[...] = reference(x, values.astype(np.float32, copy=False))
         return
     xp, wp, yp, row = address(x), address(w), address(out), w.strides[0]
-    # One thread below PARALLEL_WEIGHTS: SmolLM2's every projection, where a hand-off would cost more.
-    row_spans(n, n * k, PARALLEL_WEIGHTS, lambda lo, hi: run(xp, wp, yp, lo, hi, k, row))
+    span = _KERNELS.get(("span", _NUMPY_STORAGE[w.dtype]))
+    row_spans(n, n * k, parallel_weights(), lambda lo, hi: run(xp, wp, yp, lo, hi, k, row),
+              (span, (xp, wp, yp, k, row)))
+
+
+def parallel_weights() -> int:
+    """Weights above which a one-row product's rows are split over the cores: PARALLEL_WEIGHTS through the
+    thread pool, TEAM_WEIGHTS through team.py's workers."""
+    return TEAM_WEIGHTS if team.available() else PARALLEL_WEIGHTS
 
 
 # ---- the compiled kernel ---------------------------------------------------------------------------
@@ -166,25 +174,33 @@ def compile_ir(ir: str) -> Any:
 
 
 def compile_functions(ir: str, symbols: Mapping[Key, str], signature: Any, what: str,
-                      instead: str) -> dict[Key, Callable[..., Any] | None]:
+                      instead: str) -> dict[Key, Any]:
     """key -> the function `symbols[key]` of LLVM IR `ir` (`compile_ir`), called through the ctypes
-    `signature` (ctypes releases the GIL for the call: rows split over threads run side by side). Where
-    llvmlite cannot build them (an llvmlite without these APIs, an unknown CPU), every key is None and one
-    warning says that `what` is unavailable and what runs `instead` (numpy, with the same bits)."""
+    `signature` (ctypes releases the GIL for the call: rows split over threads run side by side), or
+    through `signature[key]` when it is a mapping, where None gives the function's address (an int: a
+    kernel's span entry, which team.py's compiled code calls). Where llvmlite cannot build them (an
+    llvmlite without these APIs, an unknown CPU), every key is None and one warning says that `what` is
+    unavailable and what runs `instead` (numpy, with the same bits)."""
     try:
         engine = compile_ir(ir)
     except Exception as error:
         warnings.warn(f"llmbuild: {what} is unavailable ({error}); {instead}", RuntimeWarning, stacklevel=4)
         return dict.fromkeys(symbols)
     keep(engine)
-    return {key: signature(engine.get_function_address(symbol)) for key, symbol in symbols.items()}
+    table = {}
+    for key, symbol in symbols.items():
+        address = engine.get_function_address(symbol)
+        kind = signature.get(key) if isinstance(signature, Mapping) else signature
+        table[key] = address if kind is None else kind(address)
+    return table
 
 
-def _compile() -> dict[str, Callable[..., None] | None]:
-    i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    return compile_functions("\n".join(_ir(storage) for storage in WIDEN),
-                             {storage: f"row_product_{storage}" for storage in WIDEN},
-                             ctypes.CFUNCTYPE(None, ptr, ptr, ptr, i64, i64, i64, i64),
+_PARAMS = ("ptr", "ptr", "ptr", "i64", "i64", "i64", "i64")  # x, w, y, lo, hi, K, w's row stride
+
+
+def _compile() -> dict[Any, Any]:
+    spans, symbols, signatures = team.with_spans({s: f"row_product_{s}" for s in WIDEN}, _PARAMS, 3)
+    return compile_functions("\n".join(_ir(storage) for storage in WIDEN) + spans, symbols, signatures,
                              "the compiled one-row product", "decode runs on numpy, slower, with the same results")
 
 
