@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llmbuild.numerics import kernel_cache, matrix_product, vector_product
+from llmbuild.numerics import kernel_cache, llvm_kernels, matrix_product
 
 pytest.importorskip("llvmlite")
 
@@ -29,12 +29,12 @@ def test_the_object_is_kept_then_used_with_the_same_bits(tmp_path: Path, monkeyp
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv(kernel_cache.ENV, raising=False)
     ir = matrix_product._ir("f32")
-    first = vector_product.compile_ir(ir)
+    first = llvm_kernels.compile_ir(ir)
     kept = list((tmp_path / "llmbuild" / "kernels").glob("*.o"))
     assert len(kept) == 1 and kept[0].stat().st_size > 0
     optimized = []
     monkeypatch.setattr(kernel_cache, "store", lambda *a: optimized.append(a))
-    second = vector_product.compile_ir(ir)  # from the object: nothing compiled, so nothing stored
+    second = llvm_kernels.compile_ir(ir)  # from the object: nothing compiled, so nothing stored
     assert not optimized
     rng = np.random.default_rng(3)
     x, w = rng.standard_normal((7, 192), dtype=np.float32), rng.standard_normal((21, 192), dtype=np.float32)
@@ -46,19 +46,19 @@ def test_the_object_is_kept_then_used_with_the_same_bits(tmp_path: Path, monkeyp
 def test_another_ir_is_another_object(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv(kernel_cache.ENV, raising=False)
-    vector_product.compile_ir(matrix_product._ir("f32"))
-    vector_product.compile_ir(matrix_product._ir("bf16"))
+    llvm_kernels.compile_ir(matrix_product._ir("f32"))
+    llvm_kernels.compile_ir(matrix_product._ir("bf16"))
     assert len(list((tmp_path / "llmbuild" / "kernels").glob("*.o"))) == 2
 
 
 def test_off_or_unwritable_compiles_as_before(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setenv(kernel_cache.ENV, "0")
-    vector_product.compile_ir(matrix_product._ir("f32"))
+    llvm_kernels.compile_ir(matrix_product._ir("f32"))
     assert not (tmp_path / "llmbuild").exists()
     monkeypatch.delenv(kernel_cache.ENV)
     blocked = tmp_path / "file"
     blocked.write_text("not a folder")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
-    engine = vector_product.compile_ir(matrix_product._ir("f32"))
+    engine = llvm_kernels.compile_ir(matrix_product._ir("f32"))
     assert engine.get_function_address("rows_product_f32")

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from llmbuild.numerics import vector_product
+from llmbuild.numerics import llvm_kernels
 from llmbuild.numerics.addresses import address
 from llmbuild.numerics.levels_product import dequantized_ir, levels_ir
 
@@ -92,7 +92,7 @@ def dequantize_into(levels: np.ndarray, scale: np.ndarray, zero: np.ndarray, gro
 
 def _compile() -> dict[tuple[bool, bool], Callable[..., None] | None]:
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    return vector_product.compile_functions(
+    return llvm_kernels.compile_functions(
         "".join(_ir(*kind) for kind in _KINDS), {kind: _name(*kind) for kind in _KINDS},
         ctypes.CFUNCTYPE(None, ptr, ptr, ptr, i64, i64, ptr, i64, i64),
         "the compiled dequantizer", "4-bit weights are dequantized by numpy, slower, with the same results")
@@ -148,4 +148,4 @@ done:
 """
 
 
-_KERNELS = vector_product.CompiledKernels(_compile)
+_KERNELS = llvm_kernels.CompiledKernels(_compile)

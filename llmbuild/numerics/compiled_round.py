@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from llmbuild.numerics import vector_product
+from llmbuild.numerics import llvm_kernels
 from llmbuild.numerics.addresses import address
 from llmbuild.numerics.formats import round_bf16_inplace
 from llmbuild.numerics.levels_product import round_bf16_ir
@@ -84,9 +84,9 @@ entry:
 
 
 def _compile() -> dict[str, Callable[..., None] | None]:
-    return vector_product.compile_functions(
+    return llvm_kernels.compile_functions(
         _ir(), {"bf16": "round_bf16"}, ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64),
         "the compiled bf16 rounding", "results are rounded by numpy, slower, with the same bits")
 
 
-_KERNELS = vector_product.CompiledKernels(_compile)
+_KERNELS = llvm_kernels.CompiledKernels(_compile)

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from llmbuild.numerics import team, vector_product
+from llmbuild.numerics import llvm_kernels, team, vector_product
 from llmbuild.numerics.addresses import address
 from llmbuild.numerics.parallel import row_spans
 from llmbuild.numerics.vector_product import LANES
@@ -92,7 +92,7 @@ def _compile() -> dict[Any, Any]:
     if any(kind[2] for kind in kinds):
         ir += "\ndeclare <16 x float> @llvm.x86.avx512.permvar.sf.512(<16 x float>, <16 x i32>)\n"
     spans, symbols, signatures = team.with_spans({kind: _name(*kind) for kind in kinds}, _PARAMS, 8)
-    return vector_product.compile_functions(
+    return llvm_kernels.compile_functions(
         ir + spans, symbols, signatures,
         "the compiled 4/8-bit product", "decode dequantizes blocks first, slower, with the same results")
 
@@ -101,7 +101,7 @@ def _compile() -> dict[Any, Any]:
 _PARAMS = ("ptr", "ptr", "i64", "ptr", "ptr", "i64", "i64", "ptr", "i64", "i64", "i64")
 
 
-_KERNELS = vector_product.CompiledKernels(_compile)
+_KERNELS = llvm_kernels.CompiledKernels(_compile)
 
 
 def _has_avx512() -> bool:

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from llmbuild.numerics import team, vector_product
+from llmbuild.numerics import llvm_kernels, team, vector_product
 from llmbuild.numerics.addresses import address
 from llmbuild.numerics.formats import bf16_bits_to_f32
 from llmbuild.numerics.parallel import row_spans
@@ -111,12 +111,12 @@ _PARAMS = ("ptr", "i64", "i64", "ptr", "i64", "ptr", "i64", "i64", "i64", "i64")
 def _compile() -> dict[Any, Any]:
     storages = list(vector_product.WIDEN)
     spans, symbols, signatures = team.with_spans({s: f"rows_product_{s}" for s in storages}, _PARAMS, 7)
-    return vector_product.compile_functions(
+    return llvm_kernels.compile_functions(
         "\n".join(_ir(s) for s in storages) + spans, symbols, signatures,
         "the compiled matrix product", "products run on numpy, much slower, with the same results")
 
 
-_KERNELS = vector_product.CompiledKernels(_compile)
+_KERNELS = llvm_kernels.CompiledKernels(_compile)
 
 
 def _k_loop(storage: str, rows: int, label: str, entry: str, exit_label: str, xrow: str,

@@ -34,6 +34,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from llmbuild.numerics import llvm_kernels
+
 Key = TypeVar("Key")
 
 # Polls (each a `pause`, some 30-150 cycles) before an idle worker sleeps: about 0.1-0.5 ms, longer than
@@ -103,7 +105,7 @@ def signature(params: Sequence[str]) -> Any:
 
 def with_spans(names: Mapping[Key, str], params: Sequence[str], lo: int) -> tuple[str, dict[Any, str], dict[Any, Any]]:
     """For kernels `names` (key -> symbol) of one prototype: the IR of their span entries, and the symbols
-    and signatures for vector_product.compile_functions of the kernels (key) and of their entries
+    and signatures for llvm_kernels.compile_functions of the kernels (key) and of their entries
     (("span", key), whose addresses `run` takes)."""
     ir = "".join(span_ir(name, params, lo) for name in names.values())
     symbols: dict[Any, str] = {**names, **{("span", key): f"{name}_span" for key, name in names.items()}}
@@ -177,10 +179,8 @@ def _functions() -> _Functions | None:
 def _compile() -> _Functions | None:
     if not sys.platform.startswith("linux") or platform.machine().lower() not in ("x86_64", "amd64"):
         return None
-    from llmbuild.numerics import vector_product  # it splits its rows through this module
-
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    table = vector_product.compile_functions(
+    table = llvm_kernels.compile_functions(
         _IR, {"worker": "team_worker", "run": "team_run"},
         {"worker": ctypes.CFUNCTYPE(None, ptr, ptr, i64), "run": ctypes.CFUNCTYPE(None, ptr, i64, ptr, ptr, i64, ptr)},
         "the products' worker team", "products are split over a thread pool instead, with the same results")

@@ -26,14 +26,12 @@ may neither reassociate nor contract the arithmetic.
 
 from __future__ import annotations
 
-import threading
-import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import numpy as np
 
-from llmbuild.numerics import kernel_cache, team
+from llmbuild.numerics import llvm_kernels, team
 from llmbuild.numerics.addresses import address
 from llmbuild.numerics.formats import bf16_bits_to_f32
 from llmbuild.numerics.parallel import row_spans
@@ -117,82 +115,10 @@ def parallel_weights() -> int:
 
 # ---- the compiled kernel ---------------------------------------------------------------------------
 
-class CompiledKernels:
-    """A module's compiled kernels, by key: compiled together, once per process, by the first thread that
-    asks (`compile` returns the key -> callable table, None where a kernel could not be built)."""
-
-    def __init__(self, compile: Callable[[], dict[Any, Callable[..., None] | None]]):
-        self._compile, self._table = compile, None
-        self._lock = threading.Lock()
-
-    def get(self, key: Any) -> Callable[..., None] | None:
-        if self._table is None:
-            with self._lock:
-                if self._table is None:
-                    self._table = self._compile()
-        return self._table.get(key)
-
-
-_keep: list[Any] = []
-
-
-def keep(engine: Any) -> None:
-    """Hold an execution engine for the life of the process: it owns its kernels' machine code."""
-    _keep.append(engine)
-
-
 def kernel(storage: str) -> Callable[..., None] | None:
     """The compiled product for weights stored as `storage` ("f32", "bf16", "f16"): `(x*, w*, y*, row_lo,
     row_hi, K, row_stride_bytes)`, computing y[row_lo:row_hi]; None when it cannot be built."""
     return _KERNELS.get(storage)
-
-
-def compile_ir(ir: str) -> Any:
-    """An execution engine holding the machine code of LLVM IR `ir`, compiled for this CPU at -O3 with no
-    fast-math flag (so LLVM neither reassociates nor contracts the arithmetic), or that machine code as an
-    earlier process compiled it (kernel_cache.py); raises when it cannot."""
-    import llvmlite
-    import llvmlite.binding as llvm
-
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    target = llvm.Target.from_default_triple()
-    cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
-    machine = target.create_target_machine(cpu=cpu, features=features, opt=3, codemodel="jitdefault")
-    module = llvm.parse_assembly(ir)
-    module.verify()
-    name = kernel_cache.key(ir, cpu, features, f"{llvmlite.__version__} {llvm.llvm_version_info}")
-    cached = kernel_cache.load(name)
-    if cached is None:  # with an object, MCJIT generates no code: the module only names the functions
-        builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=3))
-        builder.getModulePassManager().run(module, builder)
-    engine = llvm.create_mcjit_compiler(module, machine)
-    engine.set_object_cache(notify_func=lambda _module, data: kernel_cache.store(name, data),
-                            getbuffer_func=lambda _module: cached)
-    engine.finalize_object()
-    return engine
-
-
-def compile_functions(ir: str, symbols: Mapping[Key, str], signature: Any, what: str,
-                      instead: str) -> dict[Key, Any]:
-    """key -> the function `symbols[key]` of LLVM IR `ir` (`compile_ir`), called through the ctypes
-    `signature` (ctypes releases the GIL for the call: rows split over threads run side by side), or
-    through `signature[key]` when it is a mapping, where None gives the function's address (an int: a
-    kernel's span entry, which team.py's compiled code calls). Where llvmlite cannot build them (an
-    llvmlite without these APIs, an unknown CPU), every key is None and one warning says that `what` is
-    unavailable and what runs `instead` (numpy, with the same bits)."""
-    try:
-        engine = compile_ir(ir)
-    except Exception as error:
-        warnings.warn(f"llmbuild: {what} is unavailable ({error}); {instead}", RuntimeWarning, stacklevel=4)
-        return dict.fromkeys(symbols)
-    keep(engine)
-    table = {}
-    for key, symbol in symbols.items():
-        address = engine.get_function_address(symbol)
-        kind = signature.get(key) if isinstance(signature, Mapping) else signature
-        table[key] = address if kind is None else kind(address)
-    return table
 
 
 _PARAMS = ("ptr", "ptr", "ptr", "i64", "i64", "i64", "i64")  # x, w, y, lo, hi, K, w's row stride
@@ -200,11 +126,11 @@ _PARAMS = ("ptr", "ptr", "ptr", "i64", "i64", "i64", "i64")  # x, w, y, lo, hi, 
 
 def _compile() -> dict[Any, Any]:
     spans, symbols, signatures = team.with_spans({s: f"row_product_{s}" for s in WIDEN}, _PARAMS, 3)
-    return compile_functions("\n".join(_ir(storage) for storage in WIDEN) + spans, symbols, signatures,
+    return llvm_kernels.compile_functions("\n".join(_ir(storage) for storage in WIDEN) + spans, symbols, signatures,
                              "the compiled one-row product", "decode runs on numpy, slower, with the same results")
 
 
-_KERNELS = CompiledKernels(_compile)
+_KERNELS = llvm_kernels.CompiledKernels(_compile)
 
 
 def widened_load(storage: str, name: str, row: str, k: str) -> list[str]:

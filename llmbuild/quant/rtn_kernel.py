@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from llmbuild.numerics import vector_product
+from llmbuild.numerics import llvm_kernels
 from llmbuild.numerics.levels_product import splat
 
 _VECTOR = 16
@@ -53,7 +53,7 @@ def _compiled() -> Callable[..., int] | None:
 
 def _compile() -> dict[str, Callable[..., int] | None]:
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    return vector_product.compile_functions(
+    return llvm_kernels.compile_functions(
         _ir(), {"rtn4": "rtn4_rows"}, ctypes.CFUNCTYPE(i64, ptr, i64, i64, i64, ptr, ptr, ptr),
         "the compiled round-to-nearest", "numpy rounds, slower, with the same levels")
 
@@ -172,4 +172,4 @@ bad:
 """
 
 
-_KERNELS = vector_product.CompiledKernels(_compile)
+_KERNELS = llvm_kernels.CompiledKernels(_compile)
