@@ -48,12 +48,13 @@ def product(x: np.ndarray, attrs: dict[str, Any], levels: np.ndarray, scale: np.
     (True), by arithmetic (False) or as this CPU does best (None): the same bits."""
     n = levels.shape[0]
     k = x.shape[0]
-    run = kernel(_bits(attrs), _rounded(attrs), lookup)
+    key = _key(_bits(attrs), _rounded(attrs), lookup)
+    run = _KERNELS.get(key)
     assert run is not None and supported(attrs, k), "levels_product.product: check supported() first"
     group = attrs["q_group_size"]
     args = (address(x), address(levels), levels.strides[0], address(scale), address(zero),
             scale.strides[0] // 4, group, address(out))
-    span = _KERNELS.get(("span", _key(_bits(attrs), _rounded(attrs), lookup)))
+    span = _KERNELS.get(("span", key))
     row_spans(n, n * k, PARALLEL_WEIGHTS, lambda lo, hi: run(*args, lo, hi, k), (span, (*args, k)))
 
 

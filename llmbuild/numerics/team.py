@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from llmbuild.numerics import llvm_kernels
+from llmbuild.numerics.addresses import address
 
 Key = TypeVar("Key")
 
@@ -44,28 +45,28 @@ SPINS = 1 << 13
 _SLOT_WORDS = 16  # i64 words per worker slot: 128 bytes, two cache lines, so workers share none
 _MAX_WORKERS = 64
 # Slot fields (i64 words; the two futex words are the low halves of theirs, little-endian)
-_GEN, _DONE, _SLEEPING, _QUIT, _FN, _ARGS, _LO, _HI = range(8)
+_GEN, _DONE, _SLEEPING, _FN, _ARGS, _LO, _HI = range(7)
 _SYS_FUTEX, _SYS_SCHED_YIELD = 202, 24  # x86-64 Linux
 _FUTEX_WAIT_PRIVATE, _FUTEX_WAKE_PRIVATE = 128, 129
 
 
 def available() -> bool:
     """Whether the team can run here (Linux on x86-64, llvmlite able to build it)."""
-    return _functions() is not None
+    return _KERNELS.get("run") is not None
 
 
 def run(span: int, args: Sequence[int], n: int, threads: int) -> bool:
     """Rows [0, n) of the job `span` (a kernel's span entry, its address) with `args` (its other arguments,
     as i64) on `threads` threads: the caller's and threads - 1 workers'. False, having run nothing, when
     the team cannot (not built here, or busy with another caller's product)."""
-    functions = _functions()
-    if functions is None or threads < 2 or not _lock.acquire(blocking=False):
+    dispatch = _KERNELS.get("run")
+    if dispatch is None or threads < 2 or not _lock.acquire(blocking=False):
         return False
     try:
         workers = min(threads - 1, _MAX_WORKERS)
-        team = _team(workers, functions)
+        team = _team(workers)
         packed = np.asarray(args, dtype=np.int64)
-        functions.run(team.slots.ctypes.data, workers, span, packed.ctypes.data, n, _syscall_address())
+        dispatch(address(team.slots), workers, span, address(packed), n, _syscall_address())
     finally:
         _lock.release()
     return True
@@ -116,30 +117,20 @@ def with_spans(names: Mapping[Key, str], params: Sequence[str], lo: int) -> tupl
 
 # ---- the team ----------------------------------------------------------------------------------------
 
-class _Functions:
-    def __init__(self, worker: ctypes._CFuncPtr, run: ctypes._CFuncPtr):
-        self.worker, self.run = worker, run
-
-
 class _Team:
     """The slots and worker threads of one process (a forked child makes its own)."""
 
-    def __init__(self, functions: _Functions):
+    def __init__(self) -> None:
         self.pid = os.getpid()
         self.slots = np.zeros((_MAX_WORKERS, _SLOT_WORDS), dtype=np.int64)
         self.threads: list[threading.Thread] = []
-        self.functions = functions
-
-    @property
-    def workers(self) -> int:
-        return len(self.threads)
 
     def grow(self, workers: int) -> None:
         while len(self.threads) < workers:
             slot = self.slots[len(self.threads)]
             # The slot's generation now, not when the thread gets to read it: a job may be posted before.
             first = int(slot[_GEN]) & 0xFFFFFFFF
-            thread = threading.Thread(target=self.functions.worker, args=(slot.ctypes.data, _syscall_address(), first),
+            thread = threading.Thread(target=_KERNELS.get("worker"), args=(slot.ctypes.data, _syscall_address(), first),
                                       name=f"llmbuild-team-{len(self.threads)}", daemon=True)
             thread.start()
             self.threads.append(thread)
@@ -149,12 +140,12 @@ _lock = threading.Lock()
 _current: _Team | None = None
 
 
-def _team(workers: int, functions: _Functions) -> _Team:
+def _team(workers: int) -> _Team:
     """This process's team with at least `workers` workers (the caller holds `_lock`). Workers beyond those
     a run asks for stay asleep: `team_run` uses the first ones."""
     global _current
     if _current is None or _current.pid != os.getpid():
-        _current = _Team(functions)  # a forked child's copy has slots but no threads behind them
+        _current = _Team()  # a forked child's copy has slots but no threads behind them
     _current.grow(workers)
     return _current
 
@@ -165,28 +156,15 @@ def _syscall_address() -> int:
     return ctypes.cast(ctypes.CDLL(None).syscall, ctypes.c_void_p).value or 0
 
 
-_compiled: list[_Functions | None] = []
-
-
-def _functions() -> _Functions | None:
-    if not _compiled:
-        with _lock:
-            if not _compiled:
-                _compiled.append(_compile())
-    return _compiled[0]
-
-
-def _compile() -> _Functions | None:
+def _compile() -> dict[str, Any]:
+    """The worker loop and the dispatch, or no entries where the team cannot run."""
     if not sys.platform.startswith("linux") or platform.machine().lower() not in ("x86_64", "amd64"):
-        return None
+        return {}
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    table = llvm_kernels.compile_functions(
+    return llvm_kernels.compile_functions(
         _IR, {"worker": "team_worker", "run": "team_run"},
         {"worker": ctypes.CFUNCTYPE(None, ptr, ptr, i64), "run": ctypes.CFUNCTYPE(None, ptr, i64, ptr, ptr, i64, ptr)},
         "the products' worker team", "products are split over a thread pool instead, with the same results")
-    if table["worker"] is None or table["run"] is None:
-        return None
-    return _Functions(table["worker"], table["run"])
 
 
 def _field(slot: str, word: int, name: str) -> str:
@@ -196,12 +174,12 @@ def _field(slot: str, word: int, name: str) -> str:
 _IR = f"""
 declare void @llvm.x86.sse2.pause()
 
+; The worker loop never returns: its thread is a daemon, ended with the process.
 define void @team_worker(ptr %slot, ptr %sys, i64 %first) {{
 entry:
 {_field("%slot", _GEN, "gen")}
 {_field("%slot", _DONE, "done")}
 {_field("%slot", _SLEEPING, "sleeping")}
-{_field("%slot", _QUIT, "quit")}
 {_field("%slot", _FN, "fnp")}
 {_field("%slot", _ARGS, "argsp")}
 {_field("%slot", _LO, "lop")}
@@ -213,11 +191,7 @@ wait:
   %spins = phi i64 [ 0, %entry ], [ 0, %ran ], [ 0, %awake ], [ %spins1, %spin ]
   %g = load atomic i32, ptr %gen seq_cst, align 8
   %new = icmp ne i32 %g, %last
-  br i1 %new, label %job, label %idle
-job:
-  %q = load atomic i32, ptr %quit seq_cst, align 8
-  %stop = icmp ne i32 %q, 0
-  br i1 %stop, label %exit, label %work
+  br i1 %new, label %work, label %idle
 work:
   %fn = load ptr, ptr %fnp, align 8
   %args = load ptr, ptr %argsp, align 8
@@ -247,8 +221,6 @@ block:
 awake:
   store atomic i32 0, ptr %sleeping seq_cst, align 8
   br label %wait
-exit:
-  ret void
 }}
 
 define void @team_run(ptr %slots, i64 %workers, ptr %fn, ptr %args, i64 %n, ptr %sys) {{
@@ -324,3 +296,6 @@ done:
   ret void
 }}
 """
+
+
+_KERNELS = llvm_kernels.CompiledKernels(_compile)

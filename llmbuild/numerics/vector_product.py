@@ -96,13 +96,14 @@ def product(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
     patterns (uint16) or float16. Compiled when it can be, else `reference`; the same bits either way."""
     n, k = w.shape
     x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
-    run = kernel(_NUMPY_STORAGE.get(w.dtype, "")) if k % LANES == 0 and k > 0 else None
+    storage = _NUMPY_STORAGE.get(w.dtype, "")
+    run = kernel(storage) if k % LANES == 0 and k > 0 else None
     if run is None or not w.flags.c_contiguous or not out.flags.c_contiguous or out.dtype != np.float32:
         values = bf16_bits_to_f32(w) if w.dtype == np.uint16 else w
         out[...] = reference(x, values.astype(np.float32, copy=False))
         return
     xp, wp, yp, row = address(x), address(w), address(out), w.strides[0]
-    span = _KERNELS.get(("span", _NUMPY_STORAGE[w.dtype]))
+    span = _KERNELS.get(("span", storage))
     row_spans(n, n * k, parallel_weights(), lambda lo, hi: run(xp, wp, yp, lo, hi, k, row),
               (span, (xp, wp, yp, k, row)))
 

@@ -440,7 +440,7 @@ class HostExecutor:
             return seen[1]
         shaped = np.asarray(value).reshape(desc.shape)
         # bf16 (a decode step's mask and hidden states, every layer): the compiled store, one pass.
-        stored = (compiled_round.rounded_bf16(shaped) if desc.dtype == "bf16" and shaped.dtype.kind == "f"
+        stored = (compiled_round.rounded_bf16(shaped) if desc.dtype == "bf16"
                   else np.ascontiguousarray(round_to(shaped, desc.dtype)))
         if stored.size >= LARGE_INPUT:
             stored.flags.writeable = False
