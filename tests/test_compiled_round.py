@@ -58,3 +58,17 @@ def test_without_the_kernel_numpy_gives_the_same_bits(monkeypatch: pytest.Monkey
 
 def test_the_host_path_stores_bf16_results_through_it() -> None:
     assert host._rounder("bf16", exact=False) is compiled_round.rounded_bf16
+
+
+def test_finite_values_round_as_torch_rounds_to_bfloat16() -> None:
+    """An independent reference: torch's own float32 -> bfloat16 conversion (round to nearest even), on every
+    non-NaN value of the awkward set (NaN payloads are llmbuild's own rule: one canonical NaN)."""
+    torch = pytest.importorskip("torch")
+    if compiled_round.kernel() is None:
+        pytest.skip("llvmlite cannot build the kernel here")
+    x = _awkward_values(4099, 11)
+    x = x[~np.isnan(x)]
+    want = torch.from_numpy(x.copy()).to(torch.bfloat16).to(torch.float32).numpy()
+    got = compiled_round.rounded_bf16(x)
+    assert x.size > 4000 and np.isinf(want).any()  # overflow to infinity was among the cases
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
