@@ -14,10 +14,16 @@ from llmbuild.numerics.kernels import KERNELS
 from llmbuild.numerics.stored import StoredTensor
 from llmbuild.op_defs.a16_matmul import dequantize as specified_dequantize
 
-needs_kernel = pytest.mark.skipif(levels_product.kernel(4, True, False) is None, reason="no compiled kernel (llvmlite)")
-# The 4-bit table lookup (AVX-512F's vpermps) and the arithmetic form: each must have the same bits.
-FORMS = [False, pytest.param(True, marks=pytest.mark.skipif(levels_product.kernel(4, True, True) is None,
-                                                            reason="no AVX-512F: no table lookup"))]
+needs_kernel = pytest.mark.skipif(levels_product.kernel(4, True, "arithmetic") is None,
+                                  reason="no compiled kernel (llvmlite)")
+# Every form of the product (4-bit levels: AVX-512F's vpermps table, AVX2's byte-shuffle table, arithmetic),
+# each where this CPU runs it: each must have the same bits.
+KINDS = [pytest.param(bits, rounded, method, marks=pytest.mark.skipif(
+             levels_product.kernel(bits, rounded, method) is None, reason=f"this CPU has no {method} form"))
+         for bits, rounded, method in levels_product.KINDS]
+FORMS = [pytest.param(method, marks=pytest.mark.skipif(levels_product.kernel(4, True, method) is None,
+                                                       reason=f"this CPU has no {method} form"))
+         for method in levels_product.METHODS]
 
 
 def _weight(rng: np.random.Generator, n: int, k: int, group: int, bits: int) -> tuple[np.ndarray, ...]:
@@ -32,26 +38,24 @@ def _bits(a: np.ndarray) -> np.ndarray:
 
 
 @needs_kernel
-@pytest.mark.parametrize("lookup", FORMS)
-@pytest.mark.parametrize("bits", [4, 8])
-@pytest.mark.parametrize("rounding", ["bf16", None])
+@pytest.mark.parametrize(("bits", "rounded", "method"), KINDS)
 @pytest.mark.parametrize(("n", "k", "group"), [(1, 64, 64), (9, 256, 128), (40, 1536, 64), (17, 640, 640)])
-def test_the_kernel_has_the_bits_of_dequantize_then_multiply(bits: int, rounding: str | None, n: int, k: int,
-                                                             group: int, lookup: bool) -> None:
+def test_the_kernel_has_the_bits_of_dequantize_then_multiply(bits: int, rounded: bool, n: int, k: int,
+                                                             group: int, method: str) -> None:
     rng = np.random.default_rng(n * k + bits)
     levels, scale, zero = _weight(rng, n, k, group, bits)
-    attrs = {"packed": bits == 4, "q_group_size": group, **({"dequant_dtype": rounding} if rounding else {})}
+    attrs = {"packed": bits == 4, "q_group_size": group, **({"dequant_dtype": "bf16"} if rounded else {})}
     x = rng.standard_normal(k).astype(np.float32)
     out = np.empty(n, dtype=np.float32)
     assert levels_product.supported(attrs, k)
-    levels_product.product(x, attrs, levels, scale, zero.astype(np.float32), out, lookup=lookup and bits == 4)
+    levels_product.product(x, attrs, levels, scale, zero.astype(np.float32), out, method=method)
     want = vector_product.reference(x, specified_dequantize(attrs, levels, scale, zero).astype(np.float32))
     assert np.array_equal(_bits(out), _bits(want))
 
 
 @needs_kernel
-@pytest.mark.parametrize("lookup", FORMS)
-def test_non_finite_scales_and_the_nan_rounding(lookup: bool) -> None:
+@pytest.mark.parametrize("method", FORMS)
+def test_non_finite_scales_and_the_nan_rounding(method: str) -> None:
     """A NaN scale gives the canonical NaN weight, an infinite one infinities: as the specification rounds."""
     rng = np.random.default_rng(3)
     levels, scale, zero = _weight(rng, 6, 256, 64, 4)
@@ -59,7 +63,7 @@ def test_non_finite_scales_and_the_nan_rounding(lookup: bool) -> None:
     attrs = {"packed": True, "q_group_size": 64, "dequant_dtype": "bf16"}
     x = rng.standard_normal(256).astype(np.float32)
     out = np.empty(6, dtype=np.float32)
-    levels_product.product(x, attrs, levels, scale, zero.astype(np.float32), out, lookup=lookup)
+    levels_product.product(x, attrs, levels, scale, zero.astype(np.float32), out, method=method)
     with np.errstate(all="ignore"):
         want = vector_product.reference(x, specified_dequantize(attrs, levels, scale, zero).astype(np.float32))
     assert np.array_equal(_bits(out), _bits(want))

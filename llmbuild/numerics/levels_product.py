@@ -9,6 +9,11 @@ canonical NaN for a NaN) when `dequant_dtype` is bf16; the product is vector_pro
 those values. So the result has the bits of dequantizing first and multiplying after
 (tests/test_levels_product.py), on any thread count: each output is one thread's.
 
+4-bit levels have three forms, each with those bits, and the CPU's fastest is taken: looked up in a
+16-entry table of the group's values by AVX-512F's `vpermps` ("permute"), by AVX2's byte shuffle
+("shuffle", levels_shuffle.py; bf16 rounding only), or dequantized by arithmetic like 8-bit levels
+("arithmetic": any CPU LLVM targets).
+
 Taken for one-row products whose weight has float32 scales, a group of a multiple of 64 and `dequant_dtype`
 bf16 or none; the levels two to a byte (even k in the low nibble) or one to a byte.
 """
@@ -20,18 +25,18 @@ from typing import Any
 
 import numpy as np
 
-from llmbuild.numerics import llvm_kernels, team, vector_product
+from llmbuild.numerics import levels_shuffle, llvm_kernels, team, vector_product
 from llmbuild.numerics.addresses import address
+from llmbuild.numerics.llvm_kernels import splat
 from llmbuild.numerics.parallel import row_spans
 from llmbuild.numerics.vector_product import LANES
 
 _VECTOR = 16
 PARALLEL_WEIGHTS = 1 << 22  # weights above which the rows are split over the worker threads
-# (bits, rounded, looked up): 4-bit levels are looked up in a table with AVX-512F, else dequantized as 8-bit
-# ones are; both forms are compiled where the table's can be, so the tests hold each to the same bits.
-_KINDS = [(bits, rounded, lookup) for bits in (4, 8) for rounded in (True, False) for lookup in (True, False)
-          if bits == 4 or not lookup]
-
+# How 4-bit levels become weights (8-bit ones: arithmetic), fastest first; each form with the same bits.
+METHODS = ("permute", "shuffle", "arithmetic")
+KINDS = [(bits, rounded, method) for bits in (4, 8) for rounded in (True, False) for method in METHODS
+          if method == "arithmetic" or (bits == 4 and (rounded or method != "shuffle"))]
 
 def supported(attrs: dict[str, Any], k: int) -> bool:
     """Whether a weight quantized under `attrs` with K = `k` can take the fused kernel (float32 scales are
@@ -42,20 +47,21 @@ def supported(attrs: dict[str, Any], k: int) -> bool:
 
 
 def product(x: np.ndarray, attrs: dict[str, Any], levels: np.ndarray, scale: np.ndarray, zero: np.ndarray,
-            out: np.ndarray, lookup: bool | None = None) -> None:
+            out: np.ndarray, method: str | None = None) -> None:
     """out [N] = x [K] times the weight of `levels` [N, K/2 or K] (uint8), `scale` and `zero` [N, K/g]
-    (float32), dequantized as `attrs` says; every array C-contiguous. `lookup`: 4-bit levels by the table
-    (True), by arithmetic (False) or as this CPU does best (None): the same bits."""
+    (float32), dequantized as `attrs` says; every array C-contiguous. `method`: one of METHODS for 4-bit
+    levels, or None, this CPU's fastest: the same bits."""
     n = levels.shape[0]
     k = x.shape[0]
-    key = _key(_bits(attrs), _rounded(attrs), lookup)
+    key = _key(_bits(attrs), _rounded(attrs), method)
     run = _KERNELS.get(key)
     assert run is not None and supported(attrs, k), "levels_product.product: check supported() first"
     group = attrs["q_group_size"]
     args = (address(x), address(levels), levels.strides[0], address(scale), address(zero),
             scale.strides[0] // 4, group, address(out))
     span = _KERNELS.get(("span", key))
-    row_spans(n, n * k, PARALLEL_WEIGHTS, lambda lo, hi: run(*args, lo, hi, k), (span, (*args, k)))
+    threshold = vector_product.TEAM_WEIGHTS if team.available() else PARALLEL_WEIGHTS
+    row_spans(n, n * k, threshold, lambda lo, hi: run(*args, lo, hi, k), (span, (*args, k)))
 
 
 def _bits(attrs: dict[str, Any]) -> int:
@@ -70,28 +76,32 @@ def _rounded(attrs: dict[str, Any]) -> bool:
 
 
 
-def kernel(bits: int, rounded: bool, lookup: bool | None = None) -> Callable[..., None] | None:
+def kernel(bits: int, rounded: bool, method: str | None = None) -> Callable[..., None] | None:
     """The compiled product: `(x*, levels*, level_row_bytes, scale*, zero*, groups_per_row, group, y*, n_lo,
-    n_hi, K)`; None when it cannot be built (a table lookup without AVX-512F)."""
-    return _KERNELS.get(_key(bits, rounded, lookup))
+    n_hi, K)`; None when it cannot be built (a form this CPU lacks, or no llvmlite)."""
+    return _KERNELS.get(_key(bits, rounded, method))
 
 
-def _key(bits: int, rounded: bool, lookup: bool | None) -> tuple[int, bool, bool]:
-    """The kernel's key: `lookup` None is the table where this CPU has it (4-bit levels only)."""
-    if lookup is None:
-        lookup = bits == 4 and _KERNELS.get((4, rounded, True)) is not None
-    return (bits, rounded, lookup)
+def _key(bits: int, rounded: bool, method: str | None) -> tuple[int, bool, str]:
+    """The kernel's key: `method` None is the first of METHODS this CPU has for these levels."""
+    if method is None:
+        method = next(m for m in METHODS if m == "arithmetic" or _KERNELS.get((bits, rounded, m)) is not None)
+    return (bits, rounded, method)
 
 
-def _name(bits: int, rounded: bool, lookup: bool) -> str:
-    return f"levels_product_w{bits}{'_bf16' if rounded else ''}{'_table' if lookup else ''}"
+def _name(bits: int, rounded: bool, method: str) -> str:
+    return f"levels_product_w{bits}{'_bf16' if rounded else ''}_{method}"
 
 
 def _compile() -> dict[Any, Any]:
-    kinds = [kind for kind in _KINDS if _has_avx512() or not kind[2]]
-    ir = "\n".join(_ir(*kind) for kind in kinds)
-    if any(kind[2] for kind in kinds):
+    features = _cpu_features()
+    needs = {"permute": "avx512f", "shuffle": "avx2"}
+    kinds = [kind for kind in KINDS if needs.get(kind[2], "") in features | {""}]
+    ir = "\n".join(levels_shuffle.ir(_name(*kind)) if kind[2] == "shuffle" else _ir(*kind) for kind in kinds)
+    if any(kind[2] == "permute" for kind in kinds):
         ir += "\ndeclare <16 x float> @llvm.x86.avx512.permvar.sf.512(<16 x float>, <16 x i32>)\n"
+    if any(kind[2] == "shuffle" for kind in kinds):
+        ir += levels_shuffle.DECLARATIONS
     spans, symbols, signatures = team.with_spans({kind: _name(*kind) for kind in kinds}, _PARAMS, 8)
     return llvm_kernels.compile_functions(
         ir + spans, symbols, signatures,
@@ -105,16 +115,12 @@ _PARAMS = ("ptr", "ptr", "i64", "ptr", "ptr", "i64", "i64", "ptr", "i64", "i64",
 _KERNELS = llvm_kernels.CompiledKernels(_compile)
 
 
-def _has_avx512() -> bool:
-    """Whether this CPU has AVX-512F, whose vpermps looks 16 levels up in a register at once."""
+def _cpu_features() -> set[str]:
+    """This CPU's features as LLVM names them (avx2, avx512f, ...), those it has."""
     import llvmlite.binding as llvm
 
     llvm.initialize_native_target()
-    return bool(llvm.get_host_cpu_features().get("avx512f"))
-
-
-def splat(width: int, element: str, value: str) -> str:
-    return "<" + ", ".join([f"{element} {value}"] * width) + ">"
+    return {name for name, on in llvm.get_host_cpu_features().items() if on}
 
 
 def levels_ir(bits: int, width: int = LANES) -> list[str]:
@@ -192,12 +198,12 @@ def dequantized_ir(rounded: bool, width: int = LANES) -> list[str]:
     return [*lines, f"  %v = fmul {t} %d, %ss", *round_bf16_ir(width, "%v", "%wv")]
 
 
-def _ir(bits: int, rounded: bool, lookup: bool) -> str:
-    """Per output row n: each block of 64 levels dequantized (4-bit levels with `lookup`: looked up in a
+def _ir(bits: int, rounded: bool, method: str) -> str:
+    """Per output row n: each block of 64 levels dequantized (4-bit levels by "permute": looked up in a
     16-entry table of the group's values, one vpermps per 16 levels), its four 16-lane quarters multiplied
     with x and added to the four accumulators; then the lane tree."""
     block = levels_ir(bits)
-    if bits == 4 and lookup:
+    if bits == 4 and method == "permute":
         block += [*_table(rounded), *_looked_up()]
     else:
         block += dequantized_ir(rounded)
@@ -210,4 +216,4 @@ def _ir(bits: int, rounded: bool, lookup: bool) -> str:
     row_setup = ["  %loff = mul i64 %n, %lstride", "  %lrow = getelementptr i8, ptr %l, i64 %loff",
                  "  %goff = mul i64 %n, %groups", "  %srow = getelementptr float, ptr %sc, i64 %goff",
                  "  %zrow = getelementptr float, ptr %ze, i64 %goff"]
-    return vector_product.one_row_function(_name(bits, rounded, lookup), params, row_setup, block)
+    return vector_product.one_row_function(_name(bits, rounded, method), params, row_setup, block)

@@ -36,6 +36,11 @@ class CompiledKernels:
         return self._table.get(key)
 
 
+def splat(width: int, element: str, value: str) -> str:
+    """An LLVM IR vector constant: `width` lanes of `element` `value`."""
+    return "<" + ", ".join([f"{element} {value}"] * width) + ">"
+
+
 _keep: list[Any] = []
 
 

@@ -127,15 +127,27 @@ def _compiled_product(x2: np.ndarray, w_nk: DequantizedRows, step: int, out: np.
 
 
 def _levels_product(x: np.ndarray, w_nk: DequantizedRows, out: np.ndarray) -> None:
-    """A one-row product from the levels as stored (levels_product.py), a chunk of rows at a time on each
-    thread's span."""
+    """A one-row product from the levels as stored (levels_product.py): in one call when they are in memory
+    (the kernel splits its rows over the cores itself), else a chunk of rows at a time on each thread's
+    span (a file's pages read on the thread that multiplies them)."""
     n, k = w_nk.shape
+    if all(_in_memory(part) for part in (w_nk.weight, w_nk.scale, w_nk.zp)):
+        levels, scale, zero = w_nk.parts(0, n)  # views
+        if (levels.dtype == np.uint8 and scale.dtype == np.float32 and zero.dtype == np.float32
+                and all(part.flags.c_contiguous for part in (levels, scale, zero))):
+            levels_product.product(x, w_nk.attrs, levels, scale, zero, out)
+            return
     chunk = max(1, LEVEL_CHUNK_BYTES // max(1, w_nk.weight.shape[1]))
 
     def multiply(c0: int, c1: int, levels: np.ndarray, scale: np.ndarray, zero: np.ndarray) -> None:
         levels_product.product(x, w_nk.attrs, levels, scale, zero, out[c0:c1])
 
     row_spans(n, n * k, levels_product.PARALLEL_WEIGHTS, lambda lo, hi: _level_chunks(w_nk, lo, hi, chunk, multiply))
+
+
+def _in_memory(part: Weight) -> bool:
+    """Whether a weight's rows are read from memory (not from a file a read at a time)."""
+    return isinstance(part, np.ndarray) or (isinstance(part, StoredTensor) and isinstance(part.raw, np.ndarray))
 
 
 def _level_chunks(w_nk: DequantizedRows, lo: int, hi: int, chunk: int,

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import numpy as np
 
 from llmbuild.numerics import llvm_kernels
-from llmbuild.numerics.levels_product import splat
+from llmbuild.numerics.llvm_kernels import splat
 
 _VECTOR = 16
 

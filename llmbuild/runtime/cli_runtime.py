@@ -86,12 +86,13 @@ def run_command(args: argparse.Namespace) -> None:
     assert reply is not None
     if args.json:
         logits = [[float(x) for x in step] for step in reply.logits]
-        timing = {"first_token_s": round(reply.first_token_s, 4), "tokens_per_s": round(reply.tokens_per_s, 3)}
+        timing = {"load_s": round(session.load_s, 4), "first_token_s": round(reply.first_token_s, 4),
+                  "tokens_per_s": round(reply.tokens_per_s, 3)}
         print(json.dumps({"ids": ids, "text": reply.text, "logits": logits, **(timing if args.timing else {})}))
     else:
         print(reply.text)
         if args.timing:
-            print(timing_line(reply, None, ""), file=sys.stderr)
+            print(timing_line(reply, None, "", session.load_s), file=sys.stderr)
 
 
 def _chip_estimate(meta: dict) -> Any:
@@ -107,8 +108,10 @@ def _chip_estimate(meta: dict) -> Any:
         return None
 
 
-def timing_line(reply: Any, estimate: Any, chip: str) -> str:
-    line = f"[host: first token {reply.first_token_s:.3f} s, {reply.tokens_per_s:.1f} tokens/s"
+def timing_line(reply: Any, estimate: Any, chip: str, load_s: float | None = None) -> str:
+    """`load_s`: the model's load (its weights read), before the prompt; the first token is timed after it."""
+    loaded = f"loaded in {load_s:.3f} s, " if load_s is not None else ""
+    line = f"[host: {loaded}first token {reply.first_token_s:.3f} s, {reply.tokens_per_s:.1f} tokens/s"
     if estimate is not None:
         line += (f" | {chip} estimate: first token {estimate.first_token_latency_s * 1e3:.1f} ms, "
                  f"{estimate.decode_tokens_per_s:.1f} tokens/s")

@@ -242,6 +242,19 @@ class CompiledModel:
             release()
             buffer_pool.clear()  # the pool would keep them for reuse: the memory is wanted elsewhere
 
+    def load_weights(self) -> None:
+        """On the host path, read the weights of the nets a conversation runs (embeddings, the first-chunk
+        and decode blocks, the head) into the host's cache and bind their programs now, as a model load
+        does: otherwise the first prompt pays for them. The simulated device reads its weights as it runs."""
+        load = getattr(self.device, "load", None)
+        if load is None:
+            return
+        layers = range(self.num_layers)
+        for net in ("embedding", "embedding_cache", *(f"block_{i}" for i in layers),
+                    *(f"block_cache_{i}" for i in layers), "lm_head"):
+            if net in self.nets:
+                load(self.nets[net])
+
     # ---- one chunk / one token ----------------------------------------------------------------
 
     def reset(self) -> None:

@@ -132,6 +132,7 @@ class _HostProgram:
         self._producer: dict[int, int] = {}  # tensor index -> step index
         self._last_at: dict[int, int] = {}  # address -> the latest step that wrote there
         self._reads: list[int] = []  # the steps whose values the operands being bound read
+        self.weight_reads: list[Getter] = []  # the steps' weights, read on first use (or by `load_weights`)
         self.steps: list[Run] = []
         last_read: dict[int, int] = {}  # step -> the last step that reads its value
         for k, ins in enumerate(prog.instrs):
@@ -172,6 +173,7 @@ class _HostProgram:
                     cell.append(value if lazy else materialize(value))
                 return cell[0]
 
+            weight.reads_weight = True  # type: ignore[attr-defined]
             return weight
         vals = self.vals
         k = self._producer.get(t)
@@ -214,10 +216,17 @@ class _HostProgram:
             prepared = host.dequantized(*(tensors[t] for t in ins.operands[1:4]), ins.attrs)
             if prepared is not None:
                 fn, args = _with_weight(prepared), [args[0], *args[4:]]
-            else:  # no room: the kernel reads the levels a block of rows at a time (and caches nothing)
-                levels = host.stored(tensors[ins.operands[1]])
-                args = [args[0], lambda: levels, *args[2:]]
+            else:  # the kernel reads the levels as stored, a block of rows at a time, and caches no values
+                levels_desc, zero_desc = tensors[ins.operands[1]], tensors[ins.operands[3]]
+                args = [args[0], _weight_read(lambda: host.levels(levels_desc)), args[2],
+                        _weight_read(lambda: host.zero_points(zero_desc)), *args[4:]]
+        self.weight_reads += [get for get in args if getattr(get, "reads_weight", False)]
         return _bind(k, self.vals, fn, attrs, args, store)
+
+    def load_weights(self) -> None:
+        """Read every weight the program's steps read, now (the executor keeps what its cache holds)."""
+        for get in self.weight_reads:
+            get()
 
     def run(self, active_rows: int | None = None, keep: bool = False) -> None:
         """`keep`: every value stays until the run ends (a trace reads them all)."""
@@ -235,6 +244,12 @@ class _HostProgram:
             if not keep:
                 for k in free:
                     vals[k] = None
+
+
+def _weight_read(get: Getter) -> Getter:
+    """`get`, marked as a step's weight read (`_HostProgram.load_weights` calls it ahead of the run)."""
+    get.reads_weight = True  # type: ignore[attr-defined]
+    return get
 
 
 def _same(x: np.ndarray) -> np.ndarray:
@@ -301,6 +316,7 @@ class HostExecutor:
         self.buffers: dict[int, np.ndarray] = {}  # address -> the value last stored there
         self._weights: dict[tuple[int, str, tuple[int, ...]], np.ndarray | StoredTensor] = {}
         self._dequantized: dict[int, np.ndarray | None] = {}
+        self._zero_points: dict[int, np.ndarray] = {}
         self._programs: dict[int, _HostProgram] = {}
         self._inputs: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # large inputs as stored (_stored_input)
         # Each layer's cache, with `extra_rows` rows after it where a Concat puts the new rows (cache_concat).
@@ -358,6 +374,27 @@ class HostExecutor:
             self._weights[key] = cached
         return cached
 
+    def levels(self, t: TensorDesc) -> StoredTensor:
+        """A quantized product's levels, read by rows as stored: a copy in memory while the cache has room
+        (a decode step reads every level, and from the file that is a read system call's copy of each byte
+        every token), else read from the file."""
+        key = (t.address, t.dtype, t.shape)
+        cached = self._weights.get(key)
+        if not isinstance(cached, StoredTensor):
+            cached = StoredTensor(self._decoded(t), t.dtype) if self._reserve(_count(t.shape)) else self.stored(t)
+            self._weights[key] = cached
+        return cached
+
+    def zero_points(self, t: TensorDesc) -> np.ndarray:
+        """A quantized product's zero points as float32, decoded once (exact: they are small integers), so
+        that no product converts them again."""
+        cached = self._zero_points.get(t.address)
+        if cached is None:
+            cached = np.ascontiguousarray(decode(self.raw(t), t.dtype), dtype=np.float32)
+            cached.flags.writeable = False
+            self._zero_points[t.address] = cached
+        return cached
+
     def _decoded(self, t: TensorDesc) -> np.ndarray:
         value = np.ascontiguousarray(decode(self.raw(t), t.dtype))
         value.flags.writeable = False
@@ -394,6 +431,7 @@ class HostExecutor:
         self._programs.clear()
         buffer_pool.give_back(self._dequantized.values())
         self._dequantized.clear()
+        self._zero_points.clear()
         self._weights.clear()
         self.cached_bytes = 0  # nothing decoded is held any more
 
@@ -422,6 +460,10 @@ class HostExecutor:
             hp = _HostProgram(prog, self)
             self._programs[id(prog)] = hp
         return hp
+
+    def load(self, prog: Program) -> None:
+        """Bind `prog` and read its weights now, as a model load does, rather than on its first run."""
+        self._program(prog).load_weights()
 
     def set_input(self, prog: Program, name: str, value: np.ndarray) -> None:
         for n, t in prog.inputs:

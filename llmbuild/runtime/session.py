@@ -85,8 +85,11 @@ class Session:
             self.sampling = SamplingConfig(**sampling)  # type: ignore[arg-type]
         except TypeError as exc:
             raise LlmbuildError(f"Session: {exc}") from None
+        started = time.perf_counter()
         self.model = CompiledModel(resolve_binary(str(recipe_or_binary)), faithful=faithful)
         self.tokenizer = load_tokenizer(self.model)
+        self.model.load_weights()
+        self.load_s = time.perf_counter() - started  # opening the binary, its tokenizer and its weights
         self.eos = frozenset(() if ignore_eos else self.model.meta.get("eos_token_ids") or ())
         self.vocab = int(self.model.meta["spec"]["vocab_size"])
         self.policy = policy
