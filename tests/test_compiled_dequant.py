@@ -103,14 +103,16 @@ def test_once_loaded_it_dequantizes_small_whole_weights_too(monkeypatch: pytest.
 _compiled_into = compiled_dequant.dequantize_into
 
 
+@pytest.mark.parametrize("held", ["as stored", "as the host holds it"])
 @pytest.mark.parametrize(("workers", "chunk_rows", "rows"), [("1", 1024, 1), ("2", 1024, 1), ("3", 48, 1),
                                                             ("2", 1024, 5), ("3", 48, 3)])
 def test_a_product_over_a_large_stored_weight_has_the_bits_of_the_numpy_path(
-        workers: str, chunk_rows: int, rows: int, monkeypatch: pytest.MonkeyPatch) -> None:
+        workers: str, chunk_rows: int, rows: int, held: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A16MatMul on a weight at the threshold, read in its storage format against the same weight whole
     (numpy's passes): a 7B decode step's product (one row: the levels kernel; spans of rows on `workers`
-    threads, read `chunk_rows` at a time) and a prefill's (several rows: the compiled dequantizer's blocks,
-    each multiplied by every row)."""
+    threads, read `chunk_rows` at a time, or, with the scales and zero points as float32 arrays as the host
+    holds them, the whole weight in one call that splits itself) and a prefill's (several rows: the compiled
+    dequantizer's blocks, each multiplied by every row)."""
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", workers)  # numerics.parallel.workers() reads it
     rng = np.random.default_rng(3)
     n, k, g = 1024, compiled_dequant.MIN_WEIGHTS // 1024, 128
@@ -127,7 +129,8 @@ def test_a_product_over_a_large_stored_weight_has_the_bits_of_the_numpy_path(
     for lo in range(0, n, 64):
         dequantize._dequantize_block(attrs, packed, decode(scale_raw, "bf16"), zero, lo, lo + 64,
                                      whole[lo:lo + 64], True)
-    got = kernels.KERNELS["A16MatMul"](attrs, x, StoredTensor(packed, "u8"), StoredTensor(scale_raw, "bf16"),
-                                       StoredTensor(zero, "u8"))
+    scale_held, zero_held = ((StoredTensor(scale_raw, "bf16"), StoredTensor(zero, "u8")) if held == "as stored"
+                             else (decode(scale_raw, "bf16"), zero.astype(np.float32)))
+    got = kernels.KERNELS["A16MatMul"](attrs, x, StoredTensor(packed, "u8"), scale_held, zero_held)
     want = np.stack([vector_product.reference(row, whole) for row in x[0]])
     assert np.array_equal(got[0], want)

@@ -11,7 +11,7 @@ import pytest
 from helpers import hf_generate, llmbuild
 
 from llmbuild import LlmbuildError
-from llmbuild.runtime.compiled_model import CacheFullError
+from llmbuild.runtime.compiled_model import CacheFullError, CompiledModel
 from llmbuild.runtime.session import Session
 
 PROMPT = [1, 5, 9, 42]
@@ -45,6 +45,23 @@ def test_second_turn_runs_prefill_kv_on_its_tokens_only_and_matches_transformers
     assert s.stats["prefill_kv"] == 1 + len(second_prompt)
     assert sum(s.stats.values()) == len(s.ids) - 1  # every token once; the last reply token is not fed yet
     assert s.ids == PROMPT + first + second_prompt + second
+
+
+@pytest.mark.parametrize("recipe", ["qwen2_tiny_f32", "smollm2_135m_bf16"])
+def test_a_session_reads_its_weights_when_it_loads(runtime_build: Path, recipe: str) -> None:
+    """The host path reads the weights of the nets a conversation runs when the session loads, so a first
+    turn (prefill, decode) reads none and binds no new program; its tokens are those of a model that reads
+    its weights as it runs."""
+    s = Session(_binary(runtime_build, recipe), ignore_eos=True)
+    host = s.model.device
+    loaded, kept, programs = set(host._weights), host.cached_bytes, set(host._programs)
+    assert loaded and kept > 0 and s.load_s > 0
+    s.model.reset()
+    ids, _ = s.model.generate(PROMPT, 4)
+    assert set(host._weights) == loaded and host.cached_bytes == kept and set(host._programs) == programs
+    lazy = CompiledModel(_binary(runtime_build, recipe), faithful=False)
+    assert lazy.generate(PROMPT, 4)[0] == ids
+    assert set(lazy.device._weights) <= loaded
 
 
 def test_a_prompt_of_three_chunks_matches_transformers(runtime_build: Path) -> None:
@@ -224,6 +241,8 @@ def test_llmbuild_run_samples_reproducibly_and_faithful_agrees(runtime_build: Pa
     sampled = run("--temperature", "1.5", "--top-k", "40", "--top-p", "0.95", "--seed", "7")
     assert run("--temperature", "1.5", "--top-k", "40", "--top-p", "0.95", "--seed", "7")["ids"] == sampled["ids"]
     greedy = run()
+    timed = run("--timing")
+    assert timed["ids"] == greedy["ids"] and timed["load_s"] > 0 and timed["first_token_s"] > 0
     assert run("--faithful")["ids"] == greedy["ids"]
     assert sampled["ids"] != greedy["ids"]
     assert len(greedy["logits"]) == 12 and len(greedy["logits"][0]) == 512

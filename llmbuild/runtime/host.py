@@ -45,10 +45,11 @@ from llmbuild.runtime.weight_image import FlatImage, WeightImage
 Getter = Callable[[], Any]
 Run = Callable[[], None]
 
-# Decoded weights kept by default (LLMBUILD_HOST_CACHE_MB overrides): every weight of a 135M model in
-# float32, of a 1.5B w4 model in 16 bits, a bounded part of a 7B one (whose binary is never mapped whole:
-# resident memory stays near this budget, well under the binary's size plus 2 GiB). Large 4-bit projections
-# are never kept (`dequantized`): the compiled dequantizer reads them from their levels as fast.
+# Weights kept in memory by default (LLMBUILD_HOST_CACHE_MB overrides): this, or the binary's weight
+# region when that is larger, so that a 7B w4 model's decode reads every level and its bf16 lm_head from
+# memory, not from the file each token (its binary is never mapped whole: resident memory stays under the
+# binary's size plus 2 GiB). Every weight of a 135M model in float32, of a 1.5B w4 model in 16 bits. Large
+# 4-bit projections are kept as their levels (`levels`), which the compiled kernels read as they are.
 DEFAULT_CACHE_BYTES = 3 << 30
 # Smaller weights (norms, biases, scales) are always decoded: a lazy read of them costs more than it saves.
 ALWAYS_DECODED_BYTES = 1 << 20
@@ -306,7 +307,7 @@ class HostExecutor:
         WeightImage (the build's checks read one layer's weight file)."""
         self.image = weights if isinstance(weights, WeightImage) else FlatImage(weights, weight_region[0])
         self.weight_region = weight_region
-        self.cache_bytes = _cache_budget() if cache_bytes is None else cache_bytes
+        self.cache_bytes = _cache_budget(weight_region[1]) if cache_bytes is None else cache_bytes
         self.cached_bytes = 0
         # 16 bits a weight are kept instead of float32 (twice as many fit; a 1.5B w4 model whole in 3 GiB):
         # whenever the compiled product kernels read them as stored (a decode step then reads half the bytes:
@@ -375,13 +376,15 @@ class HostExecutor:
         return cached
 
     def levels(self, t: TensorDesc) -> StoredTensor:
-        """A quantized product's levels, read by rows as stored: a copy in memory while the cache has room
-        (a decode step reads every level, and from the file that is a read system call's copy of each byte
-        every token), else read from the file."""
+        """A quantized product's levels, read by rows as stored: where the image is read from a file (the
+        binary), a copy in memory while the cache has room (a decode step reads every level, and from the
+        file that is a read system call's copy of each byte every token), else read from the file; a
+        memory-mapped image's own bytes."""
         key = (t.address, t.dtype, t.shape)
         cached = self._weights.get(key)
         if not isinstance(cached, StoredTensor):
-            cached = StoredTensor(self._decoded(t), t.dtype) if self._reserve(_count(t.shape)) else self.stored(t)
+            copy = self.image.reads_copy and self._reserve(_count(t.shape))
+            cached = StoredTensor(self._decoded(t), t.dtype) if copy else self.stored(t)
             self._weights[key] = cached
         return cached
 
@@ -547,8 +550,10 @@ class HostExecutor:
         return _fit(self.buffers[t.address], t.shape)
 
 
-def _cache_budget() -> int:
+def _cache_budget(weight_bytes: int) -> int:
+    """LLMBUILD_HOST_CACHE_MB, else DEFAULT_CACHE_BYTES or the `weight_bytes` of the binary's weight region,
+    whichever is larger."""
     import os
 
     value = os.environ.get("LLMBUILD_HOST_CACHE_MB", "").strip()
-    return int(value) << 20 if value.isdigit() else DEFAULT_CACHE_BYTES
+    return int(value) << 20 if value.isdigit() else max(DEFAULT_CACHE_BYTES, weight_bytes)

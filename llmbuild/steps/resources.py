@@ -103,9 +103,9 @@ def _compiled_weights(recipe: Recipe, spec: ModelSpec) -> int:
 def _host_kept_bytes(recipe: Recipe, spec: ModelSpec, cache: int) -> float:
     """Bytes the host path keeps (runtime/host.py): what products read, up to `cache`, in 16 bits (bf16 and
     f16 weights as stored, which the compiled one-row product reads as they are, and 4-bit weights
-    dequantized to bf16), in float32 for an f32 model and a w*f16 one's dequantized weights; not the
-    projections the compiled dequantizer reads from their levels, nor an embedding only gathered (an untied
-    one)."""
+    dequantized to bf16), in float32 for an f32 model and a w*f16 one's dequantized weights; the projections
+    the compiled dequantizer reads from their levels as those levels (half a byte a weight); not an embedding
+    only gathered (an untied one)."""
     size = model_size(spec)
     weights = size.layer * size.layers + size.vocab_table * size.tables
     # The compiled dequantizer takes 4-bit weights only: an 8-bit lm_head is kept dequantized.
@@ -115,7 +115,8 @@ def _host_kept_bytes(recipe: Recipe, spec: ModelSpec, cache: int) -> float:
     read_by_products -= size.vocab_table if lm_head_compiled else 0
     mode = recipe.quantization.mode
     per_weight = 4 if mode in ("f32", "w4f16", "w8f16") else 2  # an f16 dequantizer's weights stay float32
-    return min(per_weight * read_by_products, cache)
+    levels = _compiled_weights(recipe, spec) + (size.vocab_table if lm_head_compiled else 0)
+    return min(per_weight * read_by_products + levels / 2, cache)
 
 
 def _origin(recipe: Recipe) -> str:
