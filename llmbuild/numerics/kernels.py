@@ -218,7 +218,7 @@ def _attention(attrs: dict[str, Any], q: np.ndarray, k: np.ndarray, v: np.ndarra
                 state = flash_block(attrs, qs, k[:, s : s + tk], v[:, s : s + tk], ms[..., s : s + tk], state)
             out[:, r : r + tq] = flash_end(state)  # type: ignore[arg-type]
         else:
-            out[:, r : r + tq] = _softmax_attention(attrs, qs, k, v, ms)
+            out[:, r : r + tq] = _softmax_attention(attrs, qs, k, v, ms, active - r)
 
     # Query blocks are independent and each is computed whole by one thread: the same bits on any number.
     tile_map(rows, range(0, active, tq))
@@ -249,13 +249,24 @@ def _ungrouped(out: np.ndarray) -> np.ndarray:
 
 
 def _softmax_attention(attrs: dict[str, Any], q: np.ndarray, k: np.ndarray, v: np.ndarray,
-                       mask: np.ndarray) -> np.ndarray:
+                       mask: np.ndarray, real: int | None = None) -> np.ndarray:
+    """`real`: the query rows whose outputs are read (the rest are a prefill's padding). Both products run
+    on every row, as the device's do: BLAS's bits for a row depend on how many rows it multiplies (a host
+    that multiplied the real rows alone differed from the device in the last bits). The softmax between
+    them is numpy's, row by row, so it runs on the real rows only, in place (the same values as
+    `op_defs.softmax`), and the padding rows' weights are zeros, which change no other row's sums."""
     kvh = k.shape[2]
     kt = k.transpose(0, 2, 3, 1)  # [B, kvh, d, mk]
-    scores = np.matmul(_grouped(q, kvh), kt[:, :, None]) * q.dtype.type(attrs["scale"])
-    scores = scores + mask[:, :, None]  # mask [B, 1, rows, mk] -> [B, 1, 1, rows, mk]
-    probs = softmax(scores, axis=-1)
-    return _ungrouped(np.matmul(probs, v.transpose(0, 2, 1, 3)[:, :, None]))
+    scores = np.matmul(_grouped(q, kvh), kt[:, :, None])  # [B, kvh, group, rows, mk]
+    rows = scores.shape[-2] if real is None else max(0, min(real, scores.shape[-2]))
+    part = scores[..., :rows, :]
+    part *= q.dtype.type(attrs["scale"])
+    part += mask[:, :, None, :rows]  # mask [B, 1, rows, mk] -> [B, 1, 1, rows, mk]
+    part -= np.max(part, axis=-1, keepdims=True)
+    np.exp(part, out=part)
+    part /= np.sum(part, axis=-1, keepdims=True)
+    scores[..., rows:, :] = 0
+    return _ungrouped(np.matmul(scores, v.transpose(0, 2, 1, 3)[:, :, None]))
 
 
 def flash_block(attrs: dict[str, Any], q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray,
