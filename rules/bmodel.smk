@@ -19,6 +19,8 @@ rule bmodel_net:
     input:
         spec=rules.prepare.output.spec,
         quantized=quantized_input,
+        # A block net of a recipe rounded in the build reads the levels its layer's job rounded.
+        layer=lambda w: dag.bmodel_layer_files(w.recipe, w.net, BUILD),
     output:
         # Read once by its layer's (or the head's) combine, then deleted: a net's bmodel carries its layer's
         # weights whole, so keeping them would hold each layer twice more. The build directory keeps the

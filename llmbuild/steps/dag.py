@@ -291,6 +291,20 @@ def rounded_scales(name: str, files: list[str]) -> list[str]:
     return files if rounds_in_build(recipe(name)) else []
 
 
+def bmodel_layer_files(name: str, net: str, build: str) -> list[str]:
+    """What a block net's job reads from its layer's job when the build rounds the recipe's projections
+    itself: the layer's device weights and float32 scales (and the plan that places them), the levels that
+    job rounded, read back to the bit (artifacts/layer_weights.checked_layer_weights) instead of rounded
+    again in every net's job; none otherwise."""
+    from llmbuild.artifacts.layer_weights import rounds_in_build
+
+    match = re.fullmatch(r"(block|block_kv|block_cache)_(\d+)", net)
+    if match is None or not rounds_in_build(recipe(name)):
+        return []
+    layer = f"{build}/{name}/layers/{match.group(2)}"
+    return [f"{build}/{name}/plan.json", f"{layer}/weights.safetensors", f"{layer}/rounded_scales.safetensors"]
+
+
 def calibration_file(name: str) -> list[str]:
     r = recipe(name)
     return [r.quantization.calibration] if uses_quantize_step(name) and r.quantization.calibration else []
