@@ -74,6 +74,7 @@ def test_groups_that_split_a_block_are_not_taken() -> None:
     assert not levels_product.supported({"packed": True, "q_group_size": 32, "dequant_dtype": "bf16"}, 256)
     assert not levels_product.supported({"packed": True, "q_group_size": 64, "dequant_dtype": "f16"}, 256)
     assert not levels_product.supported({"packed": True, "q_group_size": 64}, 96)
+    assert not levels_product.supported({"packed": True, "q_group_size": 64, "dequant_dtype": "bf16"}, 0)
 
 
 @needs_kernel

@@ -38,11 +38,12 @@ METHODS = ("permute", "shuffle", "arithmetic")
 KINDS = [(bits, rounded, method) for bits in (4, 8) for rounded in (True, False) for method in METHODS
           if method == "arithmetic" or (bits == 4 and (rounded or method != "shuffle"))]
 
+
 def supported(attrs: dict[str, Any], k: int) -> bool:
     """Whether a weight quantized under `attrs` with K = `k` can take the fused kernel (float32 scales are
     the caller's to check)."""
     group = attrs.get("q_group_size", 0)
-    return (k % LANES == 0 and group > 0 and group % LANES == 0 and k % group == 0
+    return (k > 0 and k % LANES == 0 and group > 0 and group % LANES == 0 and k % group == 0
             and attrs.get("dequant_dtype") in ("bf16", None) and kernel(_bits(attrs), _rounded(attrs)) is not None)
 
 

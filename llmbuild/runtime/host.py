@@ -217,7 +217,7 @@ class _HostProgram:
             prepared = host.dequantized(*(tensors[t] for t in ins.operands[1:4]), ins.attrs)
             if prepared is not None:
                 fn, args = _with_weight(prepared), [args[0], *args[4:]]
-            else:  # the kernel reads the levels as stored, a block of rows at a time, and caches no values
+            else:  # the kernels read the levels as stored (`levels`): no dequantized copy is kept
                 levels_desc, zero_desc = tensors[ins.operands[1]], tensors[ins.operands[3]]
                 args = [args[0], _weight_read(lambda: host.levels(levels_desc)), args[2],
                         _weight_read(lambda: host.zero_points(zero_desc)), *args[4:]]
