@@ -26,7 +26,7 @@ x86-64 with AVX2; levels_product compiles it only there.
 from __future__ import annotations
 
 from llmbuild.numerics.llvm_kernels import splat
-from llmbuild.numerics.vector_product import LANES, lane_multiply_adds, lane_tree
+from llmbuild.numerics.vector_product import LANES, lane_multiply_adds, row_end
 
 _ACCUMULATORS = 4  # <16 x float> each, as vector_product's kernels hold a block's 64 lanes
 
@@ -195,15 +195,7 @@ gend:
   br i1 %gmore, label %group, label %rowend
 rowend:
 {chr(10).join(_in_k_order())}
-{lane_tree([f'%ka{a}' for a in lanes], 'sum')}
-  %yp = getelementptr float, ptr %y, i64 %n
-  store float %sum, ptr %yp, align 4
-  %n1 = add i64 %n, 1
-  %rows = icmp slt i64 %n1, %hi
-  br i1 %rows, label %row, label %done
-done:
-  ret void
-}}
+{row_end([f'%ka{a}' for a in lanes])}
 """
 
 

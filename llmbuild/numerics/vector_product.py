@@ -212,7 +212,14 @@ kloop:
   %more = icmp slt i64 %knext, %K
   br i1 %more, label %kloop, label %rowend
 rowend:
-{lane_tree(results, "sum")}
+{row_end(results)}
+"""
+
+
+def row_end(accumulators: list[str]) -> str:
+    """IR ending a one-row function's row n: the four accumulators' lane tree stored at %y[n], then the next
+    row (back to `row`) or the end of the function."""
+    return f"""{lane_tree(accumulators, "sum")}
   %yp = getelementptr float, ptr %y, i64 %n
   store float %sum, ptr %yp, align 4
   %n1 = add i64 %n, 1
@@ -220,8 +227,7 @@ rowend:
   br i1 %rows, label %row, label %done
 done:
   ret void
-}}
-"""
+}}"""
 
 
 def _ir(storage: str) -> str:
