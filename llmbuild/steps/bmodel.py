@@ -48,7 +48,7 @@ from llmbuild.steps.resources import vocab_table_parts
 from llmbuild.vendor_toolchain import locate
 
 HEAD_NETS = dag.BMODEL_HEAD_NETS
-_BLOCK = re.compile(r"^(block|block_kv|block_cache)_(\d+)$")
+_BLOCK = dag.BMODEL_BLOCK_NET
 # The vendor's mode word for an activation type.
 _ACTIVATION = {"f32": "F32", "bf16": "BF16", "f16": "F16"}
 

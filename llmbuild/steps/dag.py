@@ -233,6 +233,8 @@ def when_bmodel(name: str, *files: str) -> list[str]:
 
 
 BMODEL_HEAD_NETS = ("embedding", "embedding_cache", "lm_head")
+# A layer's bmodel nets (prefill, history, decode): the stage's prefix and the layer.
+BMODEL_BLOCK_NET = re.compile(r"^(block|block_kv|block_cache)_(\d+)$")
 
 
 def head_net_names(vision: bool) -> list[str]:
@@ -298,7 +300,7 @@ def bmodel_layer_files(name: str, net: str, build: str) -> list[str]:
     again in every net's job; none otherwise."""
     from llmbuild.artifacts.layer_weights import rounds_in_build
 
-    match = re.fullmatch(r"(block|block_kv|block_cache)_(\d+)", net)
+    match = BMODEL_BLOCK_NET.match(net)
     if match is None or not rounds_in_build(recipe(name)):
         return []
     layer = f"{build}/{name}/layers/{match.group(2)}"
