@@ -21,6 +21,7 @@ bf16 or none; the levels two to a byte (even k in the low nibble) or one to a by
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -85,9 +86,13 @@ def kernel(bits: int, rounded: bool, method: str | None = None) -> Callable[...,
 
 def _key(bits: int, rounded: bool, method: str | None) -> tuple[int, bool, str]:
     """The kernel's key: `method` None is the first of METHODS this CPU has for these levels."""
-    if method is None:
-        method = next(m for m in METHODS if m == "arithmetic" or _KERNELS.get((bits, rounded, m)) is not None)
-    return (bits, rounded, method)
+    return (bits, rounded, _fastest(bits, rounded) if method is None else method)
+
+
+@cache
+def _fastest(bits: int, rounded: bool) -> str:
+    """The first of METHODS this CPU has for these levels, found once (every decode product asks)."""
+    return next(m for m in METHODS if m == "arithmetic" or _KERNELS.get((bits, rounded, m)) is not None)
 
 
 def _name(bits: int, rounded: bool, method: str) -> str:
