@@ -131,7 +131,8 @@ def json_mutation(data: bytes, section: str, edit: str, at: int, other: int, val
 
 
 def load_and_run(path: Path) -> str:
-    """Everything a user does with a binary: open it, describe it, generate two tokens on the host path.
+    """Everything a user does with a binary: open it, describe it, load its weights, generate two tokens on
+    the host path.
     Returns "ok" or "LlmbuildError"; any other exception propagates (the defect the fuzz looks for)."""
     from llmbuild.runtime.compiled_model import CompiledModel, load_tokenizer
     from llmbuild.runtime.inspect_binary import inspect_binary
@@ -140,6 +141,7 @@ def load_and_run(path: Path) -> str:
         inspect_binary(path)
         model = CompiledModel(path, faithful=False)
         load_tokenizer(model)
+        model.load_weights()  # what a Session does when it loads
         model.generate([1, 2, 3], 2, ())
         return "ok"
     except LlmbuildError as exc:

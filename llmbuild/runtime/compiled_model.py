@@ -252,8 +252,14 @@ class CompiledModel:
         layers = range(self.num_layers)
         for net in ("embedding", "embedding_cache", *(f"block_{i}" for i in layers),
                     *(f"block_cache_{i}" for i in layers), "lm_head"):
-            if net in self.nets:
-                load(self.nets[net])
+            if net not in self.nets:
+                continue
+            prog = self.nets[net]
+            try:
+                load(prog)
+            except BINARY_FAULTS as exc:  # as `_run` says of a program that cannot run, at load instead
+                raise LlmbuildError(f"{self.path}: section {self.nets.section(net)}: its weights cannot be read "
+                                    f"({type(exc).__name__}: {one_line(str(exc))})") from None
 
     # ---- one chunk / one token ----------------------------------------------------------------
 
