@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import mmap
 import struct
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers import plan_file
 from xdsl.dialects import func
@@ -210,6 +212,35 @@ def test_container_reads_back_sections(tmp_path: Path) -> None:
     assert all(e.offset % container.SECTION_ALIGN == 0 for e in c.entries.values())
     with pytest.raises(LlmbuildError, match="missing section nope"):
         c.section("nope")
+
+
+def test_file_spans_are_copied_and_hashed_as_their_bytes(tmp_path: Path, monkeypatch) -> None:
+    """A section given as spans of files (the weight image's tensors, copied file to file and hashed
+    through windows of a memory map) holds and digests exactly those bytes, also where a span starts off
+    the map's granularity and crosses a window, and where copy_file_range is refused (read and write)."""
+    source = tmp_path / "weights.bin"
+    data = np.random.default_rng(3).integers(0, 256, 3 * mmap.ALLOCATIONGRANULARITY + 777, dtype=np.uint8).tobytes()
+    source.write_bytes(data)
+    monkeypatch.setattr(container, "_HASH_WINDOW", mmap.ALLOCATIONGRANULARITY)
+    spans = [(5, 6), (100, 2 * mmap.ALLOCATIONGRANULARITY + 9), (0, 0), (len(data) - 300, len(data))]
+    want = b"x" + b"".join(data[a:b] for a, b in spans) + b"\0" * 3
+
+    def section() -> list:
+        return [b"x", *(container.FileSpan(source, a, b) for a, b in spans), b"\0" * 3]
+
+    for refuse in (False, True):
+        if refuse:
+            def no_copy(*args: object) -> int:
+                raise OSError(18, "Invalid cross-device link")
+            monkeypatch.setattr(container.os, "copy_file_range", no_copy)
+        path = tmp_path / f"m{refuse}.llmb"
+        write_container(path, [("meta", [b"{}"]), ("weights", section()), ("net:a", [b"PROG"])])
+        c = Container(path)  # verifies every section's sha256
+        assert bytes(c.section("weights")) == want and bytes(c.section("net:a")) == b"PROG"
+        assert c.entries["weights"].sha256 == hashlib.sha256(want).digest()
+    with pytest.raises(LlmbuildError, match="weights.bin: ends before byte"):
+        write_container(tmp_path / "bad.llmb", [("weights", [container.FileSpan(source, 0, len(data) + 1)])])
+    assert not (tmp_path / "bad.llmb").exists() and not (tmp_path / "bad.llmb.tmp").exists()
 
 
 def test_container_layout_follows_the_documentation(tmp_path: Path) -> None:

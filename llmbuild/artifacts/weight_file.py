@@ -112,19 +112,6 @@ class StoredWeight:
     def nbytes(self) -> int:
         return self.end - self.begin
 
-    def chunks(self, size: int = 16 << 20) -> Iterator[bytes]:
-        """The bytes by plain reads: copying a 7B image through a memory map would keep every page of it
-        resident in the copying process."""
-        with open(self.path, "rb") as f:
-            f.seek(self.begin)
-            left = self.nbytes
-            while left:
-                block = f.read(min(size, left))
-                if not block:
-                    raise LlmbuildError(f"{self.path}: truncated in tensor {self.name!r}")
-                left -= len(block)
-                yield block
-
 
 def weight_file_tensors(path: Path, plan: MemoryPlan) -> list[StoredWeight]:
     """Every tensor of a weight file, in address order. Each must be a planned weight with the planned type

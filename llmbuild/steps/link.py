@@ -17,7 +17,7 @@ from typing import Any
 from llmbuild import LlmbuildError, __version__
 from llmbuild.artifacts.paths import BuildPaths, read_spec, shapes_of, tokenizer_dir, write_json
 from llmbuild.artifacts.weight_file import weight_file_tensors
-from llmbuild.binary.container import Container, write_container
+from llmbuild.binary.container import Container, FileSpan, write_container
 from llmbuild.binary.layer_streams import SlotNames, stream_key
 from llmbuild.binary.memory_map import MemoryPlan, align
 from llmbuild.binary.program import Program, decode, decode_header
@@ -30,8 +30,9 @@ from llmbuild.recipe_types import Recipe
 from llmbuild.verify.layer_check_policy import faithful_layers
 
 
-def _weight_image(files: list[Path], plan: MemoryPlan) -> Iterator[bytes]:
-    """The weight region's bytes in address order, from each object's weight file (zeros in the gaps)."""
+def _weight_image(files: list[Path], plan: MemoryPlan) -> Iterator[bytes | FileSpan]:
+    """The weight region's bytes in address order: each tensor as its span of its layer's weight file
+    (copied file to file by the writer), zeros in the gaps."""
     tensors = sorted((t for path in files for t in weight_file_tensors(path, plan)), key=lambda t: t.address)
     size = plan.regions["weight"][1]
     cursor = 0
@@ -40,7 +41,7 @@ def _weight_image(files: list[Path], plan: MemoryPlan) -> Iterator[bytes]:
             raise LlmbuildError(f"weight {t.name} at {t.address:#x} overlaps the previous one")
         if t.address > cursor:
             yield bytes(t.address - cursor)
-        yield from t.chunks()
+        yield FileSpan(t.path, t.begin, t.end)
         cursor = t.address + t.nbytes
     if cursor > size:
         raise LlmbuildError(f"weight image ends at {cursor:#x}, past the planned region {size:#x}")
