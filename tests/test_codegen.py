@@ -228,11 +228,14 @@ def test_file_spans_are_copied_and_hashed_as_their_bytes(tmp_path: Path, monkeyp
     def section() -> list:
         return [b"x", *(container.FileSpan(source, a, b) for a, b in spans), b"\0" * 3]
 
-    for refuse in (False, True):
-        if refuse:
-            def no_copy(*args: object) -> int:
-                raise OSError(18, "Invalid cross-device link")
+    def no_copy(*args: object) -> int:
+        raise OSError(18, "Invalid cross-device link")
+
+    for refuse in ("", "refused", "absent"):
+        if refuse == "refused":
             monkeypatch.setattr(container.os, "copy_file_range", no_copy)
+        elif refuse == "absent":  # not Linux
+            monkeypatch.delattr(container.os, "copy_file_range")
         path = tmp_path / f"m{refuse}.llmb"
         write_container(path, [("meta", [b"{}"]), ("weights", section()), ("net:a", [b"PROG"])])
         c = Container(path)  # verifies every section's sha256

@@ -117,6 +117,8 @@ def _copy_span(span: FileSpan, out, digest) -> None:
             pos = base = base + length
         written = 0
         try:
+            if not hasattr(os, "copy_file_range"):  # Linux only
+                raise OSError("copy_file_range is not available")
             while written < size:
                 step = os.copy_file_range(src.fileno(), out.fileno(), size - written, span.begin + written)
                 if step == 0:
