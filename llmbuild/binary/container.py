@@ -103,10 +103,11 @@ def write_container(path: Path, sections: Iterable[tuple[str, Iterable[bytes | F
 def _copy_span(span: FileSpan, out, digest) -> None:
     """Append `span`'s bytes to `out` (at its position) and feed them to `digest`."""
     size = span.end - span.begin
+    truncated = f"{span.path}: ends before byte {span.end} (truncated)"
     out.flush()
     with open(span.path, "rb") as src:
         if os.fstat(src.fileno()).st_size < span.end:
-            raise LlmbuildError(f"{span.path}: ends before byte {span.end} (truncated)")
+            raise LlmbuildError(truncated)
         base = span.begin - span.begin % mmap.ALLOCATIONGRANULARITY
         pos = span.begin
         while pos < span.end:
@@ -121,8 +122,8 @@ def _copy_span(span: FileSpan, out, digest) -> None:
                 raise OSError("copy_file_range is not available")
             while written < size:
                 step = os.copy_file_range(src.fileno(), out.fileno(), size - written, span.begin + written)
-                if step == 0:
-                    raise LlmbuildError(f"{span.path}: ends before byte {span.end} (truncated)")
+                if step == 0:  # shortened since the check above
+                    raise LlmbuildError(truncated)
                 written += step
         except OSError:  # a file system (or kernel) without copy_file_range between these files: read, write
             src.seek(span.begin + written)
@@ -130,7 +131,7 @@ def _copy_span(span: FileSpan, out, digest) -> None:
             while written < size:
                 block = src.read(min(16 << 20, size - written))
                 if not block:
-                    raise LlmbuildError(f"{span.path}: ends before byte {span.end} (truncated)") from None
+                    raise LlmbuildError(truncated) from None
                 out.write(block)
                 written += len(block)
             out.flush()
