@@ -275,6 +275,8 @@ def rule_table(recipe: str, out: Path, env: dict[str, str]) -> dict[str, dict]:
         rule = tsv.stem if tsv.stem in ("head_check", "bmodel_check", "bmodel") else tsv.stem.split("_")[0]
         if tsv.stem.startswith("bmodel_check_"):
             rule = "bmodel_part"  # a real-size model's parts (the head, sampled layers), checked before the combine
+        elif rule == "combine":
+            rule = "_".join(tsv.stem.split("_")[:2])  # combine_layer_<i>.tsv, combine_head.tsv: the staged combine
         elif rule == "bmodel" and tsv.stem != "bmodel":
             rule = "bmodel_net"  # bmodel_<net>.tsv: one per net
         with tsv.open() as f:
@@ -288,9 +290,10 @@ def rule_table(recipe: str, out: Path, env: dict[str, str]) -> dict[str, dict]:
     for rule, row in rows.items():
         step = {"layers": "layer", "checks": "check", "head": "head"}.get(rule, rule)
         try:
-            if rule.startswith("bmodel"):
+            if rule.startswith(("bmodel", "combine")):
                 # The largest declaration of the rule's jobs: a vocabulary net's, the head part's.
                 job, net = {"bmodel_net": ("net", "lm_head"), "bmodel": ("combine", ""),
+                            "combine_layer": ("combine", "layer"), "combine_head": ("combine", "head"),
                             "bmodel_check": ("check", ""), "bmodel_part": ("check", "head")}[rule]
                 row["declared_mem_mb"] = dag.bmodel_resources(recipe, job, net).mem_mb
                 continue

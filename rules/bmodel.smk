@@ -55,6 +55,8 @@ rule bmodel_layer:
     resources:
         mem_mb=lambda w: dag.bmodel_resources(w.recipe, "combine", "layer").mem_mb,
         runtime=lambda w: dag.bmodel_resources(w.recipe, "combine", "layer").runtime_min,
+    benchmark:
+        f"{BUILD}/{{recipe}}/benchmarks/combine_layer_{{layer}}.tsv"
     log:
         f"{BUILD}/{{recipe}}/logs/bmodel_layer_{{layer}}.log",
     shell:
@@ -72,6 +74,8 @@ rule bmodel_head:
     resources:
         mem_mb=lambda w: dag.bmodel_resources(w.recipe, "combine", "head").mem_mb,
         runtime=lambda w: dag.bmodel_resources(w.recipe, "combine", "head").runtime_min,
+    benchmark:
+        f"{BUILD}/{{recipe}}/benchmarks/combine_head.tsv"
     log:
         f"{BUILD}/{{recipe}}/logs/bmodel_head.log",
     shell:

@@ -17,6 +17,14 @@ BUILD = CONFIG.build_dir
 _STARTED = time.time()
 
 
+onstart:
+    # One pass of Snakemake's scheduling loop per job event, not a growing chain of timed ones
+    # (llmbuild/steps/scheduling.py).
+    from llmbuild.steps.scheduling import drop_default_rate_limit
+
+    drop_default_rate_limit(workflow)
+
+
 onerror:
     # Snakemake's report ends with its own summary ("WorkflowError: At least one job did not complete
     # successfully."), printed after this handler; the step's one-line reason is printed at exit, last.
