@@ -19,6 +19,7 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from llmbuild import LlmbuildError
+from llmbuild.numerics.dequantize import unpack_nibbles
 from llmbuild.quant import (
     DictTensors,
     QuantizedCheckpoint,
@@ -29,6 +30,7 @@ from llmbuild.quant import (
     rtn_quantize,
     unpack,
 )
+from llmbuild.quant.pack import pack_levels
 from llmbuild.quant.rtn import round_half_away, round_near_half_away_inplace
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "quant"
@@ -177,6 +179,17 @@ def test_pack_is_lossless(fixture: str) -> None:
         y = x @ ql.dequantize().astype(np.float64).T
         y_dev = dw.permute_activations(x) @ back.dequantize().astype(np.float64).T
         np.testing.assert_allclose(y_dev, y, rtol=1e-12, atol=1e-12)
+
+
+def test_unpack_nibbles_gives_every_byte_s_two_levels() -> None:
+    """Every byte value, from a strided (non-contiguous) view too: the low nibble is the even k."""
+    packed = np.arange(512, dtype=np.uint16).astype(np.uint8).reshape(4, 128)
+    for source in (packed, np.asfortranarray(packed), packed[:, ::-1][:, ::-1]):
+        levels = unpack_nibbles(source)
+        assert levels.shape == (4, 256) and levels.dtype == np.uint8
+        np.testing.assert_array_equal(levels[:, 0::2], packed & 0xF)
+        np.testing.assert_array_equal(levels[:, 1::2], packed >> 4)
+        np.testing.assert_array_equal(pack_levels(levels, 4, "test"), packed)
 
 
 def test_act_order_permutation_is_stable_sort() -> None:
