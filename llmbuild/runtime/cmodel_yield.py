@@ -6,8 +6,9 @@ of them take turns with the one engine that has work, so a net's launch spends m
 (from the C source beside it, with the system's `gcc`, once per source into a user cache folder) replaces
 `pthread_mutex_unlock` with one that calls `sched_yield()` afterwards in those threads only. It must be in
 `LD_PRELOAD` when the process starts, so a command that runs the cmodel re-executes itself with it
-(`reexec_with_yield`). The simulation is the same instruction for instruction: the same bits, sooner, and a
-neighbouring job keeps its core (docs/bmodel.md has the figures).
+(`reexec_with_yield`). The process also runs ten steps lower in priority (once per process tree), so a
+neighbouring job keeps its core while the engines wait. The simulation is the same instruction for
+instruction: the same bits, sooner (docs/bmodel.md has the figures).
 
 `LLMBUILD_CMODEL_YIELD=0` turns it off. Without `gcc` the cmodel runs as it is, slower.
 
