@@ -1,7 +1,7 @@
 """Real-size builds, measured: every rule's time and peak memory, scratch disk, the binary, verification,
 and the binary run on the host; with TPU-MLIR's `llm_convert` on the same checkpoint, in the same run.
 
-    python benchmarks/scale.py [--models DIR] [--build-dir DIR] [--only CASE ...] [--tpumlir ENV_SH]
+    python benchmarks/scale.py [--models DIR] [--build-dir DIR] [--only CASE ...] [--tpumlir ENV_SH] [--pairs N]
 
 Checkpoints come from `benchmarks/make_checkpoint.py` (random weights, the exact configurations and file
 formats of Qwen2-7B-Instruct-GPTQ-Int4, Qwen2.5-7B-Instruct-AWQ, Meta-Llama-3-8B-Instruct in AutoRound's
@@ -13,7 +13,9 @@ benchmarks/incumbent/setup.sh writes), `llm_convert` converts the same checkpoin
 the table gives both and their ratio. llmbuild builds each case twice from a clean directory: its two
 binaries alone (the `.llmb` and the `.bmodel` as Snakemake targets, no checks: what llm_convert's figure is),
 then the whole recipe (both binaries, every check on the host and on the vendor's cmodel, verify), whose
-figures the table gives. Results also go to --json, and with --record / --rules-record to benchmark records
+figures the table gives. With --pairs N the whole build and `llm_convert` run N times each, alternating
+which goes first (a VM's speed drifts by a fifth within an hour), and the ratio is the median of the pairs'
+ratios. Results also go to --json, and with --record / --rules-record to benchmark records
 (benchmarks/records.py) from which docs/performance.md is written.
 
 Peak memory: Snakemake's per-job benchmark (each rule's largest process), the largest of them, and the
@@ -28,6 +30,7 @@ import contextlib
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -85,6 +88,8 @@ class Measured:
     rules: dict[str, dict] = field(default_factory=dict)  # rule -> jobs, seconds, max RSS, declared mem_mb
     run: dict = field(default_factory=dict)  # llmbuild run: first token, tokens/s, peak RSS, ids
     note: str = ""
+    # Every whole build's wall time with --pairs (wall_s is then their median; the other figures the first's).
+    wall_runs: list[float] = field(default_factory=list)
 
 
 # ---- sampling the process tree and a directory -------------------------------------------------------
@@ -228,7 +233,8 @@ def compile_bytecode() -> None:
 # ---- one build --------------------------------------------------------------------------------------
 
 
-def build_llmbuild(case: Case, models: Path, build: Path, logs: Path, binaries_run: bool = True) -> Measured:
+def build_llmbuild(case: Case, models: Path, build: Path, logs: Path, binaries_run: bool = True,
+                   run: bool = True) -> Measured:
     env = dict(os.environ, LLMBUILD_MODELS=str(models), LLMBUILD_BUILD_DIR=str(build), HF_HUB_OFFLINE="1")
     out = build / case.recipe
     shutil.rmtree(out, ignore_errors=True)
@@ -257,7 +263,7 @@ def build_llmbuild(case: Case, models: Path, build: Path, logs: Path, binaries_r
     m.verified = json.loads(verify.read_text())["passed"] if verify.exists() else False
     m.bmodel_verified = (m.verified and "bmodel" in json.loads(verify.read_text())) if bmodel.exists() else None
     m.rules = rule_table(case.recipe, out, env)
-    if m.ok:
+    if m.ok and run:
         m.run = run_binary(case, env, logs, out / "vision" / "test_image.png" if case.image else None)
     return m
 
@@ -337,6 +343,30 @@ def build_incumbent(case: Case, models: Path, env_sh: Path, scratch: Path, logs:
     return m
 
 
+def repeat_pairs(case: Case, ours: Measured, theirs: Measured, args: argparse.Namespace, logs: Path) -> None:
+    """Pairs 2..N of whole builds after the first (llmbuild first there): llm_convert first in the even pairs,
+    so a machine whose speed drifts during the runs favours neither tool. Only the walls are kept."""
+    ours.wall_runs, theirs.wall_runs = [ours.wall_s], [theirs.wall_s]
+    for pair in range(1, args.pairs):
+        order = ("tpu-mlir", "llmbuild") if pair % 2 else ("llmbuild", "tpu-mlir")
+        for tool in order:
+            if tool == "llmbuild":
+                m = build_llmbuild(case, args.models, args.build_dir, logs, False, run=False)
+            else:
+                m = build_incumbent(case, args.models, args.tpumlir, args.build_dir, logs)
+            if not m.ok:
+                raise SystemExit(f"{case.name}: {tool} failed in pair {pair + 1} (see {logs})")
+            (ours if tool == "llmbuild" else theirs).wall_runs.append(m.wall_s)
+            print(f"{case.name}: pair {pair + 1}: {tool} {m.wall_s:.1f} s", flush=True)
+    ours.wall_s, theirs.wall_s = statistics.median(ours.wall_runs), statistics.median(theirs.wall_runs)
+
+
+def wall_ratio(ours: Measured, theirs: Measured) -> tuple[float, list[float]]:
+    """llmbuild's whole build over llm_convert's: the median of the pairs' ratios, and each pair's."""
+    pairs = [o / t for o, t in zip(ours.wall_runs, theirs.wall_runs, strict=True)] or [ours.wall_s / theirs.wall_s]
+    return statistics.median(pairs), pairs
+
+
 # ---- report -----------------------------------------------------------------------------------------
 
 
@@ -359,7 +389,11 @@ def table(results: dict[str, list[Measured]]) -> str:
         # Both tools ran (--incumbent-only runs llm_convert alone: no ratio then).
         if "tpu-mlir" in by and "llmbuild" in by and by["tpu-mlir"].ok and by["llmbuild"].ok:
             ours, theirs = by["llmbuild"], by["tpu-mlir"]
-            lines.append(f"{'':<20} {'ratio':<9} {'':<3} {ours.wall_s / theirs.wall_s:>8.2f} "
+            ratio, pairs = wall_ratio(ours, theirs)
+            if len(pairs) > 1:
+                lines.append(f"{'':<20} {'pairs':<9} {'':<3} llmbuild {_each(ours.wall_runs)} s; llm_convert "
+                             f"{_each(theirs.wall_runs)} s; ratios {_each(pairs, 3)}")
+            lines.append(f"{'':<20} {'ratio':<9} {'':<3} {ratio:>8.2f} "
                          f"{ours.tree_peak_mib / theirs.tree_peak_mib:>9.2f} "
                          f"{ours.job_peak_mib / theirs.job_peak_mib:>8.2f}")
             if ours.binaries_s:
@@ -384,10 +418,14 @@ def _r(value: float, digits: int = 1) -> float:
     return round(value, digits)
 
 
+def _each(values: list[float], digits: int = 1) -> str:
+    return ", ".join(f"{v:.{digits}f}" for v in values)
+
+
 def build_rows(results: dict[str, list[Measured]]) -> tuple[list[str], list[list]]:
     """The builds table of a benchmark record: one row per case and tool, and the ratio when both ran."""
-    columns = ["case", "tool", "wall s", "binaries alone s", "tree MiB", "largest job MiB", "largest job",
-               "scratch GiB",
+    columns = ["case", "tool", "wall s", "wall s, each run", "binaries alone s", "tree MiB", "largest job MiB",
+               "largest job", "scratch GiB",
                ".llmb MiB", ".bmodel MiB", "final dir / binaries", "verified", "run: first token s",
                "run: tok/s", "run: peak MiB"]
     rows = []
@@ -396,7 +434,7 @@ def build_rows(results: dict[str, list[Measured]]) -> tuple[list[str], list[list
             run = m.run or {}
             ours = m.tool == "llmbuild"
             binaries = (m.binary_mib + m.bmodel_mib) if ours else m.binary_mib
-            rows.append([case, "llmbuild" if ours else "llm_convert", _r(m.wall_s),
+            rows.append([case, "llmbuild" if ours else "llm_convert", _r(m.wall_s), _each(m.wall_runs) or None,
                          _r(m.binaries_s) if m.binaries_s else None, round(m.tree_peak_mib),
                          round(m.job_peak_mib), m.job_peak_label or None, _r(m.scratch_peak_gib, 2),
                          _r(m.binary_mib) if ours else None,
@@ -407,7 +445,8 @@ def build_rows(results: dict[str, list[Measured]]) -> tuple[list[str], list[list
         by = {m.tool: m for m in ms}
         if "tpu-mlir" in by and "llmbuild" in by and by["tpu-mlir"].ok and by["llmbuild"].ok:
             ours, theirs = by["llmbuild"], by["tpu-mlir"]
-            rows.append([case, "ratio", _r(ours.wall_s / theirs.wall_s, 2),
+            ratio, pairs = wall_ratio(ours, theirs)
+            rows.append([case, "ratio", _r(ratio, 2), _each(pairs, 3) if len(pairs) > 1 else None,
                          _r(ours.binaries_s / theirs.wall_s, 2) if ours.binaries_s else None,
                          _r(ours.tree_peak_mib / theirs.tree_peak_mib, 2),
                          _r(ours.job_peak_mib / theirs.job_peak_mib, 2),
@@ -441,7 +480,9 @@ def write_records(results: dict[str, list[Measured]], record: Path | None, rules
                      caption="Each case built from a clean directory: wall time, the process tree's and the largest "
                      "job's peak memory, scratch disk, the binaries, verification, and `llmbuild run` on the host "
                      "path (8 greedy tokens). `binaries alone`: a second clean build of the `.llmb` and the "
-                     "`.bmodel` as Snakemake targets, no checks (what `llm_convert`'s figure is).",
+                     "`.bmodel` as Snakemake targets, no checks (what `llm_convert`'s figure is). `each run`: "
+                     "with `--pairs N`, the whole build and `llm_convert` N times each, alternating which runs "
+                     "first; `wall s` is then the median and the ratio the median of the pairs' ratios.",
                      columns=columns, rows=rows)
     if rules_record:
         columns, rows = rule_rows(results)
@@ -462,6 +503,9 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=ROOT / "build" / "scale" / "results.json")
     ap.add_argument("--no-binaries-run", action="store_true",
                     help="build each recipe once, whole (no separate timing of the two binaries alone)")
+    ap.add_argument("--pairs", type=int, default=1,
+                    help="whole builds of llmbuild and llm_convert, N of each, alternating which runs first; the "
+                         "walls reported are the medians, the ratio the median of the pairs' ratios")
     ap.add_argument("--record", type=Path, help="also write the builds table as a benchmark record here")
     ap.add_argument("--rules-record", type=Path, help="also write the per-rule table as a benchmark record here")
     args = ap.parse_args()
@@ -485,6 +529,8 @@ def main() -> None:
         if args.tpumlir and case.incumbent:
             ms.append(build_incumbent(case, args.models, args.tpumlir, args.build_dir, logs))
             print(f"{case.name}: llm_convert {ms[-1].wall_s:.1f} s ({'ok' if ms[-1].ok else 'FAILED'})", flush=True)
+        if args.pairs > 1 and len(ms) == 2:
+            repeat_pairs(case, ms[0], ms[1], args, logs)
         results[case.name] = ms
         args.json.write_text(json.dumps({k: [asdict(m) for m in v] for k, v in results.items()}, indent=1))
     print(table(results))
