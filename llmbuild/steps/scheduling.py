@@ -4,9 +4,9 @@ Snakemake's command line always sets a job rate limit (`--max-jobs-per-timespan`
 second). Under a limit every pass of its scheduling loop ends by arming a timer that wakes the loop again
 one timespan later, while a finished job wakes it as well: each finished job starts one more chain of
 wake-ups that lasts to the end of the run (upstream: snakemake/snakemake pull request 3744). A 1.5B build's
-119 jobs ran 9513 passes, about 100 a second by its end, each statting every ready job's inputs: 21 s of
-the main process's CPU in a 144 s build on 2 cores, taken from the jobs; without the limit, 118 passes and
-6 s (docs/performance.md).
+119 jobs ran 9513-10057 passes, about 100 a second by its end, each statting every ready job's inputs: 21-25 s
+of the main process's CPU on 2 cores shared with the jobs; without the limit, 118 passes and 6-9 s
+(benchmarks/scheduling_passes.py; docs/performance.md).
 
 On one machine the limit guards nothing (a job starts only when its cores and memory are free), so a
 local run drops the command line's default limit before the loop starts. A limit given on the command
