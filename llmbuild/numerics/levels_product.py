@@ -100,7 +100,7 @@ def _name(bits: int, rounded: bool, method: str) -> str:
 
 
 def _compile() -> dict[Any, Any]:
-    features = _cpu_features()
+    features = llvm_kernels.cpu_features()
     needs = {"permute": "avx512f", "shuffle": "avx2"}
     kinds = [kind for kind in KINDS if needs.get(kind[2], "") in features | {""}]
     ir = "\n".join(levels_shuffle.ir(_name(*kind)) if kind[2] == "shuffle" else _ir(*kind) for kind in kinds)
@@ -119,14 +119,6 @@ _PARAMS = ("ptr", "ptr", "i64", "ptr", "ptr", "i64", "i64", "ptr", "i64", "i64",
 
 
 _KERNELS = llvm_kernels.CompiledKernels(_compile)
-
-
-def _cpu_features() -> set[str]:
-    """This CPU's features as LLVM names them (avx2, avx512f, ...), those it has."""
-    import llvmlite.binding as llvm
-
-    llvm.initialize_native_target()
-    return {name for name, on in llvm.get_host_cpu_features().items() if on}
 
 
 def levels_ir(bits: int, width: int = LANES) -> list[str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import warnings
 from collections.abc import Callable, Mapping
+from functools import cache
 from typing import Any, TypeVar
 
 from llmbuild.numerics import kernel_cache
@@ -39,6 +40,15 @@ class CompiledKernels:
 def splat(width: int, element: str, value: str) -> str:
     """An LLVM IR vector constant: `width` lanes of `element` `value`."""
     return "<" + ", ".join([f"{element} {value}"] * width) + ">"
+
+
+@cache
+def cpu_features() -> frozenset[str]:
+    """This CPU's features as LLVM names them (avx2, avx512f, avx512bf16, ...), those it has."""
+    import llvmlite.binding as llvm
+
+    llvm.initialize_native_target()
+    return frozenset(name for name, on in llvm.get_host_cpu_features().items() if on)
 
 
 _keep: list[Any] = []

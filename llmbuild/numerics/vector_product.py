@@ -43,8 +43,9 @@ _VECTOR = 16  # lanes per LLVM vector; LANES / _VECTOR accumulators
 # Weights above which a product's rows are split over the worker threads (a vocabulary table, a 7B
 # projection): below it a thread hand-off costs more than the product (SmolLM2's 1536 x 576: 0.05 ms).
 PARALLEL_WEIGHTS = 1 << 22
-# With team.py's workers, whose hand-off costs microseconds: SmolLM2's 576 x 576 projections and up.
-TEAM_WEIGHTS = 1 << 18
+# With team.py's workers, whose hand-off costs microseconds: SmolLM2's 192 x 576 k and v projections and up
+# (its decode step's products 2.5 ms quicker than from 2^18 weights, 27.4 against 29.7 ms, on a 2-core VM).
+TEAM_WEIGHTS = 1 << 16
 
 # Storage type -> (LLVM element type, how 16 of them become <16 x float>)
 WIDEN = {
