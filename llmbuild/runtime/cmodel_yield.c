@@ -10,8 +10,9 @@
  * core: a single-threaded job next to a 1.5B decode block's check ran at 72% of its speed. The process
  * that loads this library therefore runs ENGINE_NICE steps lower in priority, every thread it starts
  * after with it (the engines and the thread that waits on them alike: an engine below its waiter starves):
- * the other job then ran at 96-99%, and the check took about as long (8.8 s against 9.0 s one day, 14-20 s
- * either way on a slower one). Alone on the machine, a priority changes nothing. */
+ * the other job then ran at 96-99%. The check gives way for it: beside such a job it took 17.0 s against
+ * 11.5 s without this library (which left the job 28% of its speed), alone 3.9 s against 9.7 s
+ * (benchmarks/cmodel_neighbour.py, medians of three). Alone on the machine, a priority changes nothing. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
