@@ -31,6 +31,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from llmbuild.numerics import llvm_kernels  # noqa: E402
+from llmbuild.numerics.formats import bf16_bits_to_f32, f32_to_bf16_bits  # noqa: E402
 
 _DP = "declare <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float>, <32 x bfloat>, <32 x bfloat>)\n"
 _FMA = "declare <16 x float> @llvm.fma.v16f32(<16 x float>, <16 x float>, <16 x float>)\n"
@@ -40,13 +41,8 @@ declare void @llvm.x86.tilestored64.internal(i16, i16, ptr, i64, x86_amx)
 """
 
 
-def bf16_bits(values: np.ndarray) -> np.ndarray:
-    bits = np.asarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
-
-
 def exact(bits: np.ndarray) -> list[Fraction]:
-    return [Fraction(float(v)) for v in (bits.astype(np.uint32) << 16).view(np.float32).reshape(-1)]
+    return [Fraction(float(v)) for v in bf16_bits_to_f32(bits).reshape(-1)]
 
 
 def rounded(value: Fraction) -> Fraction:
@@ -75,8 +71,8 @@ def vdpbf16ps_rows(lanes: int, rng: np.random.Generator) -> list[tuple[str, str,
                 "even pair's product, then the odd's, each sum rounded": 0, "one rounding per pair": 0}
     done = 0
     for t in range(-(-lanes // 16)):
-        a = bf16_bits(rng.standard_normal(32) * (1e-3, 1.0, 1e3)[t % 3])
-        b = bf16_bits(rng.standard_normal(32))
+        a = f32_to_bf16_bits(rng.standard_normal(32) * (1e-3, 1.0, 1e3)[t % 3])
+        b = f32_to_bf16_bits(rng.standard_normal(32))
         if t % 4 == 1:  # equal and opposite products: cancellation
             a[1::2], b[1::2] = a[0::2], b[0::2] ^ 0x8000
         c = (rng.standard_normal(16) * (10.0, 1e-3, 1.0)[t % 3]).astype(np.float32)
@@ -110,8 +106,8 @@ def tdpbf16ps_rows(tiles: int, rng: np.random.Generator) -> list[tuple[str, str,
                 "odd then even, each sum rounded": 0, "one rounding per pair": 0, "one rounding per tile": 0}
     done = 0
     for t in range(tiles):
-        a = bf16_bits(rng.standard_normal((16, 32)) * (1.0, 1e-3, 1e3)[t % 3])
-        b = bf16_bits(rng.standard_normal((32, 16)))
+        a = f32_to_bf16_bits(rng.standard_normal((16, 32)) * (1.0, 1e-3, 1e3)[t % 3])
+        b = f32_to_bf16_bits(rng.standard_normal((32, 16)))
         if t % 3 == 1:
             a[:, 1::2], b[1::2] = a[:, 0::2], b[0::2] ^ 0x8000
         c = (rng.standard_normal((16, 16)) * (10.0, 1e-3)[t % 2]).astype(np.float32)

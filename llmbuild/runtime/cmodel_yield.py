@@ -8,7 +8,8 @@ of them take turns with the one engine that has work, so a net's launch spends m
 `LD_PRELOAD` when the process starts, so a command that runs the cmodel re-executes itself with it
 (`reexec_with_yield`). The process also runs ten steps lower in priority (once per process tree), so a
 neighbouring job keeps its core while the engines wait. The simulation is the same instruction for
-instruction: the same bits, sooner (docs/bmodel.md has the figures).
+instruction: the same bits, sooner on an otherwise idle machine, and beside another job slower, as the
+engines give that job its core (docs/bmodel.md has the figures).
 
 `LLMBUILD_CMODEL_YIELD=0` turns it off. Without `gcc` the cmodel runs as it is, slower.
 
