@@ -12,9 +12,13 @@ compute the same bits faster. Two candidates, each compared output by output wit
 - AMX-BF16's `tdpbf16ps` (a 16 x 16 float32 tile += 16 x 32 by 32 x 16 bf16): its pseudocode adds the even
   then the odd product of each pair, 16 pairs in order.
 A quarter of the lanes (a third of the tiles) are made to cancel (equal and opposite products), where
-the readings differ most. Then the throughput of `vdpbf16ps`, a fused multiply-add and the defined multiply
-then add, on one core, independent accumulators in registers, operands loaded from L1 each step: multiply-
-adds per nanosecond. Rows for an instruction this CPU lacks say so. Nothing here changes a build.
+the readings differ most. Then what AMX does compute exactly: its byte products (AMX-INT8's `tdpbssd`,
+`tdpbsud`, `tdpbusd`, `tdpbuud`: s signed, u unsigned bytes, A's then B's, into int32) against numpy's
+integer sums, and `tdpbf16ps` on integers of at most 8 bits (benchmarks/integer_products.py weighs a product
+defined that way). Then the throughput of `vdpbf16ps`, a fused multiply-add and the defined multiply then
+add, on one core, independent accumulators in registers, operands loaded from L1 each step, and of the tile
+products (four accumulator tiles held across 32 steps, operands from L1): multiply-adds per nanosecond.
+Rows for an instruction this CPU lacks say so. Nothing here changes a build.
 """
 
 from __future__ import annotations
@@ -35,8 +39,14 @@ from llmbuild.numerics.formats import bf16_bits_to_f32, f32_to_bf16_bits  # noqa
 
 _DP = "declare <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float>, <32 x bfloat>, <32 x bfloat>)\n"
 _FMA = "declare <16 x float> @llvm.fma.v16f32(<16 x float>, <16 x float>, <16 x float>)\n"
-_AMX = """declare x86_amx @llvm.x86.tileloadd64.internal(i16, i16, ptr, i64)
-declare x86_amx @llvm.x86.tdpbf16ps.internal(i16, i16, i16, x86_amx, x86_amx, x86_amx)
+# AMX's tile products: bf16 pairs into float32, and bytes (s: signed, u: unsigned; A's then B's) into int32.
+TILE_OPS = ("tdpbf16ps", "tdpbssd", "tdpbsud", "tdpbusd", "tdpbuud")
+_TILE_MACS = {op: 16 * 16 * (32 if op == "tdpbf16ps" else 64) for op in TILE_OPS}
+
+
+def _amx(op: str) -> str:
+    return f"""declare x86_amx @llvm.x86.tileloadd64.internal(i16, i16, ptr, i64)
+declare x86_amx @llvm.x86.{op}.internal(i16, i16, i16, x86_amx, x86_amx, x86_amx)
 declare void @llvm.x86.tilestored64.internal(i16, i16, ptr, i64, x86_amx)
 """
 
@@ -89,19 +99,28 @@ def vdpbf16ps_rows(lanes: int, rng: np.random.Generator) -> list[tuple[str, str,
     return [("vdpbf16ps", reading, equal, done) for reading, equal in readings.items()]
 
 
-def tdpbf16ps_rows(tiles: int, rng: np.random.Generator) -> list[tuple[str, str, int, int]]:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.syscall(158, 0x1023, 18) != 0:  # arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)
-        return [("tdpbf16ps", "the kernel refused the tile state (arch_prctl)", 0, 0)]
+def _tile_state() -> bool:
+    """Whether the kernel grants this process AMX's tile state (arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA))."""
+    return ctypes.CDLL(None, use_errno=True).syscall(158, 0x1023, 18) == 0
+
+
+def _tile_op(op: str) -> object:
+    """C (16 x 16 32-bit) += A (16 rows of 64 bytes) times B (16 rows of 64 bytes, AMX's layout) by `op`."""
     p = ctypes.c_void_p
-    run = _function(_AMX + """define void @amx(ptr %a, ptr %b, ptr %c) {
+    return _function(_amx(op) + f"""define void @amx(ptr %a, ptr %b, ptr %c) {{
   %ct = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %c, i64 64)
   %at = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %a, i64 64)
   %bt = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %b, i64 64)
-  %r = call x86_amx @llvm.x86.tdpbf16ps.internal(i16 16, i16 64, i16 64, x86_amx %ct, x86_amx %at, x86_amx %bt)
+  %r = call x86_amx @llvm.x86.{op}.internal(i16 16, i16 64, i16 64, x86_amx %ct, x86_amx %at, x86_amx %bt)
   call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr %c, i64 64, x86_amx %r)
   ret void
-}""", "amx", p, p, p)
+}}""", "amx", p, p, p)
+
+
+def tdpbf16ps_rows(tiles: int, rng: np.random.Generator) -> list[tuple[str, str, int, int]]:
+    if not _tile_state():
+        return [("tdpbf16ps", "the kernel refused the tile state (arch_prctl)", 0, 0)]
+    run = _tile_op("tdpbf16ps")
     readings = {"even then odd product of each pair, each sum rounded (its pseudocode)": 0,
                 "odd then even, each sum rounded": 0, "one rounding per pair": 0, "one rounding per tile": 0}
     done = 0
@@ -129,6 +148,84 @@ def tdpbf16ps_rows(tiles: int, rng: np.random.Generator) -> list[tuple[str, str,
                     readings[key] += Fraction(float(got[m, n])) == want[k]
                 done += 1
     return [("tdpbf16ps", reading, equal, done) for reading, equal in readings.items()]
+
+
+def integer_tile_rows(tiles: int, rng: np.random.Generator) -> list[tuple[str, str, int, int]]:
+    """The byte products against numpy's int64 sums, and `tdpbf16ps` on integers of at most 8 bits (each
+    product and every partial sum of a tile is then an integer float32 holds exactly, so any order and any
+    rounding gives the exact sum: the question is whether this instruction keeps every bit of one)."""
+    if not _tile_state():
+        return [("tiles", "the kernel refused the tile state (arch_prctl)", 0, 0)]
+    rows = []
+    for op in TILE_OPS[1:]:
+        run, equal = _tile_op(op), 0
+        for _ in range(tiles):
+            a = rng.integers(-128, 128, (16, 64)) if op[4] == "s" else rng.integers(0, 256, (16, 64))
+            b = rng.integers(-128, 128, (64, 16)) if op[5] == "s" else rng.integers(0, 256, (64, 16))
+            c = rng.integers(-(1 << 20), 1 << 20, (16, 16)).astype(np.int32)
+            got = c.copy()
+            a_bytes = a.astype(np.int8 if op[4] == "s" else np.uint8)  # named: the call reads their memory
+            b_quads = np.ascontiguousarray(b.reshape(16, 4, 16).transpose(0, 2, 1))  # [k / 4][n][4]
+            b_bytes = b_quads.astype(np.int8 if op[5] == "s" else np.uint8)
+            run(a_bytes.ctypes.data, b_bytes.ctypes.data, got.ctypes.data)
+            equal += int(np.sum(got.astype(np.int64) == c.astype(np.int64) + a @ b))
+        rows.append((op, "the exact integer sum", equal, 256 * tiles))
+    run, equal = _tile_op("tdpbf16ps"), 0
+    for _ in range(tiles):
+        a, b = rng.integers(-256, 257, (16, 32)), rng.integers(-256, 257, (32, 16))
+        got = np.zeros((16, 16), dtype=np.float32)
+        a_bits = f32_to_bf16_bits(a.astype(np.float32))
+        b_pairs = np.ascontiguousarray(f32_to_bf16_bits(b.astype(np.float32)).reshape(16, 2, 16).transpose(0, 2, 1))
+        run(a_bits.ctypes.data, b_pairs.ctypes.data, got.ctypes.data)
+        equal += int(np.sum(got.astype(np.int64) == a @ b))
+    rows.append(("tdpbf16ps", "integer operands of at most 8 bits (|v| <= 256): the exact sum", equal, 256 * tiles))
+    return rows
+
+
+def tile_throughput(op: str, steps: int = 32, calls: int = 20000) -> float:
+    """Multiply-adds per ns of `op` on one core: four accumulator tiles (a 2 x 2 block) held across `steps`
+    products, each step's two A and two B tiles loaded from L1."""
+    lines = []
+    for c in range(4):
+        lines += [f"  %cp{c} = getelementptr i8, ptr %c, i64 {c * 1024}",
+                  f"  %c{c}_0 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %cp{c}, i64 64)"]
+    for s in range(steps):
+        for t, base in (("a0", 0), ("a1", 1024), ("b0", 2048), ("b1", 3072)):
+            lines += [f"  %{t}p{s} = getelementptr i8, ptr %ab, i64 {base + (s % 2) * 4096}",
+                      f"  %{t}_{s} = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %{t}p{s}, i64 64)"]
+        for c, (a, b) in enumerate((("a0", "b0"), ("a0", "b1"), ("a1", "b0"), ("a1", "b1"))):
+            lines.append(f"  %c{c}_{s + 1} = call x86_amx @llvm.x86.{op}.internal(i16 16, i16 64, i16 64, "
+                         f"x86_amx %c{c}_{s}, x86_amx %{a}_{s}, x86_amx %{b}_{s})")
+    for c in range(4):
+        lines.append(f"  call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr %cp{c}, i64 64, "
+                     f"x86_amx %c{c}_{steps})")
+    ir = _amx(op) + "define void @block(ptr %ab, ptr %c) {\n" + "\n".join(lines) + """
+  ret void
+}
+define void @loop(ptr %ab, ptr %c, i64 %n) {
+entry:
+  br label %l
+l:
+  %i = phi i64 [ 0, %entry ], [ %i1, %l ]
+  call void @block(ptr %ab, ptr %c)
+  %i1 = add i64 %i, 1
+  %more = icmp slt i64 %i1, %n
+  br i1 %more, label %l, label %done
+done:
+  ret void
+}"""
+    run = _function(ir, "loop", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
+    # Small values (bf16 bits of tiny numbers, bytes of 1 to 7), so no sum overflows or grows subnormal.
+    operands = (np.full(4096, 0x3C00, np.uint16).view(np.uint8) if op == "tdpbf16ps"
+                else np.random.default_rng(0).integers(1, 8, 8192).astype(np.uint8))
+    accumulators = np.zeros(1024, dtype=np.int32)
+    run(operands.ctypes.data, accumulators.ctypes.data, 100)
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        run(operands.ctypes.data, accumulators.ctypes.data, calls)
+        best = min(best, time.perf_counter() - start)
+    return calls * steps * 4 * _TILE_MACS[op] / best / 1e9
 
 
 def throughput(kind: str, chains: int = 16, steps: int = 1_000_000) -> float:
@@ -194,10 +291,11 @@ def main() -> None:
         rows += vdpbf16ps_rows(args.lanes, rng)
     else:
         rows.append(("vdpbf16ps", "not on this CPU (no AVX512-BF16)", 0, 0))
-    if {"amx-bf16", "amx-tile"} <= features:
-        rows += tdpbf16ps_rows(args.tiles, rng)
+    tiles = {"amx-bf16", "amx-int8", "amx-tile"} <= features
+    if tiles:
+        rows += tdpbf16ps_rows(args.tiles, rng) + integer_tile_rows(args.tiles, rng)
     else:
-        rows.append(("tdpbf16ps", "not on this CPU (no AMX-BF16)", 0, 0))
+        rows.append(("tdpbf16ps, tdpb*d", "not on this CPU (no AMX-BF16 and AMX-INT8)", 0, 0))
     print("| instruction | reading of what it computes | outputs equal | of |\n|---|---|---:|---:|")
     for instruction, reading, equal, total in rows:
         print(f"| {instruction} | {reading} | {equal if total else ''} | {total or ''} |")
@@ -208,6 +306,10 @@ def main() -> None:
         print(f"| {kind} | {throughput(kind):.1f} |")
     if "avx512f" not in features:
         print("| (the loops are written for AVX-512's 16-lane registers: not run on this CPU) | |")
+    if tiles and _tile_state():
+        print("\n| tile loop (one core, four accumulator tiles, operands from L1) | multiply-adds per ns |\n|---|---:|")
+        for op in TILE_OPS:
+            print(f"| {op} | {tile_throughput(op):.1f} |")
 
 
 if __name__ == "__main__":
