@@ -171,12 +171,10 @@ def test_active_rows_gives_the_same_bits_on_the_rows_it_computes(tiles: dict) ->
         got = KERNELS["FAttention"](attrs(4, 2, d, **tiles, active_rows=active), q, k, v, mask)
         assert np.isfinite(full[:, :active]).all()  # equal NaNs would pass assert_array_equal
         np.testing.assert_array_equal(got[:, :active], full[:, :active])
-        # With key blocks the query blocks that hold rows < active are computed whole; one softmax over
-        # every key (no tile_k) runs on the real rows only and leaves the rest of its block zero.
-        tq = tiles.get("tile_q") or q.shape[1]
-        computed = min(q.shape[1], -(-active // tq) * tq) if "tile_k" in tiles else active
-        np.testing.assert_array_equal(got[:, active:computed], full[:, active:computed])
-        assert not got[:, computed:].any()
+        # Float32 attention gives each row its own bits (numerics/attention_rows.py), with key blocks or
+        # without: only the real rows are computed, the rest of their block left zero.
+        assert q.dtype == np.float32
+        assert not got[:, active:].any()
 
 
 @pytest.mark.parametrize("stage,L,S,history,active", [

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from llmbuild.numerics import lazy_zeros
+from llmbuild.numerics import attention_rows, lazy_zeros
 from llmbuild.numerics.dequantize import DequantizedRows, dequantize, dequantize_values
 from llmbuild.numerics.formats import mask_value
 from llmbuild.numerics.parallel import tile_map
@@ -209,14 +209,20 @@ def _attention(attrs: dict[str, Any], q: np.ndarray, k: np.ndarray, v: np.ndarra
     whole = tq >= mq and active >= mq
     out = np.empty((b, mq, qh * d), dtype=q.dtype) if whole else lazy_zeros.zeros((b, mq, qh * d), q.dtype)
 
+    # In the products' defined arithmetic (float32) a row's bits are its own: the flash blocks compute the
+    # real rows alone (attention_rows.py); BLAS's bits for a row depend on the rows beside it.
+    exact = attention_rows.supported(q, k, v, mask)
+
     def rows(r: int) -> None:
         qs = np.ascontiguousarray(q[:, r : r + tq])
         ms = np.ascontiguousarray(mask[:, :, r : r + tq])
         if tk:
+            n = min(tq, active - r) if exact else tq
+            qs, ms_rows = (qs[:, :n], ms[:, :, :n]) if n < tq else (qs, ms)
             state = None
             for s in _key_blocks(attrs, ms[:, :, : active - r], mk, tk):
-                state = flash_block(attrs, qs, k[:, s : s + tk], v[:, s : s + tk], ms[..., s : s + tk], state)
-            out[:, r : r + tq] = flash_end(state)  # type: ignore[arg-type]
+                state = flash_block(attrs, qs, k[:, s : s + tk], v[:, s : s + tk], ms_rows[..., s : s + tk], state)
+            out[:, r : r + n] = flash_end(state)  # type: ignore[arg-type]
         else:
             out[:, r : r + tq] = _softmax_attention(attrs, qs, k, v, ms, active - r)
 
@@ -250,11 +256,17 @@ def _ungrouped(out: np.ndarray) -> np.ndarray:
 
 def _softmax_attention(attrs: dict[str, Any], q: np.ndarray, k: np.ndarray, v: np.ndarray,
                        mask: np.ndarray, real: int | None = None) -> np.ndarray:
-    """`real`: the query rows whose outputs are read (the rest are a prefill's padding). Both products run
-    on every row, as the device's do: BLAS's bits for a row depend on how many rows it multiplies (a host
-    that multiplied the real rows alone differed from the device in the last bits). The softmax between
-    them is numpy's, row by row, so it runs on the real rows only, in place (the same values as
-    `op_defs.softmax`), and the padding rows' weights are zeros, which change no other row's sums."""
+    """`real`: the query rows whose outputs are read (the rest are a prefill's padding). A block of several
+    query rows in float32 (every executor's but the float64 reference) takes numerics/attention_rows.py:
+    its products' bits for a row do not depend on the other rows or on the keys the mask hides, so it
+    computes the real rows alone. A block of one row (a decode step's; every executor cuts the blocks
+    alike, so each computes the same block the same way) keeps BLAS over every key: two calls, 30% quicker
+    than the defined arithmetic's for SmolLM2's step. Otherwise both products run on every row: BLAS's bits
+    for a row depend on how many rows it multiplies.
+    The softmax between them is numpy's, row by row, so it runs on the real rows only, in place (the same
+    values as `op_defs.softmax`), and the padding rows' weights are zeros, which change no other row's sums."""
+    if q.shape[1] > 1 and attention_rows.supported(q, k, v, mask):
+        return attention_rows.attention(attrs, q, k, v, mask, real)
     kvh = k.shape[2]
     kt = k.transpose(0, 2, 3, 1)  # [B, kvh, d, mk]
     scores = np.matmul(_grouped(q, kvh), kt[:, :, None])  # [B, kvh, group, rows, mk]
@@ -276,21 +288,33 @@ def flash_block(attrs: dict[str, Any], q: np.ndarray, k: np.ndarray, v: np.ndarr
     q [B, rows, heads, d], k/v [B, keys, kvh, d], mask [B, 1, rows, keys]; `state` [B, kvh, group, rows,
     d + 2] holds the accumulator (d values), the running max and the running sum of every query row, as
     local memory keeps it between blocks; None for the first block (a zero accumulator and sum, whose
-    rescaling by exp(-inf) would add exactly nothing). Returns the new state. A key block the mask hides
+    rescaling by exp(-inf) would add exactly nothing). Returns the new state. Float32 operands take the
+    products' defined arithmetic (attention_rows.scores and weighted_values, whose bits for a row are that
+    row's alone, the block's sum of weights included); the float64 reference numpy's. A key block the mask hides
     (-9984) contributes exactly nothing once a visible key was seen: exp underflows to 0 and the rescale
     factor is exp(0) = 1.
     """
     q, k, v, mask = (np.ascontiguousarray(x) for x in (q, k, v, mask))
     kvh, d = k.shape[2], q.shape[3]
-    scores = np.matmul(_grouped(q, kvh), k.transpose(0, 2, 3, 1)[:, :, None]) * q.dtype.type(attrs["scale"])
+    exact = attention_rows.supported(q, k, v, mask)  # float32: each row's bits its own (attention_rows.py)
+    if exact:
+        if q.shape[0] == 1:  # the block's keys these rows see: the rest add exact zeros (visible_keys)
+            kept = attention_rows.visible_keys(mask[0, 0])
+            k, v, mask = k[:, kept], v[:, kept], mask[..., kept]
+        scores = attention_rows.scores(q, k) * q.dtype.type(attrs["scale"])
+    else:
+        scores = np.matmul(_grouped(q, kvh), k.transpose(0, 2, 3, 1)[:, :, None]) * q.dtype.type(attrs["scale"])
     scores += mask[:, :, None]
     top = scores.max(axis=-1)
     if state is not None:
         top = np.maximum(state[..., d], top)
     scores -= top[..., None]
     p = np.exp(scores, out=scores)
-    total = p.sum(axis=-1)
-    pv = np.matmul(p, v.transpose(0, 2, 1, 3)[:, :, None])  # [B, kvh, group, rows, d]
+    if exact:
+        pv, total = attention_rows.weighted_values(p, v)
+    else:
+        total = p.sum(axis=-1)
+        pv = np.matmul(p, v.transpose(0, 2, 1, 3)[:, :, None])  # [B, kvh, group, rows, d]
     new = np.empty((*top.shape, d + 2), dtype=q.dtype)
     if state is None:
         new[..., :d] = pv
