@@ -1,0 +1,81 @@
+"""Attention in the products' defined arithmetic against numpy's BLAS, on the shapes where it matters:
+
+    python benchmarks/attention_paths.py
+
+The executors' FAttention kernel (numerics/kernels.py) on random float32 operands with a causal mask, best of
+3 after a warm-up, two ways: as it runs (float32 takes numerics/attention_rows.py, whose rows have bits of
+their own, so a prefill computes its real rows only) and with that path switched off (BLAS over every row of
+the block, as before it). Rows: SmolLM2's prefill net (128 rows, 9 query and 3 KV heads of 64) with a
+37-token prompt and full; a 1.5B-shaped net (512 rows, 12 and 2 heads of 128) full, without and with key
+blocks of 256; a vision tower's unmasked attention (1025 patches, 16 heads of 64 each with its own keys).
+A short prompt in a larger net is where the defined arithmetic gains (it computes the prompt's rows, BLAS
+every row); a full net is where it pays (a lane tree per score, over only d products). Nothing here changes
+a build.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import llmbuild  # noqa: E402, F401  (pins numpy's BLAS kernels, as the runtime does)
+from llmbuild.numerics import attention_rows  # noqa: E402
+from llmbuild.numerics.kernels import KERNELS  # noqa: E402
+
+
+def operands(rows: int, keys: int, heads: int, kv_heads: int, d: int, real: int | None, causal: bool,
+             **tiles: int) -> tuple[dict[str, Any], list[np.ndarray]]:
+    rng = np.random.default_rng(rows + heads)
+    q = rng.standard_normal((1, rows, heads, d)).astype(np.float32)
+    k, v = (rng.standard_normal((1, keys, kv_heads, d)).astype(np.float32) for _ in range(2))
+    mask = np.zeros((1, 1, rows, keys), dtype=np.float32)
+    if causal:
+        mask[:] = -9984.0
+        for r in range(rows):
+            mask[0, 0, r, : keys - rows + r + 1] = 0
+    attrs: dict[str, Any] = {"scale": d**-0.5, "kv_head": kv_heads, "q_head": heads, **tiles}
+    if real is not None:
+        attrs["active_rows"] = real
+    return attrs, [q, k, v, mask]
+
+
+def best_ms(attrs: dict[str, Any], args: list[np.ndarray], repeats: int = 3) -> float:
+    KERNELS["FAttention"](attrs, *args)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        KERNELS["FAttention"](attrs, *args)
+        best = min(best, time.perf_counter() - start)
+    return best * 1e3
+
+
+CASES = {
+    "SmolLM2 prefill net, 37-token prompt": (128, 128, 9, 3, 64, 37, True, {}),
+    "SmolLM2 prefill net, full": (128, 128, 9, 3, 64, None, True, {}),
+    "1.5B-shaped net, 512 rows, full": (512, 512, 12, 2, 128, None, True, {}),
+    "1.5B-shaped net, 512 rows, full, key blocks of 256": (512, 512, 12, 2, 128, None, True, {"tile_k": 256}),
+    "vision tower, 1025 patches, unmasked": (1025, 1025, 16, 16, 64, None, False, {}),
+}
+
+
+def main() -> None:
+    supported = attention_rows.supported
+    print("| case | defined arithmetic ms | BLAS ms |\n|---|---:|---:|")
+    for name, (rows, keys, heads, kv_heads, d, real, causal, tiles) in CASES.items():
+        attrs, args = operands(rows, keys, heads, kv_heads, d, real, causal, **tiles)
+        attention_rows.supported = supported
+        exact = best_ms(attrs, args)
+        attention_rows.supported = lambda *a: False  # type: ignore[assignment]
+        blas = best_ms(attrs, args)
+        attention_rows.supported = supported
+        print(f"| {name} | {exact:.1f} | {blas:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
