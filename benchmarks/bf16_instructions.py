@@ -29,6 +29,7 @@ import sys
 import time
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -219,13 +220,7 @@ done:
     operands = (np.full(4096, 0x3C00, np.uint16).view(np.uint8) if op == "tdpbf16ps"
                 else np.random.default_rng(0).integers(1, 8, 8192).astype(np.uint8))
     accumulators = np.zeros(1024, dtype=np.int32)
-    run(operands.ctypes.data, accumulators.ctypes.data, 100)
-    best = float("inf")
-    for _ in range(3):
-        start = time.perf_counter()
-        run(operands.ctypes.data, accumulators.ctypes.data, calls)
-        best = min(best, time.perf_counter() - start)
-    return calls * steps * 4 * _TILE_MACS[op] / best / 1e9
+    return calls * steps * 4 * _TILE_MACS[op] / _quickest(run, operands, accumulators, calls) / 1e9
 
 
 def throughput(kind: str, chains: int = 16, steps: int = 1_000_000) -> float:
@@ -270,13 +265,18 @@ done:
     run = _function(ir, "loop", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
     data = np.full(1024, 1e-3, dtype=np.float32)
     out = np.zeros(16 * chains, dtype=np.float32)
-    run(data.ctypes.data, out.ctypes.data, 1000)
+    return steps * chains * per / _quickest(run, data, out, steps) / 1e9
+
+
+def _quickest(run: Any, operands: np.ndarray, out: np.ndarray, count: int) -> float:
+    """Seconds of the quickest of three calls `run(operands, out, count)`, after a short warm-up call."""
+    run(operands.ctypes.data, out.ctypes.data, max(1, count // 1000))
     best = float("inf")
     for _ in range(3):
         start = time.perf_counter()
-        run(data.ctypes.data, out.ctypes.data, steps)
+        run(operands.ctypes.data, out.ctypes.data, count)
         best = min(best, time.perf_counter() - start)
-    return steps * chains * per / best / 1e9
+    return best
 
 
 def main() -> None:

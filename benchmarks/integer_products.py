@@ -2,7 +2,7 @@
 
     python benchmarks/integer_products.py [RECIPE] [--layers 0 10 -1] [--rows 8]
 
-AMX's byte products (`tdpbssd` and its signed/unsigned kin) are exact integer sums, at 7x a fused multiply-add
+AMX's byte products (`tdpbssd` and its signed/unsigned kin) are exact integer sums, at 7-18x a fused multiply-add
 a core (benchmarks/bf16_instructions.py), so a product defined as integer sums is one that AMX computes
 exactly and every other CPU reproduces. The candidate definition: each group of 64 k of a row of x and of a
 weight row in block fixed point (an exponent per group, the values rounded to integers of B bits, which
