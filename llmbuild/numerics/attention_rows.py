@@ -128,8 +128,8 @@ def weighted_values(p: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 
 def _product(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
-    """out = x times wᵀ in the defined arithmetic: a small one straight into the compiled kernel (the checks
-    of `matrix_product.product` cost more than its work: nine calls a layer in a decode step), else by it."""
+    """out = x times wᵀ in the defined arithmetic: a small one straight into the compiled kernel (for a short
+    prompt the checks of `matrix_product.product` cost more than its work), else by it (threads, padding)."""
     m, k = x.shape
     n = w.shape[0]
     run = matrix_product.kernel("f32")
