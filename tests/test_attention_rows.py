@@ -1,5 +1,6 @@
-"""Attention in the products' defined arithmetic (numerics/attention_rows.py): a real row's bits never depend
-on the rows beside it nor on the keys the mask hides, and the values are a float64 softmax's."""
+"""Attention in the products' defined arithmetic (numerics/attention_rows.py, run by the executors' FAttention
+kernel and its flash blocks): a real row's bits never depend on the rows beside it nor on the keys the mask
+hides, and the values are a float64 softmax's."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 
 from llmbuild.numerics import attention_rows, matrix_product
 from llmbuild.numerics.formats import mask_value
-from llmbuild.numerics.kernels import KERNELS
+from llmbuild.numerics.kernels import KERNELS, flash_block, flash_end
 from llmbuild.op_defs.fattention import spec
 
 HIDDEN = np.float32(mask_value(""))
@@ -60,9 +61,9 @@ def test_the_real_rows_have_the_bits_of_every_row_against_every_key(mq, mk, hist
     rng = np.random.default_rng(mq + mk)
     q, k, v = _operands(rng, mq, mk, heads, kv_heads, d)
     mask = _causal(mq, mk, history)
-    attrs = {"scale": d**-0.5}
-    got = attention_rows.attention(attrs, q, k, v, mask, real)
-    whole = attention_rows.attention(attrs, q, k, v, mask)
+    attrs = {"scale": d**-0.5, "kv_head": kv_heads, "q_head": heads}
+    got = KERNELS["FAttention"]({**attrs, "active_rows": real}, q, k, v, mask)
+    whole = KERNELS["FAttention"](attrs, q, k, v, mask)
     assert np.array_equal(got[0, :real], whole[0, :real])
     assert not got[0, real:].any()
     assert np.array_equal(whole[0], _every_key(attrs, q, k, v, mask))
@@ -71,7 +72,8 @@ def test_the_real_rows_have_the_bits_of_every_row_against_every_key(mq, mk, hist
 
 
 def test_a_decode_step_leaves_out_the_empty_cache_between_history_and_new_row():
-    """The decode net's keys: 40 of history, 472 empty slots, the new row last (index 512)."""
+    """The decode net's keys: 40 of history, 472 empty slots, the new row last (index 512), in a key block (a
+    decode step's one-row block without key blocks is BLAS's)."""
     rng = np.random.default_rng(7)
     q, k, v = _operands(rng, 1, 513, 9, 3, 64)
     k[0, 40:512], v[0, 40:512] = 1e4, -1e4  # what the empty slots hold must not matter
@@ -80,7 +82,7 @@ def test_a_decode_step_leaves_out_the_empty_cache_between_history_and_new_row():
     kept = attention_rows.visible_keys(mask[0, 0])
     assert list(kept) == [*range(64), 512]
     attrs = {"scale": 0.125}
-    got = attention_rows.attention(attrs, q, k, v, mask)
+    got = flash_end(flash_block(attrs, q, k, v, mask))
     assert np.array_equal(got[0], _every_key(attrs, q, k, v, mask))
 
 
@@ -98,8 +100,7 @@ def test_the_executors_kernel_takes_it_for_float32_and_keeps_numpy_for_the_float
     q, k, v = _operands(rng, 8, 8, 4, 2, 64)
     mask = _causal(8, 8, 0)
     attrs = {"scale": 0.125, "kv_head": 2, "q_head": 4}
-    assert np.array_equal(KERNELS["FAttention"](attrs, q, k, v, mask)[0],
-                          attention_rows.attention(attrs, q, k, v, mask)[0])
+    assert np.array_equal(KERNELS["FAttention"](attrs, q, k, v, mask)[0], _every_key(attrs, q, k, v, mask))
     as64 = [a.astype(np.float64) for a in (q, k, v, mask)]
     assert not attention_rows.supported(*as64)
     assert KERNELS["FAttention"](attrs, *as64).dtype == np.float64
@@ -109,5 +110,5 @@ def test_a_nan_in_a_shown_key_reaches_the_output():
     rng = np.random.default_rng(5)
     q, k, v = _operands(rng, 4, 4, 2, 1, 64)
     v[0, 1, 0, 3] = np.nan
-    out = attention_rows.attention({"scale": 0.125}, q, k, v, _causal(4, 4, 0))
+    out = KERNELS["FAttention"]({"scale": 0.125, "kv_head": 1, "q_head": 2}, q, k, v, _causal(4, 4, 0))
     assert np.isnan(out[0, 1:, 3]).all()  # every row that sees key 1

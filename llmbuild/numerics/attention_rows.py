@@ -1,24 +1,20 @@
-"""One exact softmax attention per query row, in the products' defined arithmetic, for float32 operands.
+"""Attention's products in the products' defined arithmetic, for float32 operands (numerics/kernels.py's
+`flash_block`, which the one-softmax path runs as a single key block, calls these).
 
 Both products are numerics/vector_product.py's arithmetic (64 lanes, each summing in k order, then the
 fixed tree), computed by matrix_product's kernel: the scores q·kᵀ (one sum over d each), then the weights
-p times [vᵀ; 1], which gives each row's weighted values and, in its last column, the sum of its weights;
-the output is the one divided by the other (as `kernels.flash_end` divides its accumulator). So a query
-row's output depends on that row alone, never on how many rows are computed beside it, and not on the keys
-its mask hides: a hidden key's weight underflows to exactly +0 (as in `kernels.flash_block`), its terms
-are zeros (its values are finite: the cache's empty slots hold zeros or an earlier turn's rows), and in that
-arithmetic a lane's sum, which starts at +0 and so is never -0, is unchanged by adding a zero. A prefill
-therefore computes its real query rows only, against the keys they see (`visible_keys`), and gets the
-bits of the device, which computes every row of the static net against every key. With BLAS (whose bits
-for a row depend on how many rows one call multiplies) the host had to compute the padding rows too: 128
-query rows and keys for SmolLM2's 37-token prompt, 0.9 ms a layer.
-
-The max, the subtraction, exp and the division are elementwise or exact.
+p times [vᵀ; 1], which gives each row's weighted values and, in its last column, the sum of its weights
+(the output is the one divided by the other, `kernels.flash_end`). So a query row's output depends on that
+row alone, never on how many rows are computed beside it, and not on the keys its mask hides: a hidden
+key's weight underflows to exactly +0, its terms are zeros (its values are finite: the cache's empty slots
+hold zeros or an earlier turn's rows), and in that arithmetic a lane's sum, which starts at +0 and so is
+never -0, is unchanged by adding a zero. A prefill therefore computes its real query rows only, against the
+keys they see (`visible_keys`), and gets the bits of the device, which computes every row of the static net
+against every key. With BLAS (whose bits for a row depend on how many rows one call multiplies) the host
+had to compute the padding rows too: 128 query rows and keys for SmolLM2's 37-token prompt, 0.9 ms a layer.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import numpy as np
 
@@ -51,47 +47,6 @@ def visible_keys(mask: np.ndarray) -> slice | np.ndarray:
         return slice(0, end)
     kept = (blocks[:, None] * LANES + np.arange(LANES)).ravel()
     return kept[kept < end]
-
-
-def attention(attrs: dict[str, Any], q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray,
-              real: int | None = None) -> np.ndarray:
-    """q [B, mq, heads, d], k/v [B, mk, kv_heads, d], mask [B, 1, mq, mk] -> [B, mq, heads * d]: rows
-    < `real` (all by default) computed, the rest zeros. Query head h reads KV head h // (heads / kv_heads)."""
-    b, mq, heads, d = q.shape
-    kv_heads = k.shape[2]
-    group = heads // kv_heads
-    rows = mq if real is None else max(0, min(real, mq))
-    out = np.zeros((b, mq, heads * d), dtype=np.float32)
-    if rows == 0:
-        return out
-    scale = np.float32(attrs["scale"])
-    for i in range(b):
-        seen = mask[i, 0, :rows]
-        kept = visible_keys(seen)
-        seen = seen[:, kept]
-        keys = seen.shape[1]
-        key_rows, value_rows = k[i, kept], v[i, kept]  # [keys, kv_heads, d]
-        # Whole blocks of lanes: the columns past `keys` stay zeros in both operands of the second product.
-        width = -(-keys // LANES) * LANES
-        # Query heads first, so each KV head's group of query heads is one block of rows: [group * rows, d].
-        queries = np.ascontiguousarray(q[i, :rows].transpose(1, 0, 2)).reshape(kv_heads, group * rows, d)
-        weights = np.zeros((kv_heads, group * rows, width), dtype=np.float32)
-        for h in range(kv_heads):
-            _product(queries[h], key_rows[:, h], weights[h, :, :keys])
-        scores = weights.reshape(kv_heads, group, rows, width)[..., :keys]
-        scores *= scale
-        scores += seen
-        scores -= scores.max(axis=-1, keepdims=True)
-        np.exp(scores, out=scores)
-        values_and_one = np.zeros((kv_heads, d + 1, width), dtype=np.float32)
-        values_and_one[:, :d, :keys] = value_rows.transpose(1, 2, 0)
-        values_and_one[:, d, :keys] = 1.0
-        summed = np.empty((kv_heads, group * rows, d + 1), dtype=np.float32)
-        for h in range(kv_heads):
-            _product(weights[h], values_and_one[h], summed[h])
-        values = summed[..., :d] / summed[..., d:]
-        out[i, :rows] = values.reshape(heads, rows, d).transpose(1, 0, 2).reshape(rows, heads * d)
-    return out
 
 
 def scores(q: np.ndarray, k: np.ndarray) -> np.ndarray:

@@ -218,7 +218,7 @@ def _attention(attrs: dict[str, Any], q: np.ndarray, k: np.ndarray, v: np.ndarra
         ms = np.ascontiguousarray(mask[:, :, r : r + tq])
         if tk:
             n = min(tq, active - r) if exact else tq
-            qs, ms_rows = (qs[:, :n], ms[:, :, :n]) if n < tq else (qs, ms)
+            qs, ms_rows = qs[:, :n], ms[:, :, :n]
             state = None
             for s in _key_blocks(attrs, ms[:, :, : active - r], mk, tk):
                 state = flash_block(attrs, qs, k[:, s : s + tk], v[:, s : s + tk], ms_rows[..., s : s + tk], state)
@@ -257,16 +257,21 @@ def _ungrouped(out: np.ndarray) -> np.ndarray:
 def _softmax_attention(attrs: dict[str, Any], q: np.ndarray, k: np.ndarray, v: np.ndarray,
                        mask: np.ndarray, real: int | None = None) -> np.ndarray:
     """`real`: the query rows whose outputs are read (the rest are a prefill's padding). A block of several
-    query rows in float32 (every executor's but the float64 reference) takes numerics/attention_rows.py:
-    its products' bits for a row do not depend on the other rows or on the keys the mask hides, so it
-    computes the real rows alone. A block of one row (a decode step's; every executor cuts the blocks
-    alike, so each computes the same block the same way) keeps BLAS over every key: two calls, 30% quicker
-    than the defined arithmetic's for SmolLM2's step. Otherwise both products run on every row: BLAS's bits
-    for a row depend on how many rows it multiplies.
+    query rows in float32 (every executor's but the float64 reference) runs as one key block of
+    `flash_block`, whose products there are numerics/attention_rows.py's: their bits for a row do not depend
+    on the other rows or on the keys the mask hides, so it computes the real rows alone. A block of one row
+    (a decode step's; every executor cuts the blocks alike, so each computes the same block the same way)
+    keeps BLAS over every key: two calls, 30% quicker than the defined arithmetic's for SmolLM2's step.
+    Otherwise both products run on every row: BLAS's bits for a row depend on how many rows it multiplies.
     The softmax between them is numpy's, row by row, so it runs on the real rows only, in place (the same
     values as `op_defs.softmax`), and the padding rows' weights are zeros, which change no other row's sums."""
     if q.shape[1] > 1 and attention_rows.supported(q, k, v, mask):
-        return attention_rows.attention(attrs, q, k, v, mask, real)
+        # One key block over every key: the same softmax, in the defined arithmetic (flash_block).
+        rows = q.shape[1] if real is None else max(0, min(real, q.shape[1]))
+        out = np.zeros((q.shape[0], q.shape[1], q.shape[2] * q.shape[3]), dtype=q.dtype)
+        if rows:
+            out[:, :rows] = flash_end(flash_block(attrs, q[:, :rows], k, v, mask[:, :, :rows]))
+        return out
     kvh = k.shape[2]
     kt = k.transpose(0, 2, 3, 1)  # [B, kvh, d, mk]
     scores = np.matmul(_grouped(q, kvh), kt[:, :, None])  # [B, kvh, group, rows, mk]
