@@ -100,7 +100,10 @@ def main() -> None:
     ap.add_argument("--layers", type=int, nargs="+", default=[0, 10, -1], help="layers sampled (-1: the last)")
     ap.add_argument("--rows", type=int, default=8, help="rows of the prompt's hidden states")
     args = ap.parse_args()
-    recipe = load_recipe(args.recipe)
+    try:
+        recipe = load_recipe(args.recipe)
+    except LlmbuildError as e:
+        sys.exit(str(e))
     if recipe.quantization.mode not in ("bf16", "f16"):
         sys.exit(f"{args.recipe}: quantization.mode is {recipe.quantization.mode}; expected a 16-bit recipe")
     paths = BuildPaths.of(recipe)
