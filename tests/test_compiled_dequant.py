@@ -53,6 +53,10 @@ def test_the_compiled_kernel_gives_the_bits_of_the_numpy_passes(group: int, zero
     got = _compiled(packed, scale, zero, group, two, rounded)
     assert np.array_equal(want.view(np.uint32), got.view(np.uint32))
     assert np.isinf(got).any()  # the overflow rows did reach infinity: that path was compared too
+    if rounded:  # stored as bf16 bit patterns (a prefill's blocks): the top halves of the same floats
+        bits = np.full(got.shape, 0x1234, dtype=np.uint16)
+        compiled_dequant.dequantize_into(packed, scale, zero, group, bits, rounded)
+        assert np.array_equal(bits, (want.view(np.uint32) >> 16).astype(np.uint16))
 
 
 def test_non_finite_scales_give_the_same_nan_and_infinities() -> None:

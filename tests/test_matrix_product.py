@@ -24,9 +24,12 @@ def _bits(a: np.ndarray) -> np.ndarray:
 @needs_kernel
 @pytest.mark.parametrize("storage", ["f32", "bf16", "f16"])
 @pytest.mark.parametrize(("m", "n", "k"), [(2, 1, 64), (3, 7, 128), (4, 9, 192), (5, 33, 576), (6, 5, 64),
-                                           (7, 11, 128), (9, 64, 1536), (19, 13, 256), (40, 17, 640)])
+                                           (7, 11, 128), (9, 64, 1536), (19, 13, 256), (40, 17, 640),
+                                           (7, 11, 2112), (6, 40, 3136), (19, 35, 4096)])
 def test_the_kernel_has_the_bits_of_the_reference(storage: str, m: int, n: int, k: int) -> None:
-    """Every row count's blocks: of four, then one of three, two or one (6, 7 and 19 rows take each)."""
+    """Every row count's blocks: of four, then one of three, two or one (6, 7 and 19 rows take each); K above
+    SEGMENTED_ABOVE takes the segmented kernel (a last segment shorter than the others, weight rows past one
+    chunk)."""
     rng = np.random.default_rng(m * n * k)
     stored, values = stored_weight(rng, n, k, storage)
     x = rng.standard_normal((m, k)).astype(np.float32)
@@ -90,6 +93,29 @@ def test_non_finite_values_propagate() -> None:
         want = matrix_product.reference(x, w)
     assert np.array_equal(_bits(out), _bits(want))
     assert np.isnan(out[:, 2]).all() and not np.isfinite(out[1]).any()
+
+
+@needs_kernel
+def test_the_segmented_kernel_keeps_the_lane_sums_across_segments(monkeypatch: pytest.MonkeyPatch) -> None:
+    """K of three segments and a part: the segmented kernel (the one taken: the whole-K kernel is made to
+    fail) has the bits of the reference, an infinity in the first segment and a NaN in the last carried to
+    the end."""
+    k = 3 * matrix_product.SEGMENT + 64
+    assert k > matrix_product.SEGMENTED_ABOVE
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((6, k)).astype(np.float32)
+    w = rng.standard_normal((37, k)).astype(np.float32)
+    x[1, 3], w[2, k - 10], w[4, matrix_product.SEGMENT + 9] = np.inf, np.nan, -np.inf
+    whole = matrix_product._KERNELS.get("f32")
+    table = matrix_product._KERNELS._table
+    monkeypatch.setitem(table, "f32", lambda *a: pytest.fail("took the whole-K kernel"))
+    monkeypatch.setitem(table, ("span", "f32"), None)
+    out = np.empty((6, 37), dtype=np.float32)
+    matrix_product.product(x, w, out)
+    with np.errstate(all="ignore"):
+        want = matrix_product.reference(x, w)
+    assert whole is not None and np.array_equal(_bits(out), _bits(want))
+    assert np.isnan(out[:, 2]).all() and not np.isfinite(out[1]).any() and np.isfinite(out[0, 5])
 
 
 @pytest.mark.parametrize("threads", ["1", "2", "3"])

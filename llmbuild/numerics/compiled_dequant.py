@@ -32,6 +32,7 @@ import numpy as np
 from llmbuild.numerics import llvm_kernels
 from llmbuild.numerics.addresses import address
 from llmbuild.numerics.levels_product import dequantized_ir, levels_ir
+from llmbuild.numerics.llvm_kernels import splat
 
 # The smallest weight (elements) the host path leaves quantized, dequantizing it block by block as each
 # product reads it: a 1.5B model's MLP projections (1536 x 8960) and up.
@@ -61,24 +62,28 @@ def ready(attrs: dict[str, Any], scale_dtype: np.dtype) -> bool:
     return takes(attrs, scale_dtype) and kernel() is not None
 
 
-def kernel(two: bool = True, rounded: bool = True) -> Callable[..., None] | None:
+def kernel(two: bool = True, rounded: bool = True, bits: bool = False) -> Callable[..., None] | None:
     """The compiled dequantizer for levels two to a byte or one, rounded to bf16 or not: `(levels*, scale*,
     zero*, groups_per_row, group, out*, rows, K)` over C-contiguous u8 levels [rows, K/2] or [rows, K], scale
-    and zero f32 [rows, K/g] and out f32 [rows, K], compiled (with the others) on first use; None where it
-    cannot be built."""
-    return _KERNELS.get((two, rounded))
+    and zero f32 [rows, K/g] and out f32 [rows, K] (`bits`: the rounded values' bf16 bit patterns, u16
+    [rows, K]), compiled (with the others) on first use; None where it cannot be built."""
+    return _KERNELS.get((two, rounded, bits))
 
 
 def dequantize_into(levels: np.ndarray, scale: np.ndarray, zero: np.ndarray, group: int, out: np.ndarray,
                     rounded: bool = True) -> None:
     """`out` [r, K] = (level - zero) * scale, rounded to bf16 when `rounded` (a bf16 `dequant_dtype`), the
-    levels two to a byte (even k in the low nibble; `levels` [r, K/2]) or one ([r, K])."""
+    levels two to a byte (even k in the low nibble; `levels` [r, K/2]) or one ([r, K]). A uint16 `out` takes
+    the rounded values' bf16 bit patterns (exact: the rounding left nothing below them), half the bytes a
+    product then reads."""
     k = out.shape[1]
     two = levels.shape[1] * 2 == k
-    run = kernel(two, rounded)
-    assert run is not None and group % _VECTOR == 0 and (two or levels.shape[1] == k), \
+    bits = out.dtype == np.uint16
+    run = kernel(two, rounded, bits)
+    assert run is not None and group % _VECTOR == 0 and (two or levels.shape[1] == k) and (rounded or not bits), \
         "compiled_dequant.dequantize_into: check takes() first"
-    target = out if out.flags.c_contiguous and out.dtype == np.float32 else np.empty(out.shape, np.float32)
+    stored = np.uint16 if bits else np.float32
+    target = out if out.flags.c_contiguous and out.dtype == stored else np.empty(out.shape, stored)
     rows = target.shape[0]
     if rows == 0:
         return
@@ -98,24 +103,34 @@ def _compile() -> dict[tuple[bool, bool], Callable[..., None] | None]:
         "the compiled dequantizer", "4-bit weights are dequantized by numpy, slower, with the same results")
 
 
-_KINDS = [(two, rounded) for two in (True, False) for rounded in (True, False)]
+# (levels two to a byte, rounded to bf16, stored as bit patterns): the bit patterns only of rounded values
+_KINDS = [(two, rounded, bits) for two in (True, False) for rounded in (True, False) for bits in (False, True)
+          if rounded or not bits]
 
 
-def _name(two: bool, rounded: bool) -> str:
-    return f"dequantize_{'w4' if two else 'u8'}{'_bf16' if rounded else ''}"
+def _name(two: bool, rounded: bool, bits: bool) -> str:
+    return f"dequantize_{'w4' if two else 'u8'}{'_bf16' if rounded else ''}{'_bits' if bits else ''}"
 
 
-def _ir(two: bool, rounded: bool) -> str:
+def _ir(two: bool, rounded: bool, bits: bool) -> str:
     """Per row, per 16 levels (8 bytes of nibbles widened in k order, or 16 bytes): minus the group's zero,
-    times its scale, rounded to bf16, stored."""
+    times its scale, rounded to bf16, stored (as the float, or its top half: the bf16 bit pattern)."""
+    element = "i16" if bits else "float"
+    if bits:
+        store = ["  %wi = bitcast <16 x float> %wv to <16 x i32>",
+                 f"  %wh = lshr <16 x i32> %wi, {splat(_VECTOR, 'i32', '16')}",
+                 "  %wb = trunc <16 x i32> %wh to <16 x i16>",
+                 "  %op = getelementptr i16, ptr %orow, i64 %k",
+                 f"  store <{_VECTOR} x i16> %wb, ptr %op, align 2"]
+    else:
+        store = ["  %op = getelementptr float, ptr %orow, i64 %k", f"  store <{_VECTOR} x float> %wv, ptr %op, align 4"]
     block = "\n".join([
         *levels_ir(4 if two else 8, _VECTOR),
         *dequantized_ir(rounded, _VECTOR),  # levels_product's arithmetic, 16 lanes at a time
-        "  %op = getelementptr float, ptr %orow, i64 %k",
-        f"  store <{_VECTOR} x float> %wv, ptr %op, align 4",
+        *store,
     ])
     return f"""
-define void @{_name(two, rounded)}(ptr noalias nocapture readonly %l, ptr noalias nocapture readonly %sc,
+define void @{_name(two, rounded, bits)}(ptr noalias nocapture readonly %l, ptr noalias nocapture readonly %sc,
                                 ptr noalias nocapture readonly %ze, i64 %groups, i64 %group,
                                 ptr noalias nocapture %out, i64 %rows, i64 %K) {{
 entry:
@@ -130,7 +145,7 @@ row:
   %srow = getelementptr float, ptr %sc, i64 %goff
   %zrow = getelementptr float, ptr %ze, i64 %goff
   %ooff = mul i64 %ri, %K
-  %orow = getelementptr float, ptr %out, i64 %ooff
+  %orow = getelementptr {element}, ptr %out, i64 %ooff
   br label %kloop
 kloop:
   %k = phi i64 [ 0, %row ], [ %knext, %kloop ]

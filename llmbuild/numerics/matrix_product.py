@@ -14,6 +14,9 @@ at a time (a lane's sum is in k order whichever group runs first): ROWS accumula
 each weight vector loaded serves four outputs and the accumulators fit AVX2's sixteen registers. Holding
 all four groups at once (sixteen <16 x float>, 32 AVX2 registers) spilled on every block: on a 2-core AMD
 EPYC without AVX-512, SmolLM2's 37-row prefill products ran at 30-35 GFLOP/s that way, 50-100 this way.
+Where K is large (above SEGMENTED_ABOVE), a block of x no longer stays in the L1 cache while a weight row
+passes it, and every pass reread it from L2: the segmented kernel multiplies a segment of K at a time,
+keeping each output's 64 lane sums in a stack scratch between segments, so each lane still adds in k order.
 LLVM IR compiled with llvmlite, as vector_product's kernel is, without fast-math flags: LLVM may neither
 reassociate nor fuse the arithmetic.
 `reference` computes the same bits in numpy (tests/test_matrix_product.py).
@@ -34,6 +37,17 @@ from llmbuild.numerics.vector_product import LANES
 
 ROWS = 4  # rows of x per block: 4 accumulators of 16 lanes (8 AVX2 registers, 4 AVX-512 ones)
 CHUNK = 32  # weight rows per chunk
+# K above which a block of x is multiplied a segment of SEGMENT at a time (the segmented kernel): four rows
+# of a 1.5B's down projection (K 8960, 140 KiB) do not stay in a 48 KiB L1 cache while a weight row passes
+# them, four rows of a segment (16 KiB) do. Each output's 64 lane sums are kept in memory between segments
+# (stored and loaded exactly), so every lane still adds its products in k order: the same bits. Measured
+# on one 2-core Xeon (bf16 weights, two threads): 19 x 1536 x 8960 11.6-11.9 -> 6.0-6.5 ms, 128 rows 66 ->
+# 34-37 ms, 19 x 3584 x 18944 (a 7B's down projection) 59-62 -> 35-37 ms, K 4096 9.4 -> 5.2-5.5 ms; segments
+# of 512 to 1536 alike, of 2048 a little slower, of 4096 no gain; at K 2048 the whole-K kernel was quicker
+# (1.55-1.62 against 1.73-1.80 ms), at 2560 the segmented (2.06-2.26 against 2.18-2.21 ms; 128 rows 11.1
+# against 12.5-12.8).
+SEGMENT = 1024
+SEGMENTED_ABOVE = 2048
 _VECTOR = 16
 # Multiply-adds above which a product's weight rows are split over the worker threads: from a 37-token
 # prefill's k and v products (37 x 192 x 576) up, which at 2^22 ran on one thread (SmolLM2's prefill
@@ -81,11 +95,15 @@ def product(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
         values = bf16_bits_to_f32(np.ascontiguousarray(w)) if w.dtype == np.uint16 else w
         out[...] = reference(x, np.asarray(values, dtype=np.float32))
         return
-    run = kernel(_STORAGE[w.dtype])
+    key = (_STORAGE[w.dtype], "segmented") if k > SEGMENTED_ABOVE else _STORAGE[w.dtype]
+    run = _KERNELS.get(key)
+    if run is None:  # the segmented kernel is the same arithmetic: the whole-K one stands in for it
+        key = _STORAGE[w.dtype]
+        run = _KERNELS.get(key)
     assert run is not None
     xp, wp, yp = address(x), address(w), address(out)
     ws, ys = w.strides[0], out.strides[0] // 4
-    span = _KERNELS.get(("span", _STORAGE[w.dtype]))
+    span = _KERNELS.get(("span", key))
     row_spans(n, m * n * k, PARALLEL_MACS, lambda lo, hi: run(xp, k, m, wp, ws, yp, ys, lo, hi, k),
               (span, (xp, k, m, wp, ws, yp, ys, k)))
 
@@ -112,9 +130,12 @@ _PARAMS = ("ptr", "i64", "i64", "ptr", "i64", "ptr", "i64", "i64", "i64", "i64")
 
 def _compile() -> dict[Any, Any]:
     storages = list(vector_product.WIDEN)
-    spans, symbols, signatures = team.with_spans({s: f"rows_product_{s}" for s in storages}, _PARAMS, 7)
+    names: dict[Any, str] = {s: f"rows_product_{s}" for s in storages}
+    names |= {(s, "segmented"): f"rows_product_{s}_segmented" for s in storages}
+    spans, symbols, signatures = team.with_spans(names, _PARAMS, 7)
     return llvm_kernels.compile_functions(
-        "\n".join(_ir(s) for s in storages) + spans, symbols, signatures,
+        "\n".join(_ir(s) for s in storages) + "\n".join(_ir(s, segmented=True) for s in storages) + spans,
+        symbols, signatures,
         "the compiled matrix product", "products run on numpy, much slower, with the same results")
 
 
@@ -192,7 +213,100 @@ def _row_pass(storage: str, rows: int, tag: str, start: str, exit_label: str) ->
   br i1 %{tag}again, label %{tag}blk, label %{exit_label}"""
 
 
-def _tail_passes(storage: str) -> str:
+def _segmented_k_loops(storage: str, rows: int, tag: str, exit_label: str) -> str:
+    """The segmented kernel's K loops of `rows` rows (at %{tag}xr0, ...) against the weight row at %{tag}wrow,
+    over the segment [%{tag}s, %{tag}se): per group of 16 lanes, its accumulators loaded from the scratch
+    (zeros in the first segment, %{tag}first), the loop, the sums stored back; then on to `exit_label`."""
+    lines = [f"  br label %{tag}g0pre"]
+    for group in range(LANES // _VECTOR):
+        head, block, tail = f"{tag}g{group}pre", f"{tag}g{group}", f"{tag}g{group}post"
+        after = exit_label if group == LANES // _VECTOR - 1 else f"{tag}g{group + 1}pre"
+        lines += [f"{head}:", f"  %{block}k0 = add i64 %{tag}s, {group * _VECTOR}"]
+        for r in range(rows):
+            lines += [f"  %{block}o{r} = add i64 %{tag}sbase, {(r * LANES // _VECTOR + group) * _VECTOR}",
+                      f"  %{block}p{r} = getelementptr float, ptr %scratch, i64 %{block}o{r}",
+                      f"  %{block}l{r} = load <16 x float>, ptr %{block}p{r}, align 64",
+                      f"  %{block}i{r} = select i1 %{tag}first, <16 x float> zeroinitializer, "
+                      f"<16 x float> %{block}l{r}"]
+        lines += [f"  br label %{block}", f"{block}:",
+                  f"  %{block}k = phi i64 [ %{block}k0, %{head} ], [ %{block}kn, %{block} ]"]
+        lines += [f"  %{block}a{r} = phi <16 x float> [ %{block}i{r}, %{head} ], [ %{block}n{r}, %{block} ]"
+                  for r in range(rows)]
+        lines += vector_product.widened_load(storage, f"%{block}w", f"%{tag}wrow", f"%{block}k")
+        for r in range(rows):
+            lines += vector_product.lane_multiply_adds(f"%{tag}xr{r}", f"%{block}k", [f"%{block}w"], [f"%{block}a{r}"],
+                                                       [f"%{block}n{r}"], f"{block}{r}")
+        lines += [f"  %{block}kn = add i64 %{block}k, {LANES}", f"  %{block}more = icmp slt i64 %{block}kn, %{tag}se",
+                  f"  br i1 %{block}more, label %{block}, label %{tail}", f"{tail}:"]
+        lines += [f"  store <16 x float> %{block}n{r}, ptr %{block}p{r}, align 64" for r in range(rows)]
+        lines.append(f"  br label %{after}")
+    return "\n".join(lines)
+
+
+def _segmented_row_pass(storage: str, rows: int, tag: str, start: str, exit_label: str) -> str:
+    """`_row_pass` for K above SEGMENTED_ABOVE: per block of `rows` rows of x, the segments of K in order, each
+    against every weight row of the chunk, the lane sums kept in %scratch between segments; then each
+    output's lane tree from the scratch. The same entry, exit and phi as `_row_pass`."""
+    pointers = "\n".join(f"  %{tag}mr{r} = add i64 %{tag}m, {r}\n  %{tag}xo{r} = mul i64 %{tag}mr{r}, %xs\n"
+                         f"  %{tag}xr{r} = getelementptr float, ptr %x, i64 %{tag}xo{r}" for r in range(rows))
+    loops = _segmented_k_loops(storage, rows, tag, f"{tag}nend")
+    trees = []
+    for r in range(rows):
+        accs = []
+        for group in range(LANES // _VECTOR):
+            name = f"%{tag}t{r}g{group}"
+            trees += [f"  {name}o = add i64 %{tag}tbase, {(r * LANES // _VECTOR + group) * _VECTOR}",
+                      f"  {name}p = getelementptr float, ptr %scratch, i64 {name}o",
+                      f"  {name} = load <16 x float>, ptr {name}p, align 64"]
+            accs.append(name)
+        trees.append(_store(accs, f"{tag}s{r}", f"%{tag}mr{r}", f"%{tag}tn"))
+    tree_lines = "\n".join(trees)
+    return f"""{tag}pre:
+  %{tag}m0 = phi i64 {start}
+  %{tag}lim = sub i64 %M, {rows - 1}
+  %{tag}any = icmp slt i64 %{tag}m0, %{tag}lim
+  br i1 %{tag}any, label %{tag}blk, label %{exit_label}
+{tag}blk:
+  %{tag}m = phi i64 [ %{tag}m0, %{tag}pre ], [ %{tag}mnext, %{tag}blkend ]
+{pointers}
+  br label %{tag}seg
+{tag}seg:
+  %{tag}s = phi i64 [ 0, %{tag}blk ], [ %{tag}snext, %{tag}segend ]
+  %{tag}first = icmp eq i64 %{tag}s, 0
+  %{tag}sc = add i64 %{tag}s, {SEGMENT}
+  %{tag}slast = icmp slt i64 %K, %{tag}sc
+  %{tag}se = select i1 %{tag}slast, i64 %K, i64 %{tag}sc
+  br label %{tag}nrow
+{tag}nrow:
+  %{tag}n = phi i64 [ %n0, %{tag}seg ], [ %{tag}n1, %{tag}nend ]
+  %{tag}woff = mul i64 %{tag}n, %ws
+  %{tag}wrow = getelementptr i8, ptr %w, i64 %{tag}woff
+  %{tag}nrel = sub i64 %{tag}n, %n0
+  %{tag}sbase = mul i64 %{tag}nrel, {ROWS * LANES}
+{loops}
+{tag}nend:
+  %{tag}n1 = add i64 %{tag}n, 1
+  %{tag}nmore = icmp slt i64 %{tag}n1, %n0e
+  br i1 %{tag}nmore, label %{tag}nrow, label %{tag}segend
+{tag}segend:
+  %{tag}snext = add i64 %{tag}s, {SEGMENT}
+  %{tag}smore = icmp slt i64 %{tag}snext, %K
+  br i1 %{tag}smore, label %{tag}seg, label %{tag}tree
+{tag}tree:
+  %{tag}tn = phi i64 [ %n0, %{tag}segend ], [ %{tag}tn1, %{tag}tree ]
+  %{tag}trel = sub i64 %{tag}tn, %n0
+  %{tag}tbase = mul i64 %{tag}trel, {ROWS * LANES}
+{tree_lines}
+  %{tag}tn1 = add i64 %{tag}tn, 1
+  %{tag}tmore = icmp slt i64 %{tag}tn1, %n0e
+  br i1 %{tag}tmore, label %{tag}tree, label %{tag}blkend
+{tag}blkend:
+  %{tag}mnext = add i64 %{tag}m, {rows}
+  %{tag}again = icmp slt i64 %{tag}mnext, %{tag}lim
+  br i1 %{tag}again, label %{tag}blk, label %{exit_label}"""
+
+
+def _tail_passes(storage: str, segmented: bool = False) -> str:
     """The passes of one chunk: blocks of ROWS rows, then one block of each smaller size the rows left
     need (3 rows left: one block of three; 2: of two; then single rows). A prefill of 19 rows passes the
     weight five times instead of seven (four blocks of four and three single rows): each pass reads the
@@ -202,20 +316,24 @@ def _tail_passes(storage: str) -> str:
     passes, start = [], "[ 0, %chunk ]"
     for i, (size, tag) in enumerate(zip(sizes, tags, strict=True)):
         exit_label = "chunkend" if size == 1 else f"{tags[i + 1]}pre"
-        passes.append(_row_pass(storage, size, tag, start, exit_label))
+        passes.append((_segmented_row_pass if segmented else _row_pass)(storage, size, tag, start, exit_label))
         start = f"[ %{tag}m0, %{tag}pre ], [ %{tag}mnext, %{tag}blkend ]"
     return "\n".join(passes)
 
 
-def _ir(storage: str) -> str:
+def _ir(storage: str, segmented: bool = False) -> str:
     """Weight rows in chunks of CHUNK; per chunk, blocks of ROWS rows of x (then the rows left in blocks of
     fewer, `_tail_passes`), each against every weight row of the chunk: a block of x stays in the L1 cache
-    while the chunk's rows pass it, and the chunk stays in L2 while the blocks pass it."""
+    while the chunk's rows pass it, and the chunk stays in L2 while the blocks pass it. `segmented`: a block
+    of x passes the chunk a segment of K at a time (`_segmented_row_pass`), its lane sums in a scratch of
+    CHUNK x ROWS x 64 floats on the stack (32 KiB)."""
+    name = f"rows_product_{storage}{'_segmented' if segmented else ''}"
+    scratch = f"\n  %scratch = alloca float, i64 {CHUNK * ROWS * LANES}, align 64" if segmented else ""
     return f"""
-define void @rows_product_{storage}(ptr noalias nocapture readonly %x, i64 %xs, i64 %M,
+define void @{name}(ptr noalias nocapture readonly %x, i64 %xs, i64 %M,
                                     ptr noalias nocapture readonly %w, i64 %ws, ptr noalias nocapture %y,
                                     i64 %ys, i64 %lo, i64 %hi, i64 %K) {{
-entry:
+entry:{scratch}
   %none = icmp sge i64 %lo, %hi
   br i1 %none, label %done, label %chunk
 chunk:
@@ -224,7 +342,7 @@ chunk:
   %short = icmp slt i64 %hi, %n0c
   %n0e = select i1 %short, i64 %hi, i64 %n0c
   br label %bpre
-{_tail_passes(storage)}
+{_tail_passes(storage, segmented)}
 chunkend:
   %more = icmp slt i64 %n0e, %hi
   br i1 %more, label %chunk, label %done

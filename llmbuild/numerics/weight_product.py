@@ -27,10 +27,11 @@ from llmbuild.numerics.parallel import row_spans
 from llmbuild.numerics.stored import RowReader, StoredTensor, Weight, row_slice
 
 LAZY_WHOLE_BYTES = 64 << 20  # build/resources.py: TABLE_BLOCK
-# Floats a compiled dequantizing product decodes and multiplies at once (4 MiB a thread, in the L3 cache):
-# the per-block calls from Python, not the cache, bound the speed (0.34 -> 0.20 ns a weight on two threads
-# from 1 to 4 MiB, a 7B projection, when measured; the history of docs/performance.md).
-COMPILED_BLOCK = 1 << 20
+# Weights a compiled dequantizing product decodes and multiplies at once, as bf16 bit patterns (1 MiB a
+# thread, in its L2 cache). As float32 blocks of 4 MiB (the calls from Python bound smaller ones), a
+# 19-row prefill's 8960 x 1536 product took 8.3 ms on two threads; as bf16 blocks of 128K, 256K, 512K and
+# 1M weights, 8.7, 7.2, 6.7 and 6.7 ms (the product reads half the bytes, the faster bf16 kernel).
+COMPILED_BLOCK = 1 << 19
 # Packed levels read from the weight image at once (one read of each part, then the cache-sized blocks).
 LEVEL_CHUNK_BYTES = 4 << 20
 
@@ -109,14 +110,16 @@ def product_into(x2: np.ndarray, w_nk: Weight, out: np.ndarray) -> None:
 def _compiled_product(x2: np.ndarray, w_nk: DequantizedRows, step: int, out: np.ndarray) -> None:
     """`product_into` of a 4-bit weight the compiled kernel dequantizes: each thread takes a contiguous span
     of rows, reads its levels, scales and zeros a chunk at a time, and dequantizes and multiplies `step`
-    rows of it at once in its own buffer (each output is one thread's, whole: the spans and blocks change
-    no bit; tests/test_compiled_dequant.py, on 1 to 3 threads)."""
+    rows of it at once in its own buffer, as bf16 bit patterns (the values are rounded to bf16: exact) or
+    float32 (each output is one thread's, whole: the spans, blocks and buffer type change no bit;
+    tests/test_compiled_dequant.py, on 1 to 3 threads)."""
     n, k = w_nk.shape
     group = w_nk.attrs["q_group_size"]
     chunk = max(step, LEVEL_CHUNK_BYTES // max(1, k // 2) // step * step)
+    stored = np.uint16 if w_nk.attrs.get("dequant_dtype") == "bf16" else np.float32
 
     def blocks(c0: int, c1: int, levels: np.ndarray, scale: np.ndarray, zero: np.ndarray) -> None:
-        buffer = _decode_buffer(min(step, c1 - c0) * k).reshape(-1, k)
+        buffer = _decode_buffer(min(step, c1 - c0) * k, stored).reshape(-1, k)
         for lo in range(c0, c1, step):
             hi = min(c1, lo + step)
             rows = slice(lo - c0, hi - c0)
@@ -165,9 +168,11 @@ def _level_chunks(w_nk: DequantizedRows, lo: int, hi: int, chunk: int,
 _decode_buffers = threading.local()
 
 
-def _decode_buffer(size: int) -> np.ndarray:
-    """This thread's reused float32 buffer of at least `size`."""
-    buffer = getattr(_decode_buffers, "buffer", None)
+def _decode_buffer(size: int, dtype: type = np.float32) -> np.ndarray:
+    """This thread's reused buffer of at least `size` elements of `dtype` (float32, or uint16 bit patterns)."""
+    name = f"buffer_{np.dtype(dtype).name}"
+    buffer = getattr(_decode_buffers, name, None)
     if buffer is None or buffer.size < size:
-        buffer = _decode_buffers.buffer = np.empty(size, dtype=np.float32)
+        buffer = np.empty(size, dtype=dtype)
+        setattr(_decode_buffers, name, buffer)
     return buffer[:size]
