@@ -25,7 +25,7 @@ x86-64 with AVX2; levels_product compiles it only there.
 
 from __future__ import annotations
 
-from llmbuild.numerics.llvm_kernels import splat
+from llmbuild.numerics.llvm_kernels import prefetch, splat
 from llmbuild.numerics.vector_product import LANES, lane_multiply_adds, row_end
 
 _ACCUMULATORS = 4  # <16 x float> each, as vector_product's kernels hold a block's 64 lanes
@@ -98,9 +98,11 @@ def _table() -> list[str]:
     return lines
 
 
-def _block() -> list[str]:
-    """IR of the block at %k: its 64 weights as %w0..%w3 (<16 x float>) in LANE_ORDER."""
+def _block(ahead: int) -> list[str]:
+    """IR of the block at %k: its 64 weights as %w0..%w3 (<16 x float>) in LANE_ORDER; the levels `ahead`
+    bytes further asked for."""
     lines = ["  %kh = lshr i64 %k, 1", "  %lp = getelementptr i8, ptr %lrow, i64 %kh",
+             *prefetch("%lp", ahead, "%pfp"),
              "  %lb = load <32 x i8>, ptr %lp, align 1",
              f"  %nib0 = and <32 x i8> %lb, {splat(32, 'i8', '15')}",
              f"  %nib1 = lshr <32 x i8> %lb, {splat(32, 'i8', '4')}"]
@@ -139,9 +141,10 @@ def _in_k_order() -> list[str]:
     return lines
 
 
-def ir(name: str) -> str:
+def ir(name: str, ahead: int) -> str:
     """LLVM IR of `name(x*, levels*, level_row_bytes, scale*, zero*, groups_per_row, group, y*, n_lo, n_hi,
-    K)`, levels_product's prototype, for 4-bit levels rounded to bf16; the group a multiple of 64 dividing K."""
+    K)`, levels_product's prototype, for 4-bit levels rounded to bf16; the group a multiple of 64 dividing K;
+    the levels `ahead` bytes past each block asked for (levels_product.PREFETCH_BYTES)."""
     order = ", ".join(f"i32 {k}" for k in LANE_ORDER)
     lanes = range(_ACCUMULATORS)
     row_phis = "\n".join(f"  %ga{a} = phi <16 x float> [ zeroinitializer, %row ], [ %na{a}, %gend ]" for a in lanes)
@@ -184,7 +187,7 @@ group:
 kloop:
   %k = phi i64 [ %k0, %group ], [ %knext, %kloop ]
 {block_phis}
-{chr(10).join(_block())}
+{chr(10).join(_block(ahead))}
 {chr(10).join(adds)}
   %knext = add i64 %k, {LANES}
   %more = icmp slt i64 %knext, %kend

@@ -42,6 +42,16 @@ def splat(width: int, element: str, value: str) -> str:
     return "<" + ", ".join([f"{element} {value}"] * width) + ">"
 
 
+PREFETCH_DECLARATION = "\ndeclare void @llvm.prefetch.p0(ptr, i32, i32, i32)\n"
+
+
+def prefetch(pointer: str, ahead: int, name: str) -> list[str]:
+    """IR asking the cache for the data `ahead` bytes past `pointer` (a hint: it never faults, past an
+    array's end included); the module declares PREFETCH_DECLARATION."""
+    return [f"  {name} = getelementptr i8, ptr {pointer}, i64 {ahead}",
+            f"  call void @llvm.prefetch.p0(ptr {name}, i32 0, i32 3, i32 1)"]
+
+
 @cache
 def cpu_features() -> frozenset[str]:
     """This CPU's features as LLVM names them (avx2, avx512f, avx512bf16, ...), those it has."""
