@@ -363,6 +363,26 @@ def test_every_tiny_recipe_s_host_path_equals_its_device_bit_for_bit(build: Path
         assert np.array_equal(host.prefill([5, 6, 7]), device.prefill([5, 6, 7])), recipe
 
 
+def test_a_4bit_decode_step_reads_the_levels_and_keeps_the_device_s_bits(
+        build: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SmolLM2-135M w4 (groups of 64): the host's decode steps multiply from the 4-bit levels as stored
+    (levels_product, every projection of every step), its prefill from the bf16 copy it caches; the ids and
+    logits are the simulated device's, bit for bit."""
+    from llmbuild.numerics import levels_product
+    from llmbuild.runtime.compiled_model import CompiledModel
+
+    binary = build / "smollm2_135m_w4" / "smollm2_135m_w4.llmb"
+    device, host = (CompiledModel(binary, faithful=f) for f in (True, False))
+    want_ids, want = device.generate(PROMPT, 4)
+    calls: list[tuple[int, ...]] = []
+    product = levels_product.product
+    monkeypatch.setattr(levels_product, "product", lambda *a, **k: calls.append(a[2].shape) or product(*a, **k))
+    got_ids, got = host.generate(PROMPT, 4)
+    assert got_ids == want_ids and all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
+    assert len(calls) >= 3 * 30 * 7 and (576, 288) in calls  # three decode steps, seven projections a layer
+    assert any(w is not None for w in host.device._dequantized.values())  # the prefill's bf16 copies
+
+
 def test_bad_recipe_fails_before_any_work(tmp_path: Path) -> None:
     recipes = tmp_path / "recipes"
     recipes.mkdir()

@@ -33,7 +33,7 @@ import numpy as np
 
 from llmbuild import LlmbuildError
 from llmbuild.binary.program import Instr, Program, TensorDesc
-from llmbuild.numerics import buffer_pool, compiled_dequant, compiled_round, vector_product
+from llmbuild.numerics import buffer_pool, compiled_dequant, compiled_round, levels_product, vector_product
 from llmbuild.numerics.dequantize import dequantize_bf16_bits, dequantize_uncached
 from llmbuild.numerics.formats import STORAGE, compute_dtype, decode, round_to
 from llmbuild.numerics.kernels import KERNELS, ROW_LOCAL, ROW_SKIPPING, on_real_rows
@@ -214,7 +214,13 @@ class _HostProgram:
                     for t in ins.operands]
             fn, store = _active_rows_only(fn, store, out.shape, rows, self.active), _same
         if ins.op == "A16MatMul" and all(host.in_weights(tensors[t]) for t in ins.operands[1:4]):
-            prepared = host.dequantized(*(tensors[t] for t in ins.operands[1:4]), ins.attrs)
+            weight, scale, zp = (tensors[t] for t in ins.operands[1:4])
+            # A decode step's product reads the levels as stored (levels_product.py: a quarter of a bf16
+            # copy's bytes streamed each token) wherever that kernel takes them; a prefill's products read
+            # the cached bf16 copy, which does not have to be dequantized per block.
+            one_row = int(np.prod(tensors[ins.operands[0]].shape[:-1])) == 1
+            from_levels = one_row and host.decodes_from_levels(weight, scale, ins.attrs)
+            prepared = None if from_levels else host.dequantized(weight, scale, zp, ins.attrs)
             if prepared is not None:
                 fn, args = _with_weight(prepared), [args[0], *args[4:]]
             else:  # the kernels read the levels as stored (`levels`): no dequantized copy is kept
@@ -402,6 +408,13 @@ class HostExecutor:
         value = np.ascontiguousarray(decode(self.raw(t), t.dtype))
         value.flags.writeable = False
         return value
+
+    @staticmethod
+    def decodes_from_levels(weight: TensorDesc, scale: TensorDesc, attrs: dict[str, Any]) -> bool:
+        """Whether a one-row product over this quantized weight runs from its levels as stored (the fused
+        kernel of levels_product.py takes it: float32 scales, its group and dequantizer)."""
+        cols = weight.shape[1] * (2 if attrs.get("packed") else 1)
+        return compute_dtype(scale.dtype) == np.float32 and levels_product.supported(attrs, cols)
 
     def dequantized(self, weight: TensorDesc, scale: TensorDesc, zp: TensorDesc,
                     attrs: dict[str, Any]) -> np.ndarray | StoredTensor | None:
