@@ -184,18 +184,8 @@ def _row_pass(storage: str, rows: int, tag: str, start: str, exit_label: str) ->
     entered at `{tag}pre` and leaves for `exit_label`, where the phi `[ %{tag}m0, %{tag}pre ], [ %{tag}mnext,
     %{tag}blkend ]` is the first row it did not take."""
     loop, accs = _k_loop(storage, rows, f"{tag}k", f"{tag}nrow", f"{tag}nend", f"%{tag}xr", f"%{tag}wrow")
-    pointers = "\n".join(f"  %{tag}mr{r} = add i64 %{tag}m, {r}\n  %{tag}xo{r} = mul i64 %{tag}mr{r}, %xs\n"
-                         f"  %{tag}xr{r} = getelementptr float, ptr %x, i64 %{tag}xo{r}" for r in range(rows))
     stores = "\n".join(_store(accs[r], f"{tag}s{r}", f"%{tag}mr{r}", f"%{tag}n") for r in range(rows))
-    return f"""{tag}pre:
-  %{tag}m0 = phi i64 {start}
-  %{tag}lim = sub i64 %M, {rows - 1}
-  %{tag}any = icmp slt i64 %{tag}m0, %{tag}lim
-  br i1 %{tag}any, label %{tag}blk, label %{exit_label}
-{tag}blk:
-  %{tag}m = phi i64 [ %{tag}m0, %{tag}pre ], [ %{tag}mnext, %{tag}blkend ]
-{pointers}
-  br label %{tag}nrow
+    return f"""{_block_entry(rows, tag, start, exit_label, f"{tag}nrow")}
 {tag}nrow:
   %{tag}n = phi i64 [ %n0, %{tag}blk ], [ %{tag}n1, %{tag}nend ]
   %{tag}woff = mul i64 %{tag}n, %ws
@@ -207,7 +197,29 @@ def _row_pass(storage: str, rows: int, tag: str, start: str, exit_label: str) ->
   %{tag}n1 = add i64 %{tag}n, 1
   %{tag}nmore = icmp slt i64 %{tag}n1, %n0e
   br i1 %{tag}nmore, label %{tag}nrow, label %{tag}blkend
-{tag}blkend:
+{_block_exit(rows, tag, exit_label)}"""
+
+
+def _block_entry(rows: int, tag: str, start: str, exit_label: str, body: str) -> str:
+    """IR entering a row pass at `{tag}pre` (the first row from the phi values `start`) and each block of
+    `rows` rows of x at `{tag}blk` (row pointers %{tag}xr0, ...), then on to `body`; `exit_label` when no
+    whole block is left."""
+    pointers = "\n".join(f"  %{tag}mr{r} = add i64 %{tag}m, {r}\n  %{tag}xo{r} = mul i64 %{tag}mr{r}, %xs\n"
+                         f"  %{tag}xr{r} = getelementptr float, ptr %x, i64 %{tag}xo{r}" for r in range(rows))
+    return f"""{tag}pre:
+  %{tag}m0 = phi i64 {start}
+  %{tag}lim = sub i64 %M, {rows - 1}
+  %{tag}any = icmp slt i64 %{tag}m0, %{tag}lim
+  br i1 %{tag}any, label %{tag}blk, label %{exit_label}
+{tag}blk:
+  %{tag}m = phi i64 [ %{tag}m0, %{tag}pre ], [ %{tag}mnext, %{tag}blkend ]
+{pointers}
+  br label %{body}"""
+
+
+def _block_exit(rows: int, tag: str, exit_label: str) -> str:
+    """IR ending a block of `rows` rows at `{tag}blkend`: the next block while a whole one is left."""
+    return f"""{tag}blkend:
   %{tag}mnext = add i64 %{tag}m, {rows}
   %{tag}again = icmp slt i64 %{tag}mnext, %{tag}lim
   br i1 %{tag}again, label %{tag}blk, label %{exit_label}"""
@@ -247,8 +259,6 @@ def _segmented_row_pass(storage: str, rows: int, tag: str, start: str, exit_labe
     """`_row_pass` for K above SEGMENTED_ABOVE: per block of `rows` rows of x, the segments of K in order, each
     against every weight row of the chunk, the lane sums kept in %scratch between segments; then each
     output's lane tree from the scratch. The same entry, exit and phi as `_row_pass`."""
-    pointers = "\n".join(f"  %{tag}mr{r} = add i64 %{tag}m, {r}\n  %{tag}xo{r} = mul i64 %{tag}mr{r}, %xs\n"
-                         f"  %{tag}xr{r} = getelementptr float, ptr %x, i64 %{tag}xo{r}" for r in range(rows))
     loops = _segmented_k_loops(storage, rows, tag, f"{tag}nend")
     trees = []
     for r in range(rows):
@@ -261,15 +271,7 @@ def _segmented_row_pass(storage: str, rows: int, tag: str, start: str, exit_labe
             accs.append(name)
         trees.append(_store(accs, f"{tag}s{r}", f"%{tag}mr{r}", f"%{tag}tn"))
     tree_lines = "\n".join(trees)
-    return f"""{tag}pre:
-  %{tag}m0 = phi i64 {start}
-  %{tag}lim = sub i64 %M, {rows - 1}
-  %{tag}any = icmp slt i64 %{tag}m0, %{tag}lim
-  br i1 %{tag}any, label %{tag}blk, label %{exit_label}
-{tag}blk:
-  %{tag}m = phi i64 [ %{tag}m0, %{tag}pre ], [ %{tag}mnext, %{tag}blkend ]
-{pointers}
-  br label %{tag}seg
+    return f"""{_block_entry(rows, tag, start, exit_label, f"{tag}seg")}
 {tag}seg:
   %{tag}s = phi i64 [ 0, %{tag}blk ], [ %{tag}snext, %{tag}segend ]
   %{tag}first = icmp eq i64 %{tag}s, 0
@@ -300,10 +302,7 @@ def _segmented_row_pass(storage: str, rows: int, tag: str, start: str, exit_labe
   %{tag}tn1 = add i64 %{tag}tn, 1
   %{tag}tmore = icmp slt i64 %{tag}tn1, %n0e
   br i1 %{tag}tmore, label %{tag}tree, label %{tag}blkend
-{tag}blkend:
-  %{tag}mnext = add i64 %{tag}m, {rows}
-  %{tag}again = icmp slt i64 %{tag}mnext, %{tag}lim
-  br i1 %{tag}again, label %{tag}blk, label %{exit_label}"""
+{_block_exit(rows, tag, exit_label)}"""
 
 
 def _tail_passes(storage: str, segmented: bool = False) -> str:
