@@ -33,11 +33,12 @@ from llmbuild.numerics.parallel import row_spans
 from llmbuild.numerics.vector_product import LANES
 
 _VECTOR = 16
-# How far ahead of the block it multiplies the kernel asks for levels. A decode step streams every
-# projection's levels from memory once, and the hardware's prefetcher alone kept a 1.5B's MLP levels
-# (578 MB, 84 products, two threads of a 2-core Xeon) at 7 GB/s: 82-83 ms; asking 512, 1024, 2048 and 4096
-# bytes ahead, 68-69, 62-63, 60-61 and 56-62 ms. At 2048 the other forms too: "shuffle" 115 -> 69-70 ms,
-# "arithmetic" 122 -> 101-105, 8-bit levels (half the products, twice the bytes) 96-97 -> 55-58.
+# How far ahead of the block it multiplies the kernel asks for levels (benchmarks/product_kernels.py; 0:
+# no prefetch). A decode step streams every projection's levels from memory once, and the hardware's
+# prefetcher alone kept a 1.5B's MLP levels (578 MB, 84 products, two threads of a 2-core Xeon) at 7 GB/s:
+# 82-83 ms; asking 512, 1024, 2048 and 4096 bytes ahead, 68-69, 62-63, 60-61 and 56-62 ms. At 2048 the other
+# forms too: "shuffle" 115 -> 69-75 ms, "arithmetic" 122-134 -> 101-109, 8-bit levels (half the products,
+# twice the bytes) 96-104 -> 55-58.
 PREFETCH_BYTES = 2048
 PARALLEL_WEIGHTS = 1 << 22  # weights above which the rows are split over the worker threads
 # How 4-bit levels become weights (8-bit ones: arithmetic), fastest first; each form with the same bits.
@@ -132,8 +133,9 @@ _KERNELS = llvm_kernels.CompiledKernels(_compile)
 def levels_ir(bits: int, width: int = LANES, prefetch: bool = False) -> list[str]:
     """IR loading the `width` levels of the block at k (row %lrow) as %q, <width x i8> in k order: 4-bit
     levels two to a byte (even k in the low nibble), 8-bit ones a byte each. `prefetch`: ask for the levels
-    PREFETCH_BYTES ahead (the rows are contiguous, so past a row's end are the next row's levels)."""
-    ahead = llvm_kernels.prefetch("%lp", PREFETCH_BYTES, "%pfp") if prefetch else []
+    PREFETCH_BYTES ahead (the rows are contiguous, so past a row's end are the next row's levels; none at
+    0)."""
+    ahead = llvm_kernels.prefetch("%lp", PREFETCH_BYTES, "%pfp") if prefetch and PREFETCH_BYTES else []
     if bits == 8:
         return ["  %lp = getelementptr i8, ptr %lrow, i64 %k", *ahead, f"  %q = load <{width} x i8>, ptr %lp, align 1"]
     half = width // 2

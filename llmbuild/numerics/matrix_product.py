@@ -41,7 +41,8 @@ CHUNK = 32  # weight rows per chunk
 # of a 1.5B's down projection (K 8960, 140 KiB) do not stay in a 48 KiB L1 cache while a weight row passes
 # them, four rows of a segment (16 KiB) do. Each output's 64 lane sums are kept in memory between segments
 # (stored and loaded exactly), so every lane still adds its products in k order: the same bits. Measured
-# on one 2-core Xeon (bf16 weights, two threads): 19 x 1536 x 8960 11.6-11.9 -> 6.0-6.5 ms, 128 rows 66 ->
+# (benchmarks/product_kernels.py) on one 2-core Xeon (bf16 weights, two threads): 19 x 1536 x 8960
+# 11.6-11.9 -> 6.0-6.5 ms, 128 rows 66 ->
 # 34-37 ms, 19 x 3584 x 18944 (a 7B's down projection) 59-62 -> 35-37 ms, K 4096 9.4 -> 5.2-5.5 ms; segments
 # of 512 to 1536 alike, of 2048 a little slower, of 4096 no gain; at K 2048 the whole-K kernel was quicker
 # (1.55-1.62 against 1.73-1.80 ms), at 2560 the segmented (2.06-2.26 against 2.18-2.21 ms; 128 rows 11.1

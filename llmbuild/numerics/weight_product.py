@@ -28,9 +28,10 @@ from llmbuild.numerics.stored import RowReader, StoredTensor, Weight, row_slice
 
 LAZY_WHOLE_BYTES = 64 << 20  # build/resources.py: TABLE_BLOCK
 # Weights a compiled dequantizing product decodes and multiplies at once, as bf16 bit patterns (1 MiB a
-# thread, in its L2 cache). As float32 blocks of 4 MiB (the calls from Python bound smaller ones), a
-# 19-row prefill's 8960 x 1536 product took 8.3 ms on two threads; as bf16 blocks of 128K, 256K, 512K and
-# 1M weights, 8.7, 7.2, 6.7 and 6.7 ms (the product reads half the bytes, the faster bf16 kernel).
+# thread, in its L2 cache; benchmarks/product_kernels.py). As float32 blocks of 4 MiB (the calls from
+# Python bound smaller ones), a 19-row prefill's 8960 x 1536 product took 8.3 ms on two threads; as bf16
+# blocks of 128K, 256K, 512K and 1M weights, 8.7, 7.2, 6.7 and 6.7 ms (the product reads half the bytes,
+# the faster bf16 kernel).
 COMPILED_BLOCK = 1 << 19
 # Packed levels read from the weight image at once (one read of each part, then the cache-sized blocks).
 LEVEL_CHUNK_BYTES = 4 << 20
