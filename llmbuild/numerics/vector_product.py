@@ -47,6 +47,15 @@ PARALLEL_WEIGHTS = 1 << 22
 # (its decode step's products 2.5 ms quicker than from 2^18 weights, 27.4 against 29.7 ms, on a 2-core VM).
 TEAM_WEIGHTS = 1 << 16
 
+# How far ahead of the block it multiplies the one-row kernel asks for weight bytes (0: not at all). A
+# decode step's small products read weights the cache no longer holds, too few for the hardware's
+# prefetcher to ramp up: SmolLM2 bf16's products took 26.4-26.6 ms a token without, 24.2-25.2 with 1 KiB
+# (decode 25.9-26.1 -> 26.9-27.6 tokens/s, alternating runs of benchmarks/host_ops.py smollm2_135m_bf16 on a
+# 2-core Xeon VM; against the code before it, 26.7 -> 29.6-29.7, and the 1.5B's bf16 lm_head 21.3-21.4 ->
+# 18.4-18.7 ms a token); 2 KiB was no better, 8 KiB worse. The same weights back to back in a loop gained
+# nothing.
+PREFETCH_BYTES = 1024
+
 # Storage type -> (LLVM element type, how 16 of them become <16 x float>)
 WIDEN = {
     "f32": ("float", None),
@@ -128,7 +137,8 @@ _PARAMS = ("ptr", "ptr", "ptr", "i64", "i64", "i64", "i64")  # x, w, y, lo, hi, 
 
 def _compile() -> dict[Any, Any]:
     spans, symbols, signatures = team.with_spans({s: f"row_product_{s}" for s in WIDEN}, _PARAMS, 3)
-    return llvm_kernels.compile_functions("\n".join(_ir(storage) for storage in WIDEN) + spans, symbols, signatures,
+    return llvm_kernels.compile_functions("\n".join(_ir(storage) for storage in WIDEN) + spans
+                                          + llvm_kernels.PREFETCH_DECLARATION, symbols, signatures,
                              "the compiled one-row product", "decode runs on numpy, slower, with the same results")
 
 
@@ -235,6 +245,11 @@ def _ir(storage: str) -> str:
     """LLVM IR of the product for one storage type: per output row, 4 accumulators of <16 x float> (lanes
     j, j+16, j+32, j+48 of a block of 64), each block's weights loaded as stored and widened."""
     block = []
+    if PREFETCH_BYTES:  # each cache line of the block's weights, PREFETCH_BYTES further on
+        size = {"f32": 4}.get(storage, 2)
+        block += [f"  %kb = mul i64 %k, {size}", "  %wb = getelementptr i8, ptr %wrow, i64 %kb"]
+        for line in range(LANES * size // 64):
+            block += llvm_kernels.prefetch("%wb", PREFETCH_BYTES + 64 * line, f"%pf{line}")
     for a in range(LANES // _VECTOR):
         block += [f"  %wk{a} = add i64 %k, {a * _VECTOR}", *widened_load(storage, f"%w{a}", "%wrow", f"%wk{a}")]
     params = ("ptr noalias nocapture readonly %x, ptr noalias nocapture readonly %w, ptr noalias nocapture %y, "
