@@ -95,7 +95,7 @@ def dequantize_into(levels: np.ndarray, scale: np.ndarray, zero: np.ndarray, gro
         out[...] = target
 
 
-def _compile() -> dict[tuple[bool, bool], Callable[..., None] | None]:
+def _compile() -> dict[tuple[bool, bool, bool], Callable[..., None] | None]:
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     return llvm_kernels.compile_functions(
         "".join(_ir(*kind) for kind in _KINDS), {kind: _name(*kind) for kind in _KINDS},

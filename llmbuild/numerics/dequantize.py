@@ -134,7 +134,7 @@ class DequantizedRows(RowReader):
         scale_type = compute_dtype(scale.dtype) if isinstance(scale, StoredTensor) else np.dtype(scale.dtype)
         self.compiled = compiled_dequant.wanted(self.shape[0] * cols, attrs, scale_type)
         # A one-row product over it can dequantize in registers (levels_product.py).
-        self.fused = scale_type == np.float32 and levels_product.supported(attrs, cols)
+        self.fused = levels_product.takes(attrs, cols, scale_type)
 
     def rows(self, lo: int, hi: int) -> np.ndarray:
         return dequantize_values(self.attrs, *self.parts(lo, hi), compiled=self.compiled).astype(self.dtype, copy=False)

@@ -55,6 +55,12 @@ def supported(attrs: dict[str, Any], k: int) -> bool:
             and attrs.get("dequant_dtype") in ("bf16", None) and kernel(_bits(attrs), _rounded(attrs)) is not None)
 
 
+def takes(attrs: dict[str, Any], k: int, scale_dtype: np.dtype) -> bool:
+    """Whether a one-row product over a weight quantized under `attrs`, K = `k`, with scales decoded to
+    `scale_dtype`, runs here from its levels (`supported`, and float32 scales)."""
+    return np.dtype(scale_dtype) == np.float32 and supported(attrs, k)
+
+
 def product(x: np.ndarray, attrs: dict[str, Any], levels: np.ndarray, scale: np.ndarray, zero: np.ndarray,
             out: np.ndarray, method: str | None = None) -> None:
     """out [N] = x [K] times the weight of `levels` [N, K/2 or K] (uint8), `scale` and `zero` [N, K/g]
@@ -135,7 +141,7 @@ def levels_ir(bits: int, width: int = LANES, prefetch: bool = False) -> list[str
     levels two to a byte (even k in the low nibble), 8-bit ones a byte each. `prefetch`: ask for the levels
     PREFETCH_BYTES ahead (the rows are contiguous, so past a row's end are the next row's levels; none at
     0)."""
-    ahead = llvm_kernels.prefetch("%lp", PREFETCH_BYTES, "%pfp") if prefetch and PREFETCH_BYTES else []
+    ahead = llvm_kernels.prefetch("%lp", PREFETCH_BYTES, "%pfp") if prefetch else []
     if bits == 8:
         return ["  %lp = getelementptr i8, ptr %lrow, i64 %k", *ahead, f"  %q = load <{width} x i8>, ptr %lp, align 1"]
     half = width // 2

@@ -102,7 +102,7 @@ def _block(ahead: int) -> list[str]:
     """IR of the block at %k: its 64 weights as %w0..%w3 (<16 x float>) in LANE_ORDER; the levels `ahead`
     bytes further asked for (none at 0)."""
     lines = ["  %kh = lshr i64 %k, 1", "  %lp = getelementptr i8, ptr %lrow, i64 %kh",
-             *(prefetch("%lp", ahead, "%pfp") if ahead else []),
+             *prefetch("%lp", ahead, "%pfp"),
              "  %lb = load <32 x i8>, ptr %lp, align 1",
              f"  %nib0 = and <32 x i8> %lb, {splat(32, 'i8', '15')}",
              f"  %nib1 = lshr <32 x i8> %lb, {splat(32, 'i8', '4')}"]

@@ -47,7 +47,10 @@ PREFETCH_DECLARATION = "\ndeclare void @llvm.prefetch.p0(ptr, i32, i32, i32)\n"
 
 def prefetch(pointer: str, ahead: int, name: str) -> list[str]:
     """IR asking the cache for the data `ahead` bytes past `pointer` (a hint: it never faults, past an
-    array's end included); the module declares PREFETCH_DECLARATION."""
+    array's end included); none when `ahead` is 0 (a kernel's prefetch turned off). The module declares
+    PREFETCH_DECLARATION."""
+    if not ahead:
+        return []
     return [f"  {name} = getelementptr i8, ptr {pointer}, i64 {ahead}",
             f"  call void @llvm.prefetch.p0(ptr {name}, i32 0, i32 3, i32 1)"]
 

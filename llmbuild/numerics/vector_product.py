@@ -246,7 +246,7 @@ def _ir(storage: str) -> str:
     j, j+16, j+32, j+48 of a block of 64), each block's weights loaded as stored and widened."""
     block = []
     if PREFETCH_BYTES:  # each cache line of the block's weights, PREFETCH_BYTES further on
-        size = {"f32": 4}.get(storage, 2)
+        size = next(dtype.itemsize for dtype, name in _NUMPY_STORAGE.items() if name == storage)
         block += [f"  %kb = mul i64 %k, {size}", "  %wb = getelementptr i8, ptr %wrow, i64 %kb"]
         for line in range(LANES * size // 64):
             block += llvm_kernels.prefetch("%wb", PREFETCH_BYTES + 64 * line, f"%pf{line}")

@@ -111,16 +111,15 @@ def product_into(x2: np.ndarray, w_nk: Weight, out: np.ndarray) -> None:
 def _compiled_product(x2: np.ndarray, w_nk: DequantizedRows, step: int, out: np.ndarray) -> None:
     """`product_into` of a 4-bit weight the compiled kernel dequantizes: each thread takes a contiguous span
     of rows, reads its levels, scales and zeros a chunk at a time, and dequantizes and multiplies `step`
-    rows of it at once in its own buffer, as bf16 bit patterns (the values are rounded to bf16: exact) or
-    float32 (each output is one thread's, whole: the spans, blocks and buffer type change no bit;
-    tests/test_compiled_dequant.py, on 1 to 3 threads)."""
+    rows of it at once in its own buffer, as bf16 bit patterns (exact: the kernel takes only weights whose
+    dequantizer rounds to bf16, compiled_dequant.wanted; each output is one thread's, whole: the spans and
+    blocks change no bit; tests/test_compiled_dequant.py, on 1 to 3 threads)."""
     n, k = w_nk.shape
     group = w_nk.attrs["q_group_size"]
     chunk = max(step, LEVEL_CHUNK_BYTES // max(1, k // 2) // step * step)
-    stored = np.uint16 if w_nk.attrs.get("dequant_dtype") == "bf16" else np.float32
 
     def blocks(c0: int, c1: int, levels: np.ndarray, scale: np.ndarray, zero: np.ndarray) -> None:
-        buffer = _decode_buffer(min(step, c1 - c0) * k, stored).reshape(-1, k)
+        buffer = _decode_buffer(min(step, c1 - c0) * k, np.uint16).reshape(-1, k)
         for lo in range(c0, c1, step):
             hi = min(c1, lo + step)
             rows = slice(lo - c0, hi - c0)

@@ -411,10 +411,10 @@ class HostExecutor:
 
     @staticmethod
     def decodes_from_levels(weight: TensorDesc, scale: TensorDesc, attrs: dict[str, Any]) -> bool:
-        """Whether a one-row product over this quantized weight runs from its levels as stored (the fused
-        kernel of levels_product.py takes it: float32 scales, its group and dequantizer)."""
+        """Whether a one-row product over this quantized weight runs from its levels as stored (as the
+        kernels' DequantizedRows decides it: levels_product.takes)."""
         cols = weight.shape[1] * (2 if attrs.get("packed") else 1)
-        return compute_dtype(scale.dtype) == np.float32 and levels_product.supported(attrs, cols)
+        return levels_product.takes(attrs, cols, compute_dtype(scale.dtype))
 
     def dequantized(self, weight: TensorDesc, scale: TensorDesc, zp: TensorDesc,
                     attrs: dict[str, Any]) -> np.ndarray | StoredTensor | None:
