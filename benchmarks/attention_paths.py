@@ -7,7 +7,9 @@ The executors' FAttention kernel (numerics/kernels.py) on random float32 operand
 their own, so a prefill computes its real rows only) and with that path switched off (BLAS over every row of
 the block, as before it). Rows: SmolLM2's prefill net (128 rows, 9 query and 3 KV heads of 64) with a
 37-token prompt and full; a 1.5B-shaped net (512 rows, 12 and 2 heads of 128) full, without and with key
-blocks of 256; a vision tower's unmasked attention (1025 patches, 16 heads of 64 each with its own keys).
+blocks of 256; a vision tower's unmasked attention (1025 patches, 16 heads of 64 each with its own keys);
+decode steps (one query row, a history of keys, the empty cache, the new row last) of SmolLM2's 512-key net
+and a 1.5B's 2048- and 8192-key nets (BLAS runs every key; the defined arithmetic the keys shown).
 A short prompt in a larger net is where the defined arithmetic gains (it computes the prompt's rows, BLAS
 every row); a full net is where it pays (a lane tree per score, over only d products). Nothing here changes
 a build.
@@ -29,13 +31,17 @@ from llmbuild.numerics import attention_rows  # noqa: E402
 from llmbuild.numerics.kernels import KERNELS  # noqa: E402
 
 
-def operands(rows: int, keys: int, heads: int, kv_heads: int, d: int, real: int | None, causal: bool,
+def operands(rows: int, keys: int, heads: int, kv_heads: int, d: int, real: int | None, causal: bool | int,
              **tiles: int) -> tuple[dict[str, Any], list[np.ndarray]]:
+    """`causal`: True for a causal mask, False for none, a number for a decode step on that many keys."""
     rng = np.random.default_rng(rows + heads)
     q = rng.standard_normal((1, rows, heads, d)).astype(np.float32)
     k, v = (rng.standard_normal((1, keys, kv_heads, d)).astype(np.float32) for _ in range(2))
     mask = np.zeros((1, 1, rows, keys), dtype=np.float32)
-    if causal:
+    if causal is not True and causal is not False:
+        mask[:] = -9984.0
+        mask[0, 0, 0, :causal] = mask[0, 0, 0, -1] = 0
+    elif causal:
         mask[:] = -9984.0
         for r in range(rows):
             mask[0, 0, r, : keys - rows + r + 1] = 0
@@ -61,6 +67,12 @@ CASES = {
     "1.5B-shaped net, 512 rows, full": (512, 512, 12, 2, 128, None, True, {}),
     "1.5B-shaped net, 512 rows, full, key blocks of 256": (512, 512, 12, 2, 128, None, True, {"tile_k": 256}),
     "vision tower, 1025 patches, unmasked": (1025, 1025, 16, 16, 64, None, False, {}),
+    "SmolLM2 decode step, 40 of 512 keys": (1, 513, 9, 3, 64, None, 40, {}),
+    "SmolLM2 decode step, 500 of 512 keys": (1, 513, 9, 3, 64, None, 500, {}),
+    "1.5B decode step, 40 of 2048 keys": (1, 2049, 12, 2, 128, None, 40, {}),
+    "1.5B decode step, 40 of 8192 keys": (1, 8193, 12, 2, 128, None, 40, {}),
+    "1.5B decode step, 4000 of 8192 keys": (1, 8193, 12, 2, 128, None, 4000, {}),
+    "1.5B decode step, 8100 of 8192 keys": (1, 8193, 12, 2, 128, None, 8100, {}),
 }
 
 
@@ -74,7 +86,7 @@ def main() -> None:
         attention_rows.supported = lambda *a: False  # type: ignore[assignment]
         blas = best_ms(attrs, args)
         attention_rows.supported = supported
-        print(f"| {name} | {exact:.1f} | {blas:.1f} |")
+        print(f"| {name} | {exact:.2f} | {blas:.2f} |")
 
 
 if __name__ == "__main__":

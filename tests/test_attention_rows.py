@@ -72,8 +72,7 @@ def test_the_real_rows_have_the_bits_of_every_row_against_every_key(mq, mk, hist
 
 
 def test_a_decode_step_leaves_out_the_empty_cache_between_history_and_new_row():
-    """The decode net's keys: 40 of history, 472 empty slots, the new row last (index 512), in a key block (a
-    decode step's one-row block without key blocks is BLAS's)."""
+    """The decode net's keys: 40 of history, 472 empty slots, the new row last (index 512), in a key block."""
     rng = np.random.default_rng(7)
     q, k, v = _operands(rng, 1, 513, 9, 3, 64)
     k[0, 40:512], v[0, 40:512] = 1e4, -1e4  # what the empty slots hold must not matter
@@ -112,3 +111,55 @@ def test_a_nan_in_a_shown_key_reaches_the_output():
     v[0, 1, 0, 3] = np.nan
     out = KERNELS["FAttention"]({"scale": 0.125, "kv_head": 1, "q_head": 2}, q, k, v, _causal(4, 4, 0))
     assert np.isnan(out[0, 1:, 3]).all()  # every row that sees key 1
+
+
+def _decode_mask(keys: int, history: int) -> np.ndarray:
+    """A decode step's mask: `history` keys, the empty cache, the new row last."""
+    mask = np.full((1, 1, 1, keys), HIDDEN, dtype=np.float32)
+    mask[0, 0, 0, :history] = mask[0, 0, 0, -1] = 0
+    return mask
+
+
+@pytest.mark.parametrize("keys, history, heads, kv_heads, d", [
+    (513, 40, 9, 3, 64),      # SmolLM2's step on a short history: the runs gathered into one copy
+    (2049, 300, 12, 2, 128),  # the 1.5B's: two runs read in place
+    (2049, 2048, 12, 2, 128),  # a full cache: one run
+    (130, 70, 4, 4, 72),      # a head size no multiple of 64
+    (1, 0, 2, 1, 64),         # nothing but the new row
+])
+def test_a_decode_row_has_the_bits_of_the_flash_block_and_of_every_key(keys, history, heads, kv_heads, d):
+    rng = np.random.default_rng(keys + history)
+    q, k, v = _operands(rng, 1, keys, heads, kv_heads, d)
+    k[0, history:-1], v[0, history:-1] = 1e4, -1e4  # what the empty slots hold must not matter
+    mask = _decode_mask(keys, history)
+    attrs = {"scale": d**-0.5, "kv_head": kv_heads, "q_head": heads}
+    got = attention_rows.decode_row(q, k, v, mask, np.float32(attrs["scale"]))
+    assert np.array_equal(got[0], flash_end(flash_block(attrs, q, k, v, mask))[0])
+    assert np.array_equal(got[0], _every_key(attrs, q, k, v, mask))
+    assert np.array_equal(KERNELS["FAttention"](attrs, q, k, v, mask), got)  # the executors' kernel takes it
+
+
+def test_a_decode_row_carries_a_nan_of_a_shown_key_and_ignores_one_in_a_hidden_block():
+    rng = np.random.default_rng(11)
+    q, k, v = _operands(rng, 1, 1025, 4, 2, 64)
+    mask = _decode_mask(1025, 400)
+    v[0, 700, 0, 5] = np.nan  # an empty slot of a block no key of which is shown
+    clean = attention_rows.decode_row(q, k, v, mask, np.float32(0.125))
+    assert np.isfinite(clean).all()
+    v[0, 10, 1, 5] = np.nan  # a history key of KV head 1
+    out = attention_rows.decode_row(q, k, v, mask, np.float32(0.125))
+    assert np.isnan(out[0, 0, 2 * 64 + 5]) and np.isnan(out[0, 0, 3 * 64 + 5])  # its two query heads
+    assert np.array_equal(out[0, 0, : 2 * 64], clean[0, 0, : 2 * 64])  # KV head 0's rows untouched
+
+
+def test_a_decode_rows_key_runs_are_the_visible_keys():
+    rng = np.random.default_rng(2)
+    for _ in range(500):
+        keys = int(rng.integers(1, 700))
+        mask = np.full(keys, HIDDEN, dtype=np.float32)
+        for _ in range(int(rng.integers(0, 5))):
+            a = int(rng.integers(0, keys))
+            mask[a : int(rng.integers(a, min(keys, a + 150) + 1))] = rng.choice([0.0, -3.0])
+        kept = attention_rows.visible_keys(mask[None])
+        expected = list(range(keys))[kept] if isinstance(kept, slice) else kept.tolist()
+        assert [key for start, stop in attention_rows.visible_runs(mask) for key in range(start, stop)] == expected
