@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmbuild.numerics import matrix_product
+from llmbuild.numerics import matrix_product, weighted_lanes
 from llmbuild.numerics.addresses import address
 from llmbuild.numerics.formats import mask_value
 from llmbuild.numerics.vector_product import LANES
@@ -85,32 +85,30 @@ def decode_row(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray, sc
         kept = np.concatenate([np.arange(start, stop) for start, stop in runs])
         k, v, mask = k[:, kept], v[:, kept], mask[..., kept]
         runs = [(0, keys)]
-    width = -(-keys // LANES) * LANES
     queries = q.reshape(kv_heads, group, d)
     scores = np.empty((kv_heads, group, keys), dtype=np.float32)
     shown = np.empty(keys, dtype=np.float32)
-    values_and_one = np.zeros((kv_heads, d + 1, width), dtype=np.float32)
-    values_and_one[:, d, :keys] = 1.0
     at = 0
     for start, stop in runs:
         for h in range(kv_heads):
             _product(queries[h], k[0, start:stop, h], scores[h, :, at : at + stop - start])
         shown[at : at + stop - start] = mask[0, 0, 0, start:stop]
-        for s in range(start, stop, LANES):  # a lane block at a time, as weighted_values copies
-            e = min(s + LANES, stop)
-            values_and_one[:, :d, at + s - start : at + e - start] = v[0, s:e].transpose(1, 2, 0)
         at += stop - start
     scores *= scale
     scores += shown
     top = scores.max(axis=-1)
     scores -= top[..., None]
     np.exp(scores, out=scores)  # in place on a whole array, as flash_block's (numpy's exp loop is the same)
-    weights = np.zeros((kv_heads, group, width), dtype=np.float32)
-    weights[..., :keys] = scores
-    summed = np.empty((kv_heads, group, d + 1), dtype=np.float32)
-    for h in range(kv_heads):
-        _product(weights[h], values_and_one[h], summed[h])
-    return (summed[..., :d] / summed[..., d:]).reshape(1, 1, kv_heads * group * d)
+    # The value product's lanes from the values where they lie (weighted_lanes.py): weighted_values' bits
+    # without its transposed copy of v.
+    lanes = np.zeros((kv_heads, group, LANES, d), dtype=np.float32)
+    totals = np.zeros((kv_heads, group, LANES), dtype=np.float32)
+    at = 0
+    for start, stop in runs:
+        weighted_lanes.accumulate(scores[..., at : at + stop - start], v[0, start:stop], at, lanes, totals)
+        at += stop - start
+    values = weighted_lanes.summed(lanes)
+    return (values / weighted_lanes.lane_tree(totals, axis=2)[..., None]).reshape(1, 1, kv_heads * group * d)
 
 
 def scores(q: np.ndarray, k: np.ndarray) -> np.ndarray:
