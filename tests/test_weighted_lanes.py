@@ -26,15 +26,17 @@ def _reference(p: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _in_runs(p: np.ndarray, v: np.ndarray, cuts: list[int], numpy_only: bool) -> tuple[np.ndarray, np.ndarray]:
     heads, rows, n = p.shape
-    lanes = np.zeros((heads, rows, 64, v.shape[2]), np.float32)
-    totals = np.zeros((heads, rows, 64), np.float32)
+    d = v.shape[2]
+    lanes = weighted_lanes.lanes_for(heads, rows, d)
     saved = weighted_lanes._KERNELS
     if numpy_only:
         weighted_lanes._KERNELS = type("NoKernels", (), {"get": staticmethod(lambda key: None)})()
     try:
         for start, stop in zip([0, *cuts], [*cuts, n], strict=True):
-            weighted_lanes.accumulate(p[..., start:stop], v[start:stop], start, lanes, totals)
-        return weighted_lanes.summed(lanes), weighted_lanes.lane_tree(totals, axis=2)
+            weighted_lanes.accumulate(p[..., start:stop], v[start:stop], start, lanes)
+        summed = weighted_lanes.summed(lanes)
+        assert np.array_equal(summed, weighted_lanes.lane_tree(lanes, axis=2), equal_nan=True)  # compiled tree
+        return summed[..., :d], summed[..., d]
     finally:
         weighted_lanes._KERNELS = saved
 

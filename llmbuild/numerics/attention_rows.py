@@ -101,14 +101,13 @@ def decode_row(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray, sc
     np.exp(scores, out=scores)  # in place on a whole array, as flash_block's (numpy's exp loop is the same)
     # The value product's lanes from the values where they lie (weighted_lanes.py): weighted_values' bits
     # without its transposed copy of v.
-    lanes = np.zeros((kv_heads, group, LANES, d), dtype=np.float32)
-    totals = np.zeros((kv_heads, group, LANES), dtype=np.float32)
+    lanes = weighted_lanes.lanes_for(kv_heads, group, d)
     at = 0
     for start, stop in runs:
-        weighted_lanes.accumulate(scores[..., at : at + stop - start], v[0, start:stop], at, lanes, totals)
+        weighted_lanes.accumulate(scores[..., at : at + stop - start], v[0, start:stop], at, lanes)
         at += stop - start
-    values = weighted_lanes.summed(lanes)
-    return (values / weighted_lanes.lane_tree(totals, axis=2)[..., None]).reshape(1, 1, kv_heads * group * d)
+    summed = weighted_lanes.summed(lanes)  # the values' sums, then the weights' in column d
+    return (summed[..., :d] / summed[..., d : d + 1]).reshape(1, 1, kv_heads * group * d)
 
 
 def scores(q: np.ndarray, k: np.ndarray) -> np.ndarray:

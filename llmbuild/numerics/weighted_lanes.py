@@ -6,11 +6,12 @@ fixed tree over the lanes. In attention's value product x is a row of weights p 
 values transposed, [d, keys]; a prefill builds that transposed copy (attention_rows.weighted_values), but in
 a decode step the copy was most of the step's attention: a 1.5B's 2048 keys, 2 MB of values, transposed
 in 0.3 ms a layer, every token. This kernel accumulates the lanes from the values as the cache holds them,
-[keys, kv heads, d]: key i of the row goes to lane (first + i) mod 64, lanes[r, lane, :] += p[r, i] * v[i, :]
-(a product rounded, then a sum rounded: no fused multiply-add), and totals[r, lane] += p[r, i] (the
-arithmetic's product with the column of ones, p * 1.0 = p exactly). The caller then adds the lanes by the
-fixed tree (`lane_tree`). Lanes start at +0 and take the keys in order, as the product's do, so the sums are
-the product's bits (tests/test_attention_rows.py compares them).
+[keys, kv heads, d]: key i of the row goes to lane (first + i) mod 64, lanes[r, lane, :d] += p[r, i] * v[i, :]
+(a product rounded, then a sum rounded: no fused multiply-add), and lanes[r, lane, d] += p[r, i] (the
+arithmetic's product with the column of ones, p * 1.0 = p exactly: the sum of the weights rides in the
+lanes' next column). The caller then adds the lanes by the fixed tree (`summed`). Lanes start at +0 and
+take the keys in order, as the product's do, so the sums are the product's bits (tests/test_weighted_lanes.py
+and tests/test_attention_rows.py compare them).
 
 Where llvmlite cannot build the kernel, or d is no multiple of 16, numpy accumulates the same sums, a lane
 block of keys at a time.
@@ -31,28 +32,35 @@ from llmbuild.numerics.vector_product import LANES
 _VECTOR = 16
 
 
-def accumulate(p: np.ndarray, v: np.ndarray, first: int, lanes: np.ndarray, totals: np.ndarray) -> None:
+def lanes_for(heads: int, rows: int, d: int) -> np.ndarray:
+    """Zero lanes for `accumulate`: [heads, rows, 64, d + 16], the values' sums in columns :d, the weights'
+    in column d (16 columns, so that `summed` adds them by its vectors too)."""
+    return np.zeros((heads, rows, LANES, d + _VECTOR), dtype=np.float32)
+
+
+def accumulate(p: np.ndarray, v: np.ndarray, first: int, lanes: np.ndarray) -> None:
     """Add keys of weights p [heads, rows, n] (float32, last axis contiguous) times values v [n, heads, d]
-    (float32, last two axes contiguous) into lanes [heads, rows, 64, d] and totals [heads, rows, 64] (float32,
-    contiguous), key i to lane (first + i) mod 64."""
+    (float32, last two axes contiguous) into `lanes_for(heads, rows, d)`, key i to lane (first + i) mod 64."""
     heads, rows, n = p.shape
     d = v.shape[2]
+    ld = lanes.shape[3]
     if n and d and d % _VECTOR == 0 and p.strides[2] == 4 and v.strides[2] == 4 and v.strides[1] == 4 * d \
-            and lanes.flags.c_contiguous and totals.flags.c_contiguous:
+            and lanes.flags.c_contiguous and ld == d + _VECTOR:
         parts = [(r0, _KERNELS.get((count, _chunk(count, d))))
                  for r0 in range(0, rows, MAX_ROWS) for count in [min(MAX_ROWS, rows - r0)]]
         if all(run is not None for _, run in parts):  # compiled together: all of them or none
             for r0, run in parts:
                 for h in range(heads):
+                    at = address(lanes[h, r0])
                     run(address(p[h, r0]), p.strides[1] // 4, address(v[:, h]), v.strides[0], n, first % LANES,
-                        address(lanes[h, r0]), address(totals[h, r0]), d)
+                        at, at + 4 * d, d, ld)
             return
     for start in range(0, n, LANES):  # up to 64 keys a pass: each to a lane of its own
         stop = min(start + LANES, n)
         lane = (first + np.arange(start, stop)) % LANES
         part = p[:, :, start:stop]
-        lanes[:, :, lane] += part[..., None] * v[start:stop].transpose(1, 0, 2)[:, None]
-        totals[:, :, lane] += part
+        lanes[:, :, lane, :d] += part[..., None] * v[start:stop].transpose(1, 0, 2)[:, None]
+        lanes[:, :, lane, d] += part
 
 
 def summed(lanes: np.ndarray) -> np.ndarray:
@@ -94,13 +102,14 @@ def _chunk(rows: int, d: int) -> int:
 
 def _function(rows: int, chunk: int) -> str:
     """IR of the kernel for `rows` rows, `chunk` vectors a pass: (p*, p_row_elems, v*, v_row_bytes, n, first,
-    lanes*, totals*, d), lanes [rows, 64, d] and totals [rows, 64] accumulated in place."""
+    lanes*, totals*, d, ld): lanes [rows, 64, ld] (columns :d) and the totals (lane l of row r at
+    (r * 64 + l) * ld) accumulated in place."""
     t = f"<{_VECTOR} x float>"
     name = f"weighted_lanes_{rows}_{chunk}"
     acc = [(r, j) for r in range(rows) for j in range(chunk)]
     lines = [f"""
 define void @{name}(ptr noalias nocapture readonly %p, i64 %prs, ptr noalias nocapture readonly %v, i64 %vrb,
-                    i64 %n, i64 %first, ptr noalias nocapture %lanes, ptr noalias nocapture %totals, i64 %d) {{
+                    i64 %n, i64 %first, ptr %lanes, ptr %totals, i64 %d, i64 %ld) {{
 entry:
   br label %lane
 lane:
@@ -111,8 +120,9 @@ lane:
   br i1 %some, label %totalsin, label %laneend
 totalsin:"""]
     for r in range(rows):
-        lines.append(f"  %tp{r} = getelementptr float, ptr %totals, i64 {r * LANES}")
-        lines.append(f"  %tq{r} = getelementptr float, ptr %tp{r}, i64 %l")
+        lines.append(f"  %tr{r} = add i64 %l, {r * LANES}")
+        lines.append(f"  %to{r} = mul i64 %tr{r}, %ld")
+        lines.append(f"  %tq{r} = getelementptr float, ptr %totals, i64 %to{r}")
         lines.append(f"  %t0_{r} = load float, ptr %tq{r}, align 4")
     lines.append("  br label %tkey\ntkey:")
     lines.append("  %ti = phi i64 [ %i0, %totalsin ], [ %tinext, %tkey ]")
@@ -128,8 +138,8 @@ totalsin:"""]
     lines += ["  br label %chunk", "chunk:",
               "  %c = phi i64 [ 0, %totalsout ], [ %cnext, %chunkend ]"]
     for r, j in acc:  # this lane's sums of row r, vector j of the chunk, as they stand
-        lines += [f"  %lo{r}_{j}a = mul i64 %l, %d",
-                  f"  %lo{r}_{j}c = mul i64 %d, {r * LANES}", f"  %lo{r}_{j}d = add i64 %lo{r}_{j}c, %lo{r}_{j}a",
+        lines += [f"  %lo{r}_{j}a = mul i64 %l, %ld",
+                  f"  %lo{r}_{j}c = mul i64 %ld, {r * LANES}", f"  %lo{r}_{j}d = add i64 %lo{r}_{j}c, %lo{r}_{j}a",
                   f"  %lo{r}_{j}e = add i64 %lo{r}_{j}d, %c", f"  %lo{r}_{j} = add i64 %lo{r}_{j}e, {j * _VECTOR}",
                   f"  %lp{r}_{j} = getelementptr float, ptr %lanes, i64 %lo{r}_{j}",
                   f"  %a0_{r}_{j} = load {t}, ptr %lp{r}_{j}, align 4"]
@@ -197,7 +207,7 @@ col:
 
 def _compile() -> dict[Any, Callable[..., None] | None]:
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    signature = ctypes.CFUNCTYPE(None, ptr, i64, ptr, i64, i64, i64, ptr, ptr, i64)
+    signature = ctypes.CFUNCTYPE(None, ptr, i64, ptr, i64, i64, i64, ptr, ptr, i64, i64)
     shapes = [(rows, chunk) for rows in range(1, MAX_ROWS + 1) for chunk in (4, 2, 1) if rows * chunk <= _ACCUMULATORS]
     symbols: dict[Any, str] = {shape: f"weighted_lanes_{shape[0]}_{shape[1]}" for shape in shapes}
     signatures: dict[Any, Any] = dict.fromkeys(shapes, signature)
