@@ -49,9 +49,9 @@ def visible_keys(mask: np.ndarray) -> slice | np.ndarray:
     return kept[kept < end]
 
 
-# Up to this many keys in several runs, a decode step gathers them into one copy (two products a KV head
-# instead of two a run and head: 0.11 against 0.13 ms for SmolLM2's step at 40 keys; from 500 keys on the
-# reads in place are the quicker, 0.26 against 0.32 ms).
+# Up to this many keys in several runs, a decode step gathers them into one copy: a call a KV head for each
+# product instead of one a run and head (SmolLM2's step at 40 keys: 0.11 against 0.13 ms; from some 500 keys
+# on the reads in place are the quicker, 0.26 against 0.32 ms for a 1.5B's step).
 GATHERED_KEYS = 256
 
 
@@ -106,8 +106,8 @@ def decode_row(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray, sc
     for start, stop in runs:
         weighted_lanes.accumulate(scores[..., at : at + stop - start], v[0, start:stop], at, lanes)
         at += stop - start
-    summed = weighted_lanes.summed(lanes)  # the values' sums, then the weights' in column d
-    return (summed[..., :d] / summed[..., d : d + 1]).reshape(1, 1, kv_heads * group * d)
+    sums = weighted_lanes.summed(lanes)  # the values' sums, then the weights' in column d
+    return (sums[..., :d] / sums[..., d : d + 1]).reshape(1, 1, kv_heads * group * d)
 
 
 def scores(q: np.ndarray, k: np.ndarray) -> np.ndarray:
