@@ -49,10 +49,14 @@ def accumulate(p: np.ndarray, v: np.ndarray, first: int, lanes: np.ndarray) -> N
         parts = [(r0, _KERNELS.get((count, _chunk(count, d))))
                  for r0 in range(0, rows, MAX_ROWS) for count in [min(MAX_ROWS, rows - r0)]]
         if all(run is not None for _, run in parts):  # compiled together: all of them or none
+            # Addresses by stride, not by a view a head: a decode step makes these calls every layer.
+            p0, v0, lanes0 = address(p), address(v), address(lanes)
+            p_head, p_row, v_row = p.strides[0], p.strides[1], v.strides[0]
+            lane_row = LANES * ld * 4  # bytes of one row's lanes
             for r0, run in parts:
                 for h in range(heads):
-                    at = address(lanes[h, r0])
-                    run(address(p[h, r0]), p.strides[1] // 4, address(v[:, h]), v.strides[0], n, first % LANES,
+                    at = lanes0 + (h * rows + r0) * lane_row
+                    run(p0 + h * p_head + r0 * p_row, p_row // 4, v0 + 4 * h * d, v_row, n, first % LANES,
                         at, at + 4 * d, d, ld)
             return
     for start in range(0, n, LANES):  # up to 64 keys a pass: each to a lane of its own
