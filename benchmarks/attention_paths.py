@@ -39,7 +39,7 @@ def operands(rows: int, keys: int, heads: int, kv_heads: int, d: int, real: int 
     q = rng.standard_normal((1, rows, heads, d)).astype(np.float32)
     k, v = (rng.standard_normal((1, keys, kv_heads, d)).astype(np.float32) for _ in range(2))
     mask = np.zeros((1, 1, rows, keys), dtype=np.float32)
-    if causal is not True and causal is not False:
+    if not isinstance(causal, bool):  # a decode step: its history, the empty cache, the new row last
         mask[:] = -9984.0
         mask[0, 0, 0, :causal] = mask[0, 0, 0, -1] = 0
     elif causal:

@@ -36,39 +36,38 @@ def visible_keys(mask: np.ndarray) -> slice | np.ndarray:
     A hidden block's terms are zeros in every lane, so leaving it out moves no later key to another lane and
     changes no sum, and each kept block but the last is whole, so the kept keys keep their lanes (a decode
     step's keys: the history's blocks and the new row, not the empty cache between them)."""
+    runs = visible_runs(mask)
+    if len(runs) == 1 and runs[0][0] == 0:  # a prefix of the blocks: a slice, no copy
+        return slice(*runs[0])
+    return _keys_of(runs)
+
+
+def visible_runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    """`visible_keys` as runs of keys [start, stop) in order: a decode step's keys are read where they lie
+    (the history's blocks, then the new row's), not gathered into a copy. `mask`: [rows, keys] or one row."""
     keys = mask.shape[-1]
     shown = mask != mask.dtype.type(mask_value(""))
-    shown_keys = np.flatnonzero(shown.any(axis=0) if shown.shape[0] > 1 else shown[0])
-    if shown_keys.size == 0:
-        return slice(0, keys)
-    end = int(shown_keys[-1]) + 1  # the keys after the last one shown: a suffix of zero terms
-    blocks = np.flatnonzero(np.bincount(shown_keys // LANES))
-    if blocks.size == blocks[-1] + 1:  # a prefix of the blocks: a slice, no copy
-        return slice(0, end)
-    kept = (blocks[:, None] * LANES + np.arange(LANES)).ravel()
-    return kept[kept < end]
-
-
-# Up to this many keys in several runs, a decode step gathers them into one copy: a call a KV head for each
-# product instead of one a run and head (SmolLM2's step at 40 keys: 0.11 against 0.13 ms; from some 500 keys
-# on the reads in place are the quicker, 0.26 against 0.32 ms for a 1.5B's step).
-GATHERED_KEYS = 256
-
-
-def visible_runs(mask_row: np.ndarray) -> list[tuple[int, int]]:
-    """`visible_keys` of one row of a mask, as runs of keys [start, stop) in order: a decode step's keys are
-    read where they lie (the history's blocks, then the new row's), not gathered into a copy."""
-    keys = mask_row.shape[0]
-    shown = np.flatnonzero(mask_row != mask_row.dtype.type(mask_value("")))
+    shown = np.flatnonzero(shown.any(axis=0) if shown.ndim > 1 and shown.shape[0] > 1 else shown.reshape(-1))
     if shown.size == 0:
         return [(0, keys)]
-    end = int(shown[-1]) + 1
+    end = int(shown[-1]) + 1  # the keys after the last one shown: a suffix of zero terms
     blocks = shown // LANES  # ascending
     blocks = blocks[np.concatenate(([True], blocks[1:] != blocks[:-1]))]
     breaks = np.flatnonzero(blocks[1:] != blocks[:-1] + 1)
     firsts = blocks[np.concatenate(([0], breaks + 1))].tolist()
     lasts = blocks[np.concatenate((breaks, [blocks.size - 1]))].tolist()
     return [(first * LANES, min((last + 1) * LANES, end)) for first, last in zip(firsts, lasts, strict=True)]
+
+
+def _keys_of(runs: list[tuple[int, int]]) -> np.ndarray:
+    return np.concatenate([np.arange(start, stop) for start, stop in runs])
+
+
+# Up to this many keys in several runs, a decode step gathers them into one copy: a call a KV head for each
+# product instead of one a run and head. SmolLM2's step at a history of 40 keys (65 kept) 0.076 against 0.093
+# ms; at 150 keys (193 kept) the reads in place are level or quicker for SmolLM2, the 1.5B and the 7B (0.097
+# against 0.104, 0.137 against 0.171, 0.277 against 0.351 ms; one thread, decode_row on random operands).
+GATHERED_KEYS = 128
 
 
 def decode_row(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray, scale: np.float32) -> np.ndarray:
@@ -82,7 +81,7 @@ def decode_row(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray, sc
     runs = visible_runs(mask[0, 0, 0])
     keys = sum(stop - start for start, stop in runs)
     if len(runs) > 1 and keys <= GATHERED_KEYS:  # a short history: one copy is cheaper than a call per run
-        kept = np.concatenate([np.arange(start, stop) for start, stop in runs])
+        kept = _keys_of(runs)
         k, v, mask = k[:, kept], v[:, kept], mask[..., kept]
         runs = [(0, keys)]
     queries = q.reshape(kv_heads, group, d)
@@ -135,7 +134,7 @@ def weighted_values(p: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarra
     values_and_one = np.zeros((b, kv_heads, d + 1, width), dtype=np.float32)
     for i in range(b):
         # A lane block of keys at a time: numpy's transposing copy of the whole v strides through memory a
-        # key row apart and ran 10x slower (8 ms for 4096 keys of a 1.5B's layer, a decode step's whole cost).
+        # key row apart and ran 10x slower (8.1 against 0.8 ms for 4096 keys of a 1.5B's layer).
         for s in range(0, keys, LANES):
             e = min(s + LANES, keys)
             values_and_one[i, :, :d, s:e] = v[i, s:e].transpose(1, 2, 0)

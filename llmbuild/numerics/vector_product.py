@@ -89,16 +89,16 @@ def _rows_into(w: np.ndarray, padded: np.ndarray, lo: int, hi: int, out: np.ndar
     lanes = np.zeros((hi - lo, LANES), dtype=np.float32)
     for b in range(products.shape[1]):  # one block after the other: each lane's sums in k order
         lanes += products[:, b]
-    out[lo:hi] = _lane_tree(lanes)
+    out[lo:hi] = tree_sum(lanes)
 
 
-def _lane_tree(lanes: np.ndarray) -> np.ndarray:
-    """[rows, 64] lanes -> [rows]: (l[j] + l[j+16]) + (l[j+32] + l[j+48]), then halves of 8, 4, 2, 1."""
-    v = (lanes[:, 0:16] + lanes[:, 16:32]) + (lanes[:, 32:48] + lanes[:, 48:64])
-    while v.shape[1] > 1:
-        half = v.shape[1] // 2
-        v = v[:, :half] + v[:, half:]
-    return v[:, 0]
+def tree_sum(lanes: np.ndarray) -> np.ndarray:
+    """[..., 64] lanes -> [...]: (l[j] + l[j+16]) + (l[j+32] + l[j+48]), then halves of 8, 4, 2, 1."""
+    v = (lanes[..., 0:16] + lanes[..., 16:32]) + (lanes[..., 32:48] + lanes[..., 48:64])
+    while v.shape[-1] > 1:
+        half = v.shape[-1] // 2
+        v = v[..., :half] + v[..., half:]
+    return v[..., 0]
 
 
 def product(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:

@@ -27,7 +27,7 @@ import numpy as np
 
 from llmbuild.numerics import llvm_kernels
 from llmbuild.numerics.addresses import address
-from llmbuild.numerics.vector_product import LANES
+from llmbuild.numerics.vector_product import LANES, tree_sum
 
 _VECTOR = 16
 
@@ -68,27 +68,17 @@ def accumulate(p: np.ndarray, v: np.ndarray, first: int, lanes: np.ndarray) -> N
 
 
 def summed(lanes: np.ndarray) -> np.ndarray:
-    """lanes [..., 64, d] (float32, contiguous) added by the fixed tree (`lane_tree`): [..., d], compiled where
-    d is a multiple of 16 (numpy's seven passes over a 1.5B's lanes took 0.08 ms of a 0.6 ms step)."""
+    """lanes [..., 64, d] (float32, contiguous) added by the products' fixed tree (vector_product.tree_sum):
+    [..., d], compiled where d is a multiple of 16 (numpy's seven passes over a 1.5B's lanes took 0.08 ms of
+    a 0.6 ms step)."""
     d = lanes.shape[-1]
     out = np.empty((*lanes.shape[:-2], d), dtype=np.float32)
     run = _KERNELS.get("tree")
     if run is None or d % _VECTOR or not lanes.flags.c_contiguous or not d:
-        out[...] = lane_tree(lanes, axis=-2)
+        out[...] = tree_sum(np.moveaxis(lanes, -2, -1))
     else:
         run(address(lanes), out.size // d, d, address(out))
     return out
-
-
-def lane_tree(lanes: np.ndarray, axis: int) -> np.ndarray:
-    """The fixed tree over the 64 lanes on `axis` (vector_product's): lanes j, j+16, j+32, j+48 as
-    (l0 + l1) + (l2 + l3), then halves of 8, 4, 2, 1."""
-    a = np.moveaxis(lanes, axis, 0)
-    t = (a[0:16] + a[16:32]) + (a[32:48] + a[48:64])
-    while t.shape[0] > 1:
-        half = t.shape[0] // 2
-        t = t[:half] + t[half:]
-    return t[0]
 
 
 # A lane's sums for every row of a KV head's group are held in registers while the lane's keys pass (every
