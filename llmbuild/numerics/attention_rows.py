@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmbuild.numerics import matrix_product, weighted_lanes
+from llmbuild.numerics import decode_scores, matrix_product, weighted_lanes
 from llmbuild.numerics.addresses import address
 from llmbuild.numerics.formats import mask_value
 from llmbuild.numerics.vector_product import LANES
@@ -74,11 +74,22 @@ def decode_row(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray, sc
     """One query row's attention, q [1, 1, heads, d] over k/v [1, keys, kv_heads, d] (float32, contiguous)
     and mask [1, 1, 1, keys]: [1, 1, heads * d], the bits of `flash_end(flash_block(...))` (kernels.py) on
     the same operands: the same products on the same keys (the visible runs in place of a gathered copy),
-    then the same float32 steps in the same order, on arrays a decode step needs nothing else of (a step's
-    attention is 0.1 ms of numpy calls at a short history: each one left out counts)."""
+    then the same float32 steps in the same order. Where the kernels take d and the group (decode_scores.py,
+    weighted_lanes.weighted_row), three compiled calls and three numpy steps for every head of the layer;
+    else numpy and a kernel call a KV head and run (tests/test_decode_scores.py: the same bits)."""
     kv_heads, d = k.shape[2], k.shape[3]
     group = q.shape[2] // kv_heads
-    runs = visible_runs(mask[0, 0, 0])
+    row = mask[0, 0, 0]
+    if (decode_scores.available(d) and weighted_lanes.row_available(group, d)
+            and all(a.flags.c_contiguous for a in (q, k, v, row))):
+        # Compiled: the runs, the scores (scaled and masked), and the value product with its division, each
+        # one call for every head; numpy's softmax steps between them on the packed scores, as below.
+        found = decode_scores.runs(row, mask_value(""))
+        weights = decode_scores.scores(q[0, 0], k[0], found, row, scale)
+        weights -= weights.max(axis=-1)[..., None]
+        np.exp(weights, out=weights)
+        return weighted_lanes.weighted_row(weights, v[0], found)
+    runs = visible_runs(row)
     keys = sum(stop - start for start, stop in runs)
     if len(runs) > 1 and keys <= GATHERED_KEYS:  # a short history: one copy is cheaper than a call per run
         kept = _keys_of(runs)

@@ -199,15 +199,133 @@ col:
     return "\n".join(lines)
 
 
-def _compile() -> dict[Any, Callable[..., None] | None]:
+def row_available(group: int, d: int) -> bool:
+    """Whether `weighted_row` takes a group of this many query heads with values of d."""
+    return 0 < group <= MAX_ROWS and d > 0 and d % _VECTOR == 0 and _KERNELS.get("row") is not None
+
+
+def weighted_row(p: np.ndarray, v: np.ndarray, found: np.ndarray) -> np.ndarray:
+    """A decode step's attention output [1, 1, heads * d] from its weights p [kv heads, group, keys shown]
+    (float32, contiguous: the softmax's numerators over the runs `found`, decode_scores.runs) and the cache's
+    values v [keys, kv heads, d] (contiguous), in one call: every head's lanes (`accumulate`'s), their tree
+    (`summed`'s) and the division by the weights' sum, each value's bits those of the calls it replaces.
+    Where `row_available` (the caller checks)."""
+    kv_heads, group, shown = p.shape
+    d = v.shape[2]
+    assert p.flags.c_contiguous and v.flags.c_contiguous and p.dtype == v.dtype == np.float32
+    lanes = np.empty((kv_heads, group, LANES, d + _VECTOR), dtype=np.float32)  # zeroed by the kernel
+    sums = np.empty((kv_heads * group, d + _VECTOR), dtype=np.float32)
+    out = np.empty((1, 1, kv_heads * group * d), dtype=np.float32)
+    _KERNELS.get("row")(address(p), shown, kv_heads, group, d, address(v), address(found), address(lanes),
+        _KERNELS.get((group, _chunk(group, d), "address")), address(sums), address(out))
+    return out
+
+
+def _row() -> str:
+    """IR of (p*, shown, kv_heads, group, d, v*, runs*, lanes*, kernel*, sums*, out*): `weighted_row`, the
+    lanes kernel for the group's rows passed by address."""
+    t = f"<{_VECTOR} x float>"
+    return f"""
+declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)
+
+define void @weighted_row(ptr noalias nocapture readonly %p, i64 %shown, i64 %kvh, i64 %group, i64 %d,
+                          ptr noalias nocapture readonly %v, ptr noalias nocapture readonly %runs, ptr %lanes,
+                          ptr %kernel, ptr noalias nocapture %sums, ptr noalias nocapture %out) {{
+entry:
+  %ld = add i64 %d, {_VECTOR}
+  %rows = mul i64 %kvh, %group
+  %lanesize0 = mul i64 %rows, {LANES * 4}
+  %lanesize = mul i64 %lanesize0, %ld
+  call void @llvm.memset.p0.i64(ptr %lanes, i8 0, i64 %lanesize, i1 false)
+  %nruns = load i64, ptr %runs, align 8
+  %keyrow0 = mul i64 %kvh, %d
+  %vrb = mul i64 %keyrow0, 4
+  %headlanes0 = mul i64 %group, {LANES * 4}
+  %headlanes = mul i64 %headlanes0, %ld
+  %dbytes = mul i64 %d, 4
+  br label %head
+head:
+  %h = phi i64 [ 0, %entry ], [ %hnext, %headend ]
+  %lo = mul i64 %h, %headlanes
+  %lh = getelementptr i8, ptr %lanes, i64 %lo
+  %th = getelementptr i8, ptr %lh, i64 %dbytes
+  %voff = mul i64 %h, %dbytes
+  %vh = getelementptr i8, ptr %v, i64 %voff
+  %prow0 = mul i64 %h, %group
+  %prow = mul i64 %prow0, %shown
+  br label %run
+run:
+  %r = phi i64 [ 0, %head ], [ %rnext, %run ]
+  %at = phi i64 [ 0, %head ], [ %atnext, %run ]
+  %rs0 = mul i64 %r, 2
+  %rs = add i64 %rs0, 2
+  %rsp = getelementptr i64, ptr %runs, i64 %rs
+  %start = load i64, ptr %rsp, align 8
+  %re = add i64 %rs, 1
+  %rep = getelementptr i64, ptr %runs, i64 %re
+  %stop = load i64, ptr %rep, align 8
+  %len = sub i64 %stop, %start
+  %po = add i64 %prow, %at
+  %pp = getelementptr float, ptr %p, i64 %po
+  %vo = mul i64 %start, %vrb
+  %vp = getelementptr i8, ptr %vh, i64 %vo
+  %first = and i64 %at, {LANES - 1}
+  call void %kernel(ptr %pp, i64 %shown, ptr %vp, i64 %vrb, i64 %len, i64 %first, ptr %lh, ptr %th, i64 %d, i64 %ld)
+  %atnext = add i64 %at, %len
+  %rnext = add i64 %r, 1
+  %rmore = icmp slt i64 %rnext, %nruns
+  br i1 %rmore, label %run, label %headend
+headend:
+  %hnext = add i64 %h, 1
+  %hmore = icmp slt i64 %hnext, %kvh
+  br i1 %hmore, label %head, label %tree
+tree:
+  call void @lane_tree(ptr %lanes, i64 %rows, i64 %ld, ptr %sums)
+  br label %divrow
+divrow:
+  %q = phi i64 [ 0, %tree ], [ %qnext, %divrowend ]
+  %so = mul i64 %q, %ld
+  %srow = getelementptr float, ptr %sums, i64 %so
+  %wp = getelementptr float, ptr %srow, i64 %d
+  %w = load float, ptr %wp, align 4
+  %w1 = insertelement {t} poison, float %w, i64 0
+  %ws = shufflevector {t} %w1, {t} poison, <{_VECTOR} x i32> zeroinitializer
+  %oo = mul i64 %q, %d
+  %orow = getelementptr float, ptr %out, i64 %oo
+  br label %divcol
+divcol:
+  %c = phi i64 [ 0, %divrow ], [ %cnext, %divcol ]
+  %sp = getelementptr float, ptr %srow, i64 %c
+  %sv = load {t}, ptr %sp, align 4
+  %dv = fdiv {t} %sv, %ws
+  %op = getelementptr float, ptr %orow, i64 %c
+  store {t} %dv, ptr %op, align 4
+  %cnext = add i64 %c, {_VECTOR}
+  %cmore = icmp slt i64 %cnext, %d
+  br i1 %cmore, label %divcol, label %divrowend
+divrowend:
+  %qnext = add i64 %q, 1
+  %qmore = icmp slt i64 %qnext, %rows
+  br i1 %qmore, label %divrow, label %done
+done:
+  ret void
+}}"""
+
+
+def _compile() -> dict[Any, Callable[..., None] | int | None]:
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     signature = ctypes.CFUNCTYPE(None, ptr, i64, ptr, i64, i64, i64, ptr, ptr, i64, i64)
     shapes = [(rows, chunk) for rows in range(1, MAX_ROWS + 1) for chunk in (4, 2, 1) if rows * chunk <= _ACCUMULATORS]
     symbols: dict[Any, str] = {shape: f"weighted_lanes_{shape[0]}_{shape[1]}" for shape in shapes}
     signatures: dict[Any, Any] = dict.fromkeys(shapes, signature)
+    # The kernels' addresses too: `weighted_row` calls the one for its group's rows.
+    symbols |= {(*shape, "address"): symbols[shape] for shape in shapes}
+    signatures |= dict.fromkeys(((*shape, "address") for shape in shapes), None)
     symbols["tree"], signatures["tree"] = "lane_tree", ctypes.CFUNCTYPE(None, ptr, i64, i64, ptr)
+    symbols["row"] = "weighted_row"
+    signatures["row"] = ctypes.CFUNCTYPE(None, ptr, i64, i64, i64, i64, ptr, ptr, ptr, ptr, ptr, ptr)
     return llvm_kernels.compile_functions(
-        "\n".join(_function(rows, chunk) for rows, chunk in shapes) + _tree(), symbols, signatures,
+        "\n".join(_function(rows, chunk) for rows, chunk in shapes) + _tree() + _row(), symbols, signatures,
         "the compiled value product of a decode step's attention",
         "numpy accumulates its lanes, slower, with the same bits")
 
