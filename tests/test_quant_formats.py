@@ -192,6 +192,17 @@ def test_unpack_nibbles_gives_every_byte_s_two_levels() -> None:
         np.testing.assert_array_equal(pack_levels(levels, 4, "test"), packed)
 
 
+def test_pack_levels_pairs_read_as_words_equal_the_nibble_formula() -> None:
+    """The packing by uint16 pairs against lo | (hi << 4) over every pair of byte values (those past 15
+    included: the high nibble keeps hi's low four bits), contiguous, strided and Fortran-ordered."""
+    lo, hi = np.meshgrid(np.arange(256, dtype=np.uint8), np.arange(256, dtype=np.uint8))
+    levels = np.stack([lo.reshape(-1), hi.reshape(-1)], axis=1).reshape(256, 512)
+    expected = (levels[:, 0::2] | (levels[:, 1::2] << 4)).astype(np.uint8)
+    wide = np.repeat(levels, 2, axis=0)[::2]  # a view with a row stride of two rows
+    for source in (levels, wide, np.asfortranarray(levels)):
+        np.testing.assert_array_equal(pack_levels(source, 4, "test"), expected)
+
+
 def test_act_order_permutation_is_stable_sort() -> None:
     g_idx = np.array([1, 0, 1, 0, 0, 1], dtype=np.int32)
     q = np.arange(12, dtype=np.uint8).reshape(2, 6)
