@@ -262,9 +262,9 @@ def _softmax_attention(attrs: dict[str, Any], q: np.ndarray, k: np.ndarray, v: n
     on the other rows or on the keys the mask hides, so it computes the real rows alone. A block of one row
     (a decode step's) takes the same arithmetic through `attention_rows.decode_row`, which reads the keys
     its mask shows where they lie: its cost follows the history, not the net's length (BLAS over every key
-    of a 1.5B's 2048-key step took 0.77 ms a layer at any history, this 0.11 ms at 40 keys and 0.87 ms with
-    the cache full: benchmarks/attention_paths.py), and its bits are those of the prefill's row and of any
-    CPU (BLAS's were its kernels' for the CPU).
+    of a 1.5B's 2048-key step took 0.9-1.1 ms a layer at any history, this 0.08-0.09 ms at 40 keys and
+    0.60-0.65 ms with the cache full: benchmarks/attention_paths.py), and its bits are those of the
+    prefill's row and of any CPU (BLAS's were its kernels' for the CPU).
     The float64 reference runs both products on every row with numpy.
     The softmax between them is numpy's, row by row, so it runs on the real rows only, in place (the same
     values as `op_defs.softmax`), and the padding rows' weights are zeros, which change no other row's sums."""
