@@ -61,6 +61,18 @@ def scores(q: np.ndarray, k: np.ndarray, found: np.ndarray, mask_row: np.ndarray
     return out
 
 
+def run_bounds(runs: str) -> str:
+    """IR of run %r's %start, %stop and %len, read from the `runs` layout at %{runs}."""
+    return f"""  %rs0 = mul i64 %r, 2
+  %rs = add i64 %rs0, 2
+  %rsp = getelementptr i64, ptr %{runs}, i64 %rs
+  %start = load i64, ptr %rsp, align 8
+  %re = add i64 %rs, 1
+  %rep = getelementptr i64, ptr %{runs}, i64 %re
+  %stop = load i64, ptr %rep, align 8
+  %len = sub i64 %stop, %start"""
+
+
 def _runs_ir() -> str:
     """(mask*, keys, hidden, out*): out = [n, shown, start0, stop0, ...]."""
     return f"""
@@ -132,14 +144,7 @@ clip:
 count:
   %r = phi i64 [ 0, %clip ], [ %rnext, %count ]
   %total = phi i64 [ 0, %clip ], [ %total2, %count ]
-  %rs0 = mul i64 %r, 2
-  %rs = add i64 %rs0, 2
-  %rsp = getelementptr i64, ptr %out, i64 %rs
-  %start = load i64, ptr %rsp, align 8
-  %re = add i64 %rs, 1
-  %rep = getelementptr i64, ptr %out, i64 %re
-  %stop = load i64, ptr %rep, align 8
-  %len = sub i64 %stop, %start
+{run_bounds("out")}
   %total2 = add i64 %total, %len
   %rnext = add i64 %r, 1
   %rmore = icmp ult i64 %rnext, %n2
@@ -166,10 +171,10 @@ def _scores_ir() -> str:
     a vector whose values lie past d adding nothing (the arithmetic's +0 terms), then the fixed tree:
     (l0 + l1) + (l2 + l3), then halves of 8, 4, 2, 1."""
     t = f"<{_VECTOR} x float>"
-    lines = ["""
+    lines = [f"""
 define void @decode_scores(ptr noalias nocapture readonly %q, i64 %kvh, i64 %group, i64 %d,
                            ptr noalias nocapture readonly %k, ptr noalias nocapture readonly %runs,
-                           ptr noalias nocapture readonly %mask, float %scale, ptr noalias nocapture %out) {
+                           ptr noalias nocapture readonly %mask, float %scale, ptr noalias nocapture %out) {{
 entry:
   %nruns = load i64, ptr %runs, align 8
   %shownp = getelementptr i64, ptr %runs, i64 1
@@ -183,14 +188,7 @@ head:
 run:
   %r = phi i64 [ 0, %head ], [ %rnext, %runend ]
   %at = phi i64 [ 0, %head ], [ %atnext, %runend ]
-  %rs0 = mul i64 %r, 2
-  %rs = add i64 %rs0, 2
-  %rsp = getelementptr i64, ptr %runs, i64 %rs
-  %start = load i64, ptr %rsp, align 8
-  %re = add i64 %rs, 1
-  %rep = getelementptr i64, ptr %runs, i64 %re
-  %stop = load i64, ptr %rep, align 8
-  %len = sub i64 %stop, %start
+{run_bounds("runs")}
   %atnext = add i64 %at, %len
   %nonempty = icmp sgt i64 %len, 0
   br i1 %nonempty, label %key, label %runend

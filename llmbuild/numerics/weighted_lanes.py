@@ -27,6 +27,7 @@ import numpy as np
 
 from llmbuild.numerics import llvm_kernels
 from llmbuild.numerics.addresses import address
+from llmbuild.numerics.decode_scores import run_bounds
 from llmbuild.numerics.vector_product import LANES, tree_sum
 
 _VECTOR = 16
@@ -257,14 +258,7 @@ head:
 run:
   %r = phi i64 [ 0, %head ], [ %rnext, %run ]
   %at = phi i64 [ 0, %head ], [ %atnext, %run ]
-  %rs0 = mul i64 %r, 2
-  %rs = add i64 %rs0, 2
-  %rsp = getelementptr i64, ptr %runs, i64 %rs
-  %start = load i64, ptr %rsp, align 8
-  %re = add i64 %rs, 1
-  %rep = getelementptr i64, ptr %runs, i64 %re
-  %stop = load i64, ptr %rep, align 8
-  %len = sub i64 %stop, %start
+{run_bounds("runs")}
   %po = add i64 %prow, %at
   %pp = getelementptr float, ptr %p, i64 %po
   %vo = mul i64 %start, %vrb
