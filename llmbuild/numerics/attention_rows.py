@@ -86,8 +86,7 @@ def decode_row(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray, sc
         # one call for every head; numpy's softmax steps between them on the packed scores, as below.
         found = decode_scores.runs(row, mask_value(""))
         weights = decode_scores.scores(q[0, 0], k[0], found, row, scale)
-        weights -= weights.max(axis=-1)[..., None]
-        np.exp(weights, out=weights)
+        _numerators(weights)
         return weighted_lanes.weighted_row(weights, v[0], found)
     runs = visible_runs(row)
     keys = sum(stop - start for start, stop in runs)
@@ -106,9 +105,7 @@ def decode_row(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray, sc
         at += stop - start
     scores *= scale
     scores += shown
-    top = scores.max(axis=-1)
-    scores -= top[..., None]
-    np.exp(scores, out=scores)  # in place on a whole array, as flash_block's (numpy's exp loop is the same)
+    _numerators(scores)
     # The value product's lanes from the values where they lie (weighted_lanes.py): weighted_values' bits
     # without its transposed copy of v.
     lanes = weighted_lanes.lanes_for(kv_heads, group, d)
@@ -118,6 +115,13 @@ def decode_row(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray, sc
         at += stop - start
     sums = weighted_lanes.summed(lanes)  # the values' sums, then the weights' in column d
     return (sums[..., :d] / sums[..., d : d + 1]).reshape(1, 1, kv_heads * group * d)
+
+
+def _numerators(scores: np.ndarray) -> None:
+    """A decode row's softmax numerators in place: less each row's maximum, then exp, on the whole packed
+    array, as flash_block's (numpy's exp loop is the same); both of decode_row's paths take these steps."""
+    scores -= scores.max(axis=-1)[..., None]
+    np.exp(scores, out=scores)
 
 
 def scores(q: np.ndarray, k: np.ndarray) -> np.ndarray:
